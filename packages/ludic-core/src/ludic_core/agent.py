@@ -1,0 +1,128 @@
+"""The agent contract that interaction protocols rely on.
+
+An agent owns everything between the env and the model: context, chat template, parser, tools and
+format rewards. One :meth:`AgentHarness.act` call is one *turn attempt*: it may make several model
+calls (an internal tool loop) and returns all of them, each with its :class:`~ludic_core.types.TokenTrace`.
+The last call's ``action_target`` tells the protocol what to do next:
+
+* ``"env"`` — ``parse_result`` says whether there is an env action (or a failure with feedback);
+* ``"external"`` — ``tool_calls`` must be run by the protocol's external tool handler, whose results
+  go back through :meth:`AgentHarness.on_tool_results` before the next ``act``;
+* ``"internal"`` — the agent ended its attempt inside its own tool loop (e.g. a step budget); the
+  protocol counts the attempt and asks again.
+
+``ludic_agents.Agent`` is the full implementation; ``ludic_core.testing.ScriptedAgent`` a minimal one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import attrs
+
+from ludic_core.errors import DataError
+from ludic_core.inference import InferenceSpec
+from ludic_core.parsing import ParseResult
+from ludic_core.types import (
+    ActionTarget,
+    Info,
+    Message,
+    TokenTrace,
+    ToolCall,
+    ToolResult,
+    _check_action_target,
+    _messages,
+    _tool_calls,
+    _tool_results,
+)
+
+__all__ = ["AgentActResult", "AgentActStep", "AgentHarness", "ExternalToolHandler"]
+
+
+@attrs.frozen
+class AgentActStep:
+    """One model call made during :meth:`AgentHarness.act`.
+
+    ``parse_result`` is required for ``"env"`` steps. Agents report incomplete completions
+    (``finish_reason == "length"``) as parse failures themselves, with ``info["incomplete_completion"]``.
+    """
+
+    trace: TokenTrace
+    prompt_messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    action: str
+    action_target: ActionTarget = attrs.field(validator=_check_action_target)
+    parse_result: ParseResult | None = None
+    loop_index: int = 0
+    tool_calls: tuple[ToolCall, ...] | None = attrs.field(default=None, converter=_tool_calls)
+    tool_results: tuple[ToolResult, ...] | None = attrs.field(default=None, converter=_tool_results)
+    info: Info = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.action_target == "env" and self.parse_result is None:
+            raise DataError("an AgentActStep with action_target='env' needs a parse_result")
+        if self.action_target == "external" and not self.tool_calls:
+            raise DataError("an AgentActStep with action_target='external' needs tool_calls")
+
+    @property
+    def parse_error(self) -> bool:
+        return (
+            self.action_target == "env" and self.parse_result is not None and self.parse_result.action is None
+        )
+
+
+def _to_steps(steps: Iterable[AgentActStep]) -> tuple[AgentActStep, ...]:
+    return tuple(steps)
+
+
+@attrs.frozen
+class AgentActResult:
+    """Every model call of one ``act``, in order; the last one decides what happens next."""
+
+    steps: tuple[AgentActStep, ...] = attrs.field(converter=_to_steps)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.steps:
+            raise DataError("AgentActResult needs at least one step (every act makes a model call)")
+
+    @property
+    def final_step(self) -> AgentActStep:
+        return self.steps[-1]
+
+
+@runtime_checkable
+class AgentHarness(Protocol):
+    """What a protocol needs from an agent. One agent instance serves one episode at a time."""
+
+    @property
+    def default_system_prompt(self) -> str | None:
+        """The agent's own system prompt; it wins over the env's suggestion."""
+        ...
+
+    def reset(self, *, system_prompt: str | None = None) -> None:
+        """Start a new episode with this system prompt (None: no system message)."""
+        ...
+
+    def on_env_reset(self, obs: str, info: Info) -> None: ...
+
+    async def act(
+        self,
+        *,
+        inference: InferenceSpec | None = None,
+        sampling_seed: int | None = None,
+        timeout_s: float | None = None,
+    ) -> AgentActResult: ...
+
+    def on_after_step(self, obs: str, info: Info) -> None:
+        """Feed the next observation (an env obs or the synthetic feedback after a parse failure)."""
+        ...
+
+    def on_tool_results(self, results: Sequence[ToolResult]) -> None:
+        """Feed the results of external tool calls before the next ``act``."""
+        ...
+
+
+ExternalToolHandler: TypeAlias = Callable[
+    [Sequence[ToolCall]], "Sequence[ToolResult] | Awaitable[Sequence[ToolResult]]"
+]
+"""Runs external tool calls for the protocol (sync or async). Must return one result per call."""

@@ -1,0 +1,276 @@
+"""Credit assignment: rollouts in, one weight per step out.
+
+Every assigner maps ``(rollout.id, step.index)`` to a float for **every** step of every rollout it is
+given (agent and env steps alike); the SAW builder then reads the weight of each turn's final step.
+
+Which rewards count
+-------------------
+One rule, shared with :attr:`Rollout.total_reward`: the *counted reward* of a step is
+
+* an :class:`EnvironmentStep`'s ``reward`` (env reward plus the successful parser reward), and
+* the ``reward`` of an env-targeted :class:`AgentStep` that failed to parse (the format penalty that
+  stopped the action from reaching the env);
+
+every other agent step (internal or external tool-loop calls, the calls that led up to an env step)
+counts 0. So ``sum(counted_reward(s) for s in rollout.steps) == rollout.total_reward`` always, and an
+assigner never sees a reward the episode's return does not contain (the original's MonteCarloReturn
+also summed parser penalties on internal ReAct steps, which its ``total_reward`` ignored).
+
+* :class:`MonteCarloReturn` — discounted return-to-go of counted rewards, discounted per turn;
+* :class:`GroupNormalizedReturn` — GRPO / Dr.GRPO: ``total_reward`` minus the group mean (÷ group std);
+* :class:`HybridNormalizedReturn` — ScaleRL: group-mean centring, batch-std scaling;
+* :class:`PerStepReward` — the step's own counted reward;
+* :class:`EpisodicReturn` — ``total_reward`` on every step;
+* :class:`ConstantCredit` — one constant (SFT).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol, TypeAlias, runtime_checkable
+
+import attrs
+
+from ludic_core.errors import ConfigError, DataError
+from ludic_core.types import EnvironmentStep, Rollout, Step
+
+__all__ = [
+    "ConstantCredit",
+    "CreditAssigner",
+    "EpisodicReturn",
+    "GroupNormalizedReturn",
+    "HybridNormalizedReturn",
+    "MonteCarloReturn",
+    "PerStepReward",
+    "RolloutStepKey",
+    "counted_reward",
+    "group_key",
+    "group_rollouts",
+]
+
+RolloutStepKey: TypeAlias = tuple[str, int]
+"""``(rollout.id, step.index)``."""
+
+
+@runtime_checkable
+class CreditAssigner(Protocol):
+    """Turns rollouts into one weight per step."""
+
+    def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]: ...
+
+
+def counted_reward(step: Step) -> float:
+    """The reward a step contributes to the episode's return (see the module docstring)."""
+    if isinstance(step, EnvironmentStep):
+        return step.reward
+    if step.action_target == "env" and step.parse_error:
+        return step.reward
+    return 0.0
+
+
+def _check_unique_ids(rollouts: Sequence[Rollout]) -> None:
+    seen: set[str] = set()
+    for rollout in rollouts:
+        if rollout.id in seen:
+            raise DataError(
+                f"rollout id {rollout.id!r} appears twice; credit is keyed by (rollout.id, step.index)"
+            )
+        seen.add(rollout.id)
+
+
+def _fill(rollouts: Sequence[Rollout], value_of: dict[str, float]) -> dict[RolloutStepKey, float]:
+    return {(r.id, s.index): value_of[r.id] for r in rollouts for s in r.steps}
+
+
+def group_key(rollout: Rollout) -> tuple[str, str | None]:
+    """The GRPO group of a rollout: ``(group_id, agent_id)``.
+
+    ``group_id`` comes from the request meta (set by :class:`~ludic_core.strategies.GRPORequestStrategy`);
+    the agent id keeps the perspectives of a multi-agent episode apart, so that self-play rollouts of the
+    first and the second player are baselined against their own role.
+    """
+    request_meta = rollout.meta.get("request_meta")
+    group_id = request_meta.get("group_id") if isinstance(request_meta, dict) else None
+    if group_id is None:
+        group_id = rollout.meta.get("group_id")
+    if group_id is None:
+        raise DataError(
+            f"rollout {rollout.id!r} has no group_id in its meta; group-based credit needs requests "
+            "expanded by GRPORequestStrategy (or meta={'group_id': ...})"
+        )
+    agent_id = rollout.meta.get("agent_id")
+    return str(group_id), None if agent_id is None else str(agent_id)
+
+
+def group_rollouts(
+    rollouts: Sequence[Rollout], group_size: int
+) -> dict[tuple[str, str | None], list[Rollout]]:
+    """Rollouts by :func:`group_key`, in first-seen order; every group must hold ``group_size``."""
+    groups: dict[tuple[str, str | None], list[Rollout]] = {}
+    for rollout in rollouts:
+        groups.setdefault(group_key(rollout), []).append(rollout)
+    for key, members in groups.items():
+        if len(members) != group_size:
+            raise DataError(
+                f"group {key[0]!r} (agent {key[1]!r}) has {len(members)} rollouts, expected "
+                f"group_size={group_size}; drop incomplete groups before assigning credit"
+            )
+    return groups
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _population_std(values: Sequence[float]) -> float:
+    mu = _mean(values)
+    return math.sqrt(math.fsum((v - mu) ** 2 for v in values) / len(values))
+
+
+def _centred(values: Sequence[float]) -> list[float]:
+    # Identical rewards give exactly 0 (not ±ulp noise that a std division would blow up).
+    if max(values) == min(values):
+        return [0.0] * len(values)
+    mu = _mean(values)
+    return [v - mu for v in values]
+
+
+def _check_group_size(group_size: object) -> None:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ConfigError(f"group_size must be an int >= 1, got {group_size!r}")
+
+
+@attrs.frozen
+class MonteCarloReturn:
+    """``G_k = R_k + gamma * G_{k+1}`` over the turns of a rollout; every step of turn k gets ``G_k``.
+
+    ``R_k`` is the sum of the counted rewards of turn k (its env-step reward, or its parse-failure
+    penalty). Discounting is per turn — one agent decision — so the model calls of an internal tool
+    loop do not discount later rewards. With ``gamma=1`` the first turn's return is ``total_reward``.
+    """
+
+    gamma: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        if not (math.isfinite(self.gamma) and 0.0 <= self.gamma <= 1.0):
+            raise ConfigError(f"MonteCarloReturn.gamma must be in [0, 1], got {self.gamma!r}")
+
+    def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]:
+        _check_unique_ids(rollouts)
+        out: dict[RolloutStepKey, float] = {}
+        for rollout in rollouts:
+            turns: list[list[Step]] = []
+            for step in rollout.steps:
+                if turns and turns[-1][-1].turn_id == step.turn_id:
+                    turns[-1].append(step)
+                else:
+                    turns.append([step])
+            future = 0.0
+            for turn in reversed(turns):
+                future = math.fsum(counted_reward(s) for s in turn) + self.gamma * future
+                for step in turn:
+                    out[(rollout.id, step.index)] = future
+        return out
+
+
+@attrs.frozen
+class GroupNormalizedReturn:
+    """GRPO (``normalize_adv=True``) and Dr.GRPO (``False``) advantages.
+
+    For each group (see :func:`group_key`; sizes must equal ``group_size`` exactly):
+    ``A_i = R_i - mean(R)`` with ``R_i = rollout.total_reward``; with ``normalize_adv`` divided by the
+    group's population std. A group whose rewards are all equal gets 0 (never NaN). ``positive_only``
+    then clamps ``A`` at 0 (after scaling, so the scale is the group's, not the clamped values').
+    Every step of a rollout gets its ``A_i``.
+    """
+
+    group_size: int
+    normalize_adv: bool = False
+    positive_only: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        _check_group_size(self.group_size)
+
+    def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]:
+        _check_unique_ids(rollouts)
+        advantage: dict[str, float] = {}
+        for members in group_rollouts(rollouts, self.group_size).values():
+            centred = _centred([r.total_reward for r in members])
+            if self.normalize_adv and any(centred):
+                std = _population_std(centred)
+                centred = [a / std for a in centred]
+            if self.positive_only:
+                centred = [max(a, 0.0) for a in centred]
+            for rollout, a in zip(members, centred, strict=True):
+                advantage[rollout.id] = a
+        return _fill(rollouts, advantage)
+
+
+@attrs.frozen
+class HybridNormalizedReturn:
+    """ScaleRL advantages: ``A_i = (R_i - mean(R_group)) / std(all centred A in the batch)``.
+
+    Centring is per group (strict sizes, as in :class:`GroupNormalizedReturn`); the scale is the
+    population std of every centred advantage in the batch, so groups with little spread are not blown
+    up. If every centred advantage is 0 the weights are 0. ``positive_only`` clamps after scaling.
+    ``eps`` guards the division when the batch std is tiny but not zero.
+    """
+
+    group_size: int
+    eps: float = 1e-8
+    positive_only: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        _check_group_size(self.group_size)
+        if not (math.isfinite(self.eps) and self.eps >= 0):
+            raise ConfigError(f"HybridNormalizedReturn.eps must be finite and >= 0, got {self.eps!r}")
+
+    def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]:
+        _check_unique_ids(rollouts)
+        centred: dict[str, float] = {}
+        for members in group_rollouts(rollouts, self.group_size).values():
+            for rollout, a in zip(members, _centred([r.total_reward for r in members]), strict=True):
+                centred[rollout.id] = a
+        values = list(centred.values())
+        advantage = dict.fromkeys(centred, 0.0)
+        if values and any(values):
+            scale = _population_std(values) + self.eps
+            advantage = {rid: a / scale for rid, a in centred.items()}
+        if self.positive_only:
+            advantage = {rid: max(a, 0.0) for rid, a in advantage.items()}
+        return _fill(rollouts, advantage)
+
+
+@attrs.frozen
+class PerStepReward:
+    """Each step's own counted reward: the env reward of env steps, the penalty of env-targeted parse
+    failures, 0 for every other agent step. The SAW item of a turn therefore carries the turn's reward."""
+
+    def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]:
+        _check_unique_ids(rollouts)
+        return {(r.id, s.index): counted_reward(s) for r in rollouts for s in r.steps}
+
+
+@attrs.frozen
+class EpisodicReturn:
+    """``rollout.total_reward`` (undiscounted, counted rewards) on every step of the rollout."""
+
+    def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]:
+        _check_unique_ids(rollouts)
+        return _fill(rollouts, {r.id: r.total_reward for r in rollouts})
+
+
+@attrs.frozen
+class ConstantCredit:
+    """The same weight on every step, whatever the rewards (supervised fine-tuning)."""
+
+    value: float = 1.0
+
+    def __attrs_post_init__(self) -> None:
+        if not math.isfinite(self.value):
+            raise ConfigError(f"ConstantCredit.value must be finite, got {self.value!r}")
+
+    def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]:
+        _check_unique_ids(rollouts)
+        return _fill(rollouts, {r.id: float(self.value) for r in rollouts})

@@ -1,0 +1,503 @@
+"""The rollout engine: requests in, rollouts (or SAW batches) out.
+
+For every episode the engine builds a **fresh** env and a fresh protocol (and with it the agents and
+their contexts), runs it under a bounded-concurrency semaphore and an optional per-episode timeout,
+and stamps the rollouts' meta:
+
+* the request meta, merged in at top level and kept whole under ``request_meta``;
+* ``episode_index`` (the engine's running episode counter);
+* an ``engine`` block: max_steps, timeouts, env/protocol kinds, the seeds used and where they came
+  from, the return spec.
+
+Seeds. A request's explicit seeds are used as given. Missing seeds come from a counter that the engine
+keeps across calls, starting at ``base_seed``: successive calls never reuse a default seed (the
+original restarted them at 0 every batch), and a fresh engine with the same ``base_seed`` given the
+same calls reproduces the same seeds, hence the same rollouts with deterministic envs and clients.
+
+Failures. A protocol reports env, agent and client failures on its rollouts (``Rollout.failure``);
+the engine adds timeouts and crashes of the protocol itself. ``on_failure="raise"`` cancels the rest of
+the batch at the first failure and raises :class:`~ludic_core.errors.EpisodeError`;
+``on_failure="continue"`` keeps going and reports every failed episode in the result. Failed episodes
+never produce SAW items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import structlog
+
+from ludic_core.credit import CreditAssigner, group_key
+from ludic_core.env import LudicEnv
+from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
+from ludic_core.filters import SampleFilter, apply_filter
+from ludic_core.inference import InferenceSpec
+from ludic_core.protocols.base import InteractionProtocol
+from ludic_core.registry import ENVS, PROTOCOLS, Registry
+from ludic_core.requests import RolloutRequest
+from ludic_core.rollout_log import RolloutLog
+from ludic_core.saw import SAWBatch
+from ludic_core.saw_builder import build_saw_items
+from ludic_core.seeding import MAX_SEED, derive_seed
+from ludic_core.types import EpisodeFailure, Rollout, seeded_ids
+
+__all__ = [
+    "EpisodeResult",
+    "FailurePolicy",
+    "RolloutEngine",
+    "RolloutResult",
+    "rollouts_to_batch",
+    "select_trainable_rollouts",
+]
+
+log = structlog.get_logger(__name__)
+
+FailurePolicy = Literal["raise", "continue"]
+_POLICIES = ("raise", "continue")
+
+
+@attrs.frozen
+class EpisodeResult:
+    """One episode: its request, the seeds it ran with, its rollouts, and its failure if it failed.
+
+    A failed episode still lists the rollouts its protocol returned (partial, each with ``failure``
+    set); an episode the engine had to stop (timeout, protocol crash) gets one empty rollout carrying
+    the failure, so every failure is visible in the rollouts and the log.
+    """
+
+    episode_index: int
+    request: RolloutRequest
+    env_seed: int
+    sampling_seed: int
+    rollouts: tuple[Rollout, ...]
+    failure: EpisodeFailure | None
+    duration_s: float
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+
+@attrs.frozen
+class RolloutResult:
+    """The episodes of one :meth:`RolloutEngine.generate_rollouts` call, in request order."""
+
+    episodes: tuple[EpisodeResult, ...]
+
+    @property
+    def rollouts(self) -> list[Rollout]:
+        """Every rollout, failed ones included."""
+        return [r for e in self.episodes for r in e.rollouts]
+
+    @property
+    def successful_rollouts(self) -> list[Rollout]:
+        return [r for e in self.episodes if not e.failed for r in e.rollouts]
+
+    @property
+    def failed_episodes(self) -> list[EpisodeResult]:
+        return [e for e in self.episodes if e.failed]
+
+    def failure_summary(self) -> list[dict[str, Any]]:
+        """JSON-friendly: one entry per failed episode (no tracebacks)."""
+        return [
+            {
+                "episode_index": e.episode_index,
+                "stage": e.failure.stage,
+                "error_type": e.failure.error_type,
+                "message": e.failure.message,
+            }
+            for e in self.failed_episodes
+            if e.failure is not None
+        ]
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _check_timeout(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        raise ConfigError(f"{name} must be None or a number > 0, got {value!r}")
+
+
+def _resolve(
+    kind: str,
+    own: Callable[..., Any] | None,
+    explicit: Mapping[str, Callable[..., Any]],
+    registry: Registry[Any],
+) -> Callable[..., Any]:
+    if own is not None:
+        return own
+    if kind in explicit:
+        return explicit[kind]
+    return registry.get(kind)  # raises RegistryError naming the known kinds
+
+
+class RolloutEngine:
+    """Runs :class:`RolloutRequest`s; see the module docstring for seeds, meta and failures.
+
+    ``env_factories``/``protocol_factories`` map kinds to factories and take precedence over the
+    global registry. ``rollout_log`` (a path or a :class:`RolloutLog`) appends every rollout as JSONL.
+    """
+
+    def __init__(
+        self,
+        *,
+        env_factories: Mapping[str, Callable[..., LudicEnv[Any]]] | None = None,
+        protocol_factories: Mapping[str, Callable[..., InteractionProtocol]] | None = None,
+        base_seed: int = 0,
+        rollout_log: RolloutLog | str | Path | None = None,
+        concurrency: int = 8,
+        deterministic_ids: bool = False,
+    ) -> None:
+        seed: object = base_seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+            raise ConfigError(f"RolloutEngine.base_seed must be an int in [0, {MAX_SEED}], got {base_seed!r}")
+        _check_positive_int("RolloutEngine.concurrency", concurrency)
+        self.env_factories = dict(env_factories or {})
+        self.protocol_factories = dict(protocol_factories or {})
+        self.base_seed = base_seed
+        self.concurrency = concurrency
+        # Off by default: uuid4 ids are unique across runs. On, a rerun with the same base seed and
+        # requests reproduces every id (ids are then unique within a run only).
+        self.deterministic_ids = deterministic_ids
+        self.rollout_log = (
+            rollout_log
+            if isinstance(rollout_log, RolloutLog) or rollout_log is None
+            else RolloutLog(rollout_log)
+        )
+        self._episodes_started = 0
+
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def episodes_started(self) -> int:
+        """How many episodes this engine has scheduled so far (the next default-seed offset)."""
+        return self._episodes_started
+
+    def state_dict(self) -> dict[str, int]:
+        return {"base_seed": self.base_seed, "episodes_started": self._episodes_started}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Resume the default-seed counter of a previous run (same ``base_seed`` required)."""
+        if state.get("base_seed") != self.base_seed:
+            raise ConfigError(
+                f"state has base_seed={state.get('base_seed')!r}, this engine has {self.base_seed}"
+            )
+        started = state.get("episodes_started")
+        if isinstance(started, bool) or not isinstance(started, int) or started < 0:
+            raise ConfigError(f"state episodes_started must be an int >= 0, got {started!r}")
+        self._episodes_started = started
+
+    def _default_seed(self, episode_index: int) -> int:
+        return (self.base_seed + episode_index) % (MAX_SEED + 1)
+
+    # -- rollouts ----------------------------------------------------------------------------------
+
+    async def generate_rollouts(
+        self,
+        requests: Sequence[RolloutRequest],
+        *,
+        max_steps: int,
+        timeout_s: float | None = None,
+        episode_timeout_s: float | None = None,
+        concurrency: int | None = None,
+        on_failure: FailurePolicy = "raise",
+        on_episode_done: Callable[[EpisodeResult], None | Awaitable[None]] | None = None,
+    ) -> RolloutResult:
+        """Run one episode per request.
+
+        ``timeout_s`` bounds each model call (passed to the protocol); ``episode_timeout_s`` bounds a
+        whole episode. ``on_episode_done`` is called as each episode finishes (progress bars).
+        """
+        _check_positive_int("max_steps", max_steps)
+        _check_timeout("timeout_s", timeout_s)
+        _check_timeout("episode_timeout_s", episode_timeout_s)
+        limit = self.concurrency if concurrency is None else concurrency
+        _check_positive_int("concurrency", limit)
+        if on_failure not in _POLICIES:
+            raise ConfigError(f"on_failure must be one of {_POLICIES}, got {on_failure!r}")
+        for i, request in enumerate(requests):
+            if not isinstance(request, RolloutRequest):
+                raise ConfigError(f"requests[{i}] must be a RolloutRequest, got {type(request).__name__}")
+        # Resolve every kind up front: an unknown kind is a config error, not an episode failure.
+        factories = [
+            (
+                _resolve(r.env.kind, r.env.factory, self.env_factories, ENVS),
+                _resolve(r.protocol.kind, r.protocol.factory, self.protocol_factories, PROTOCOLS),
+            )
+            for r in requests
+        ]
+        first_index = self._episodes_started
+        self._episodes_started += len(requests)
+        semaphore = asyncio.Semaphore(limit)
+        settings = {"max_steps": max_steps, "timeout_s": timeout_s, "episode_timeout_s": episode_timeout_s}
+
+        async def run(i: int) -> EpisodeResult:
+            async with semaphore:
+                result = await self._run_episode(first_index + i, requests[i], *factories[i], settings)
+            if self.rollout_log is not None:
+                await asyncio.to_thread(self.rollout_log.write, result.rollouts)
+            if on_episode_done is not None:
+                maybe = on_episode_done(result)
+                if maybe is not None:
+                    await maybe
+            return result
+
+        tasks = [asyncio.ensure_future(run(i)) for i in range(len(requests))]
+        results: list[EpisodeResult | None] = [None] * len(requests)
+        index_of: dict[asyncio.Future[EpisodeResult], int] = {task: i for i, task in enumerate(tasks)}
+        pending: set[asyncio.Future[EpisodeResult]] = set(tasks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    episode = task.result()  # re-raises ConfigError and other non-episode errors
+                    results[index_of[task]] = episode
+                    if episode.failure is not None and on_failure == "raise":
+                        f = episode.failure
+                        raise EpisodeError(
+                            f"episode {episode.episode_index} (env {episode.request.env.kind!r}, env_seed "
+                            f"{episode.env_seed}) failed in stage {f.stage!r}: {f.error_type}: {f.message}; "
+                            "pass on_failure='continue' to keep the other episodes"
+                        )
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        assert all(r is not None for r in results)
+        out = RolloutResult(episodes=tuple(r for r in results if r is not None))
+        if out.failed_episodes:
+            log.warning(
+                "rollout_engine.episodes_failed",
+                failed=len(out.failed_episodes),
+                total=len(out.episodes),
+                stages=dict(Counter(e.failure.stage for e in out.failed_episodes if e.failure)),
+            )
+        return out
+
+    async def _run_episode(
+        self,
+        episode_index: int,
+        request: RolloutRequest,
+        env_factory: Callable[..., Any],
+        protocol_factory: Callable[..., Any],
+        settings: dict[str, Any],
+    ) -> EpisodeResult:
+        env_seed = request.env_seed if request.env_seed is not None else self._default_seed(episode_index)
+        sampling_seed = (
+            request.sampling_seed if request.sampling_seed is not None else self._default_seed(episode_index)
+        )
+        inference = request.inference or InferenceSpec()
+        engine_meta = {
+            "episode_index": episode_index,
+            **settings,
+            "env_kind": request.env.kind,
+            "protocol_kind": request.protocol.kind,
+            "env_seed": env_seed,
+            "sampling_seed": sampling_seed,
+            "env_seed_source": "request" if request.env_seed is not None else "engine",
+            "sampling_seed_source": "request" if request.sampling_seed is not None else "engine",
+            "return_spec": {
+                "return_chosen_logprobs": inference.return_.return_chosen_logprobs,
+                "top_logprobs_k": inference.return_.top_logprobs_k,
+            },
+        }
+        started = time.perf_counter()
+        rollouts: list[Rollout]
+        failure: EpisodeFailure | None = None
+        id_scope = (
+            seeded_ids(derive_seed(self.base_seed, "ids", episode_index, env_seed, sampling_seed))
+            if self.deterministic_ids
+            else contextlib.nullcontext()
+        )
+        with id_scope:
+            rollouts, failure = await self._run_protocol(
+                episode_index,
+                request,
+                env_factory,
+                protocol_factory,
+                settings,
+                env_seed,
+                sampling_seed,
+                inference,
+            )
+        for rollout in rollouts:
+            self._stamp(rollout, request, episode_index, engine_meta)
+        return EpisodeResult(
+            episode_index=episode_index,
+            request=request,
+            env_seed=env_seed,
+            sampling_seed=sampling_seed,
+            rollouts=tuple(rollouts),
+            failure=failure,
+            duration_s=time.perf_counter() - started,
+        )
+
+    @staticmethod
+    async def _run_protocol(
+        episode_index: int,
+        request: RolloutRequest,
+        env_factory: Callable[..., Any],
+        protocol_factory: Callable[..., Any],
+        settings: dict[str, Any],
+        env_seed: int,
+        sampling_seed: int,
+        inference: InferenceSpec,
+    ) -> tuple[list[Rollout], EpisodeFailure | None]:
+        rollouts: list[Rollout]
+        failure: EpisodeFailure | None = None
+        try:
+            stage = "env"
+            env = env_factory(**request.env.kwargs)
+            stage = "protocol"
+            protocol = protocol_factory(**request.protocol.kwargs)
+            run = protocol.run(
+                env=env,
+                max_steps=settings["max_steps"],
+                env_seed=env_seed,
+                sampling_seed=sampling_seed,
+                inference=inference,
+                timeout_s=settings["timeout_s"],
+            )
+            rollouts = list(await asyncio.wait_for(run, settings["episode_timeout_s"]))
+        except ConfigError:
+            raise
+        except TimeoutError:
+            error = LudicTimeoutError(
+                f"episode {episode_index} did not finish within episode_timeout_s={settings['episode_timeout_s']}"
+            )
+            failure = EpisodeFailure.from_exception("timeout", error)
+            rollouts = [Rollout(steps=[], failure=failure)]
+        except Exception as exc:  # a crash of the env/protocol construction or of the protocol itself
+            failure = EpisodeFailure.from_exception(stage, exc)
+            rollouts = [Rollout(steps=[], failure=failure)]
+        else:
+            if not rollouts:
+                failure = EpisodeFailure(
+                    stage="protocol", error_type="ProtocolError", message="the protocol returned no rollouts"
+                )
+                rollouts = [Rollout(steps=[], failure=failure)]
+            failure = next((r.failure for r in rollouts if r.failure is not None), failure)
+        return rollouts, failure
+
+    @staticmethod
+    def _stamp(
+        rollout: Rollout, request: RolloutRequest, episode_index: int, engine_meta: dict[str, Any]
+    ) -> None:
+        meta = rollout.meta
+        clashes = sorted(k for k in request.meta if k in meta)
+        if clashes:
+            # The protocol's keys describe what happened; the request's values stay under request_meta.
+            log.warning("rollout_engine.meta_key_clash", keys=clashes, protocol=request.protocol.kind)
+        for key, value in request.meta.items():
+            meta.setdefault(key, value)
+        meta["request_meta"] = dict(request.meta)
+        meta["episode_index"] = episode_index
+        meta["engine"] = dict(engine_meta)
+
+    # -- SAW batches -------------------------------------------------------------------------------
+
+    async def generate_batch(
+        self,
+        requests: Sequence[RolloutRequest],
+        *,
+        max_steps: int,
+        credit_assigner: CreditAssigner,
+        timeout_s: float | None = None,
+        episode_timeout_s: float | None = None,
+        concurrency: int | None = None,
+        sample_filter: SampleFilter | None = None,
+        on_failure: FailurePolicy = "raise",
+        require_actor_logps: bool | None = None,
+    ) -> SAWBatch:
+        """Rollouts → credit → one SAW item per turn → filter.
+
+        Failed episodes are left out, and so are the other members of their GRPO groups (a group with
+        a missing member would get a biased baseline); both are counted in the batch meta.
+        """
+        result = await self.generate_rollouts(
+            requests,
+            max_steps=max_steps,
+            timeout_s=timeout_s,
+            episode_timeout_s=episode_timeout_s,
+            concurrency=concurrency,
+            on_failure=on_failure,
+        )
+        return rollouts_to_batch(
+            result,
+            credit_assigner=credit_assigner,
+            sample_filter=sample_filter,
+            require_actor_logps=require_actor_logps,
+        )
+
+
+def _group_id(rollout: Rollout) -> str | None:
+    try:
+        return group_key(rollout)[0]
+    except DataError:
+        return None
+
+
+def select_trainable_rollouts(
+    rollouts: Sequence[Rollout], *, failed_ids: Collection[str] = ()
+) -> tuple[list[Rollout], int, int]:
+    """Drop failed rollouts (``failure`` set, or id in ``failed_ids``) and every rollout of a GRPO group
+    that lost a member to a failure (its baseline would be biased).
+
+    Returns ``(kept, number failed, number dropped as members of incomplete groups)``.
+    """
+
+    def failed(r: Rollout) -> bool:
+        return r.failed or r.id in failed_ids
+
+    failed_groups = {gid for r in rollouts if failed(r) for gid in [_group_id(r)] if gid is not None}
+    ok = [r for r in rollouts if not failed(r)]
+    kept = [r for r in ok if _group_id(r) not in failed_groups]
+    return kept, len(rollouts) - len(ok), len(ok) - len(kept)
+
+
+def rollouts_to_batch(
+    result: RolloutResult,
+    *,
+    credit_assigner: CreditAssigner,
+    sample_filter: SampleFilter | None = None,
+    require_actor_logps: bool | None = None,
+) -> SAWBatch:
+    """The SAW batch of a :class:`RolloutResult` (see :meth:`RolloutEngine.generate_batch`)."""
+    # A failed episode's rollouts all count as failed, even one whose own protocol view ended cleanly.
+    failed_ids = {r.id for e in result.failed_episodes for r in e.rollouts}
+    rollouts, _, dropped_in_groups = select_trainable_rollouts(result.rollouts, failed_ids=failed_ids)
+    weights = credit_assigner.compute(rollouts)
+    items = build_saw_items(rollouts, weights, require_actor_logps=require_actor_logps)
+    kept, dropped = apply_filter(items, sample_filter)
+
+    def avg(values: Sequence[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    episodes = result.episodes
+    meta: dict[str, Any] = {
+        "source": "rollouts",
+        "num_episodes": len(episodes),
+        "num_failed_episodes": len(result.failed_episodes),
+        "failures": result.failure_summary(),
+        "num_rollouts": len(rollouts),
+        "num_rollouts_dropped_incomplete_groups": dropped_in_groups,
+        "num_samples_before_filter": len(items),
+        "num_samples": len(kept),
+        "num_samples_filtered": dropped,
+        "avg_total_reward": avg([r.total_reward for r in rollouts]),
+        "avg_completion_length": avg([i.meta["completion_length"] for i in kept]),
+        "avg_prompt_length": avg([i.meta["prompt_length"] for i in kept]),
+        "episode_index_range": [episodes[0].episode_index, episodes[-1].episode_index] if episodes else None,
+    }
+    return SAWBatch(items=kept, meta=meta)

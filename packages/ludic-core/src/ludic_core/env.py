@@ -1,0 +1,111 @@
+"""The environment contract: a pure state machine over agent ids.
+
+Envs see parsed actions (strings) and return observations (strings). They never see tokens, prompts,
+tool calls or model outputs that failed to parse: those stay between the agent and the protocol.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Generic, TypeVar
+
+from ludic_core.errors import ProtocolError
+from ludic_core.types import Info, StepOutcome
+
+__all__ = ["LudicEnv", "SingleAgentEnv"]
+
+AgentID = TypeVar("AgentID", bound=str)
+
+
+class LudicEnv(abc.ABC, Generic[AgentID]):
+    """Multi-agent env kernel.
+
+    * ``agent_ids``: every agent that can ever act;
+    * ``active_agents``: the agents expected to act in the next :meth:`step` (one for turn-based
+      games, several for simultaneous moves, none when only built-in bots move);
+    * ``reset(seed=...)`` returns ``{agent_id: (obs, info)}`` for the agents that observe the start;
+    * ``step({agent_id: action})`` returns ``{agent_id: StepOutcome}`` for every agent whose view
+      changed, acting or not (e.g. the loser of a turn-based game gets its terminal outcome on the
+      winner's move).
+
+    Envs must be deterministic given the seed and must keep their own RNG (never the global one).
+    """
+
+    @property
+    @abc.abstractmethod
+    def agent_ids(self) -> list[AgentID]: ...
+
+    @property
+    @abc.abstractmethod
+    def active_agents(self) -> list[AgentID]: ...
+
+    @abc.abstractmethod
+    def reset(self, *, seed: int | None = None) -> dict[AgentID, tuple[str, Info]]: ...
+
+    @abc.abstractmethod
+    def step(self, actions: Mapping[AgentID, str]) -> dict[AgentID, StepOutcome]: ...
+
+    async def astep(self, actions: Mapping[AgentID, str]) -> dict[AgentID, StepOutcome]:
+        """What protocols call. Defaults to :meth:`step`; override it in envs that wait on I/O (a code
+        sandbox, a remote simulator) so that other episodes keep running on the event loop meanwhile."""
+        return self.step(actions)
+
+    @property
+    def suggested_sysprompt(self) -> str | None:
+        """A system prompt the env recommends; the agent's own default takes precedence."""
+        return None
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+
+class SingleAgentEnv(LudicEnv[str]):
+    """Gym-like single-agent env. Implement :meth:`env_reset` and :meth:`env_step`."""
+
+    def __init__(self, *, agent_id: str = "agent_0") -> None:
+        self._agent_id = agent_id
+
+    @property
+    def agent_id(self) -> str:
+        return self._agent_id
+
+    @property
+    def agent_ids(self) -> list[str]:
+        return [self._agent_id]
+
+    @property
+    def active_agents(self) -> list[str]:
+        return [self._agent_id]
+
+    @abc.abstractmethod
+    def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]: ...
+
+    @abc.abstractmethod
+    def env_step(self, action: str) -> StepOutcome: ...
+
+    def reset(self, *, seed: int | None = None) -> dict[str, tuple[str, Info]]:
+        return {self._agent_id: self.env_reset(seed=seed)}
+
+    async def aenv_step(self, action: str) -> StepOutcome:
+        """Async twin of :meth:`env_step` (see :meth:`LudicEnv.astep`); defaults to ``env_step``."""
+        return self.env_step(action)
+
+    def _single_action(self, actions: Mapping[str, str]) -> str:
+        unknown = set(actions) - {self._agent_id}
+        if unknown:
+            raise ProtocolError(
+                f"{self.name} has the single agent {self._agent_id!r}; got actions for {sorted(unknown)}"
+            )
+        if self._agent_id not in actions:
+            raise ProtocolError(
+                f"{self.name}.step needs an action for {self._agent_id!r}; got {dict(actions)!r}"
+            )
+        return actions[self._agent_id]
+
+    def step(self, actions: Mapping[str, str]) -> dict[str, StepOutcome]:
+        return {self._agent_id: self.env_step(self._single_action(actions))}
+
+    async def astep(self, actions: Mapping[str, str]) -> dict[str, StepOutcome]:
+        return {self._agent_id: await self.aenv_step(self._single_action(actions))}

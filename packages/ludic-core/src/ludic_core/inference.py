@@ -1,0 +1,186 @@
+"""The inference contract: token ids in, token ids + chosen-token logprobs out.
+
+Agents render prompts locally with the model's chat template and send the ids; the ids they sent are
+canonical. Implementations: the in-process policy (``ludic_train``), vLLM (``ludic_vllm``), Tinker
+(``ludic_tinker``) and scripted clients for tests (``ludic_core.testing``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from ludic_core.errors import ConfigError
+from ludic_core.types import ChatResponse, check_ints, is_strict_int, to_tuple
+
+__all__ = [
+    "FINISH_REASONS",
+    "ChatClient",
+    "InferenceSpec",
+    "ReturnSpec",
+    "SamplingParams",
+    "TokenCompletionRequest",
+    "VersionedClient",
+]
+
+FINISH_REASONS: frozenset[str] = frozenset({"stop", "length", "abort", "tool_calls"})
+"""The finish reasons clients report. ``length`` means the completion hit ``max_tokens``; ``abort``
+means the server cancelled the request (e.g. a shutdown)."""
+
+
+def _str_tuple(values: Iterable[str] | str | None) -> tuple[str, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        return (values,)
+    return tuple(values)
+
+
+def _check(condition: bool, field: str, value: Any, rule: str) -> None:
+    if not condition:
+        raise ConfigError(f"SamplingParams.{field} must be {rule}, got {value!r}")
+
+
+@attrs.frozen
+class SamplingParams:
+    """Backend-neutral sampling parameters. A backend that cannot honour one reports it."""
+
+    temperature: float = 0.7
+    max_tokens: int = 256
+    top_p: float = 1.0
+    top_k: int | None = None
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    stop_token_ids: tuple[int, ...] = attrs.field(default=(), converter=to_tuple, validator=check_ints)
+
+    def __attrs_post_init__(self) -> None:
+        _check(
+            math.isfinite(self.temperature) and self.temperature >= 0, "temperature", self.temperature, ">= 0"
+        )
+        _check(
+            is_strict_int(self.max_tokens) and self.max_tokens >= 1,
+            "max_tokens",
+            self.max_tokens,
+            "an int >= 1",
+        )
+        _check(0 < self.top_p <= 1, "top_p", self.top_p, "in (0, 1]")
+        _check(self.top_k is None or self.top_k >= 1, "top_k", self.top_k, "None or >= 1")
+        _check(0 <= self.min_p <= 1, "min_p", self.min_p, "in [0, 1]")
+        _check(self.repetition_penalty > 0, "repetition_penalty", self.repetition_penalty, "> 0")
+
+    def non_default_fields(self) -> dict[str, Any]:
+        """Fields that differ from their defaults: what a backend must honour or report."""
+        default = SamplingParams()
+        return {
+            f.name: getattr(self, f.name)
+            for f in attrs.fields(SamplingParams)
+            if getattr(self, f.name) != getattr(default, f.name)
+        }
+
+
+@attrs.frozen
+class ReturnSpec:
+    """What a client must return besides the completion ids."""
+
+    return_chosen_logprobs: bool = False
+    top_logprobs_k: int = 1
+
+    def __attrs_post_init__(self) -> None:
+        if self.top_logprobs_k < 1:
+            raise ConfigError(f"ReturnSpec.top_logprobs_k must be >= 1, got {self.top_logprobs_k!r}")
+
+    @classmethod
+    def for_eval(cls) -> ReturnSpec:
+        return cls(return_chosen_logprobs=False)
+
+    @classmethod
+    def for_rl(cls) -> ReturnSpec:
+        """Chosen-token logprobs of the behaviour policy, needed by every ratio-based loss."""
+        return cls(return_chosen_logprobs=True)
+
+
+@attrs.frozen
+class InferenceSpec:
+    """Per-rollout inference configuration, carried from the request through the protocol to the agent.
+
+    ``extensions`` holds backend-specific options keyed by backend name (e.g. ``{"vllm": {...}}``); a
+    backend rejects keys it does not know instead of ignoring them.
+    """
+
+    sampling: SamplingParams = attrs.field(factory=SamplingParams)
+    return_: ReturnSpec = attrs.field(factory=ReturnSpec)
+    extensions: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class TokenCompletionRequest:
+    """One completion request: the prompt as token ids (canonical) plus how to sample."""
+
+    prompt_token_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
+    sampling: SamplingParams = attrs.field(factory=SamplingParams)
+    return_: ReturnSpec = attrs.field(factory=ReturnSpec)
+    seed: int | None = None
+    model: str | None = None
+    prompt_text: str | None = None
+    extensions: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.prompt_token_ids:
+            raise ConfigError("TokenCompletionRequest.prompt_token_ids must not be empty")
+        if self.seed is not None and not is_strict_int(self.seed):
+            raise ConfigError(f"TokenCompletionRequest.seed must be an int or None, got {self.seed!r}")
+
+    @classmethod
+    def from_spec(
+        cls,
+        prompt_token_ids: Iterable[int],
+        spec: InferenceSpec,
+        *,
+        seed: int | None = None,
+        model: str | None = None,
+        prompt_text: str | None = None,
+    ) -> TokenCompletionRequest:
+        return cls(
+            prompt_token_ids=tuple(prompt_token_ids),
+            sampling=spec.sampling,
+            return_=spec.return_,
+            seed=seed,
+            model=model,
+            prompt_text=prompt_text,
+            extensions=spec.extensions,
+        )
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """An async token-in/token-out completion client.
+
+    Contract (checked by :func:`ludic_core.testing.check_client`):
+
+    * the returned ``prompt_token_ids`` equal the request's;
+    * ``len(completion_token_ids) <= sampling.max_tokens``; ``finish_reason == "length"`` when the
+      limit cut the completion;
+    * when ``return_.return_chosen_logprobs`` is set, one logprob per completion token (after
+      temperature); otherwise logprobs may be omitted;
+    * the same ``seed`` and request give the same completion wherever the backend can promise it;
+    * failures raise :class:`~ludic_core.errors.LudicError` subclasses, never return placeholders.
+    """
+
+    async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse: ...
+
+
+@runtime_checkable
+class VersionedClient(ChatClient, Protocol):
+    """A client whose weights carry a version (the trainer step that produced them).
+
+    ``get_policy_version`` raises on failure; it never guesses (a default of 0 would silently mislabel
+    data for staleness control).
+    """
+
+    async def get_policy_version(self) -> int: ...

@@ -1,0 +1,215 @@
+"""One agent's step timeline during an episode: the bookkeeping both protocols share.
+
+It turns the agent's model calls into :class:`AgentStep`s, env transitions into
+:class:`EnvironmentStep`s, renews the turn id after every env step and parse failure, places rewards
+(see :func:`split_parser_reward`) and applies end-of-episode truncation marks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ludic_core.agent import AgentActResult, AgentActStep
+from ludic_core.types import (
+    AgentStep,
+    EnvironmentStep,
+    EpisodeFailure,
+    Info,
+    Rollout,
+    Step,
+    StepOutcome,
+    ToolResult,
+    TruncationReason,
+    new_id,
+)
+
+__all__ = ["DEFAULT_PARSE_FAILURE_OBS", "AgentTimeline", "merge_step_info", "split_parser_reward"]
+
+DEFAULT_PARSE_FAILURE_OBS = "Invalid action."
+
+
+def split_parser_reward(act_step: AgentActStep) -> tuple[float, dict[str, float], float]:
+    """Where a call's parser reward lands: ``(agent_step_reward, agent_components, env_step_parser_reward)``.
+
+    * env-targeted and parsed: the reward moves onto the env step (so it is counted once, with the
+      env reward of that transition);
+    * env-targeted parse failure: the penalty stays on the agent step (no env step happens);
+    * internal/external tool-loop calls: 0 — a parser run on tool-call text is not a format verdict
+      on an action, so it never enters the return.
+    """
+    result = act_step.parse_result
+    if act_step.action_target != "env" or result is None:
+        return 0.0, {}, 0.0
+    if result.action is None:
+        return result.reward, {"parser": result.reward}, 0.0
+    return 0.0, {}, result.reward
+
+
+def merge_step_info(*layers: Info | None) -> Info:
+    """Later layers override earlier ones (agent info, then env info, then protocol bookkeeping)."""
+    merged: Info = {}
+    for layer in layers:
+        if layer:
+            merged.update(layer)
+    return merged
+
+
+@attrs.define
+class AgentTimeline:
+    """Mutable per-agent episode state owned by a protocol run."""
+
+    agent_id: str
+    turn_start_obs: str
+    steps: list[Step] = attrs.field(factory=list)
+    turn_id: str = attrs.field(factory=new_id)
+    turn_agent_step_ids: list[str] = attrs.field(factory=list)
+    finished: bool = False
+    ended_by: str | None = None
+    unattributed_reward: float = 0.0
+
+    # -- recording ---------------------------------------------------------------------------------
+
+    def record_act(self, result: AgentActResult, *, stop_on_parse_error: bool) -> AgentStep:
+        """Log every model call of one ``act``; returns the final one."""
+        last: AgentStep | None = None
+        for act_step in result.steps:
+            reward, components, _ = split_parser_reward(act_step)
+            info = dict(act_step.info)
+            info["action_target"] = act_step.action_target
+            parse_error = act_step.parse_error
+            if parse_error:
+                assert act_step.parse_result is not None
+                info["parse_error"] = True
+                info["parse_feedback_obs"] = act_step.parse_result.obs or DEFAULT_PARSE_FAILURE_OBS
+            is_final = act_step is result.final_step
+            last = AgentStep(
+                index=len(self.steps),
+                trace=act_step.trace,
+                prompt_messages=act_step.prompt_messages,
+                action=act_step.action,
+                action_target=act_step.action_target,
+                turn_id=self.turn_id,
+                loop_index=act_step.loop_index,
+                reward=reward,
+                reward_components=components,
+                parse_error=parse_error,
+                terminated=bool(parse_error and stop_on_parse_error and is_final),
+                tool_calls=act_step.tool_calls,
+                tool_results=act_step.tool_results,
+                info=info,
+            )
+            self.steps.append(last)
+            self.turn_agent_step_ids.append(last.id)
+        assert last is not None  # AgentActResult guarantees at least one step
+        return last
+
+    def attach_tool_results(self, results: list[ToolResult]) -> None:
+        """Record an external handler's results on the external call that asked for them."""
+        last = self.steps[-1]
+        assert isinstance(last, AgentStep) and last.action_target == "external"
+        previous = list(last.tool_results or ())
+        self.steps[-1] = attrs.evolve(last, tool_results=[*previous, *results])
+
+    def record_env_step(self, final_act: AgentActStep, outcome: StepOutcome) -> EnvironmentStep:
+        assert final_act.parse_result is not None and final_act.parse_result.action is not None
+        _, _, parser_reward = split_parser_reward(final_act)
+        source = self.steps[-1]
+        assert isinstance(source, AgentStep)
+        ended = outcome.terminated or outcome.truncated
+        step = EnvironmentStep(
+            index=len(self.steps),
+            trace=final_act.trace,
+            prev_obs=self.turn_start_obs,
+            action=final_act.action,
+            parsed_action=final_act.parse_result.action,
+            next_obs=None if ended else outcome.obs,
+            turn_id=self.turn_id,
+            source_agent_step_id=source.id,
+            agent_step_ids=tuple(self.turn_agent_step_ids),
+            reward=outcome.reward + parser_reward,
+            reward_components={"env": outcome.reward, "parser": parser_reward},
+            terminated=outcome.terminated,
+            truncated=outcome.truncated,
+            truncation_reason="env" if outcome.truncated else None,
+            info=merge_step_info(source.info, outcome.info, {"parsed_action": final_act.parse_result.action}),
+        )
+        self.steps.append(step)
+        if ended:
+            self.finish("env_terminated" if outcome.terminated else "env_truncated")
+        return step
+
+    def new_turn(self, obs: str) -> None:
+        self.turn_id = new_id()
+        self.turn_agent_step_ids = []
+        self.turn_start_obs = obs
+
+    def finish(self, ended_by: str) -> None:
+        self.finished = True
+        self.ended_by = ended_by
+
+    def apply_outcome_without_action(self, outcome: StepOutcome) -> None:
+        """An outcome for an agent that did not act this step (e.g. the opponent's winning move).
+
+        Its reward belongs to this agent's latest decision, so it is added to the latest step (and
+        itemised as ``after_turn``); a terminal outcome ends the agent's episode on that step.
+        """
+        ended = outcome.terminated or outcome.truncated
+        if not self.steps:
+            self.unattributed_reward += outcome.reward
+        elif outcome.reward != 0.0 or ended:
+            last = self.steps[-1]
+            components = dict(last.reward_components)
+            components["after_turn"] = components.get("after_turn", 0.0) + outcome.reward
+            changes: dict[str, Any] = {
+                "reward": last.reward + outcome.reward,
+                "reward_components": components,
+                "info": merge_step_info(last.info, outcome.info),
+            }
+            if ended:
+                changes["terminated"] = last.terminated or outcome.terminated
+                changes["truncated"] = last.truncated or outcome.truncated
+                if outcome.truncated and last.truncation_reason is None:
+                    changes["truncation_reason"] = "env"
+                if isinstance(last, EnvironmentStep):
+                    changes["next_obs"] = None
+            self.steps[-1] = attrs.evolve(last, **changes)
+        if ended:
+            self.finish("env_terminated" if outcome.terminated else "env_truncated")
+
+    def mark_truncated(self, reason: TruncationReason, ended_by: str) -> None:
+        """Mark the final step truncated (unless the episode already ended on it)."""
+        self.finish(ended_by)
+        if not self.steps:
+            return
+        last = self.steps[-1]
+        if last.terminated or last.truncated:
+            return
+        changes: dict[str, Any] = {
+            "truncated": True,
+            "truncation_reason": reason,
+            "info": {**last.info, "truncation_reason": reason},
+        }
+        if isinstance(last, EnvironmentStep):
+            changes["next_obs"] = None
+        self.steps[-1] = attrs.evolve(last, **changes)
+
+    # -- output ------------------------------------------------------------------------------------
+
+    def to_rollout(self, meta: Info, failure: EpisodeFailure | None) -> Rollout:
+        truncated_step = next((s for s in reversed(self.steps) if s.truncated), None)
+        last = self.steps[-1] if self.steps else None
+        episode_truncated = last is not None and last.truncated
+        rollout_meta: Info = {
+            **meta,
+            "agent_id": self.agent_id,
+            "episode_truncated": episode_truncated,
+            "truncation_reason": truncated_step.truncation_reason
+            if episode_truncated and truncated_step
+            else None,
+            "ended_by": "failure" if failure is not None else self.ended_by,
+        }
+        if self.unattributed_reward:
+            rollout_meta["unattributed_reward"] = self.unattributed_reward
+        return Rollout(steps=list(self.steps), meta=rollout_meta, failure=failure)

@@ -1,0 +1,125 @@
+"""Register and build envs, interaction protocols and agent harnesses by name.
+
+Packages register their components through entry points, so installing ``ludic-envs`` makes
+``make_env("tictactoe")`` work with no import by the user::
+
+    [project.entry-points."ludic.envs"]
+    tictactoe = "ludic_envs.tictactoe:TicTacToeEnv"
+
+Entry points are loaded lazily, only when their name is first requested, so an installed but unused
+package costs nothing at import time. Names registered in code take precedence over entry points.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any, Generic, TypeVar
+
+from ludic_core.errors import RegistryError
+
+__all__ = [
+    "AGENTS",
+    "ENVS",
+    "PROTOCOLS",
+    "Registry",
+    "make_agent",
+    "make_env",
+    "make_protocol",
+    "register_agent",
+    "register_env",
+    "register_protocol",
+]
+
+T = TypeVar("T")
+Factory = Callable[..., T]
+
+
+class Registry(Generic[T]):
+    """A name → factory table for one kind of component, backed by an entry-point group."""
+
+    def __init__(self, kind: str, entry_point_group: str | None) -> None:
+        self.kind = kind
+        self.entry_point_group = entry_point_group
+        self._factories: dict[str, Factory[T]] = {}
+        self._lock = threading.Lock()
+
+    def register(self, name: str, factory: Factory[T], *, overwrite: bool = False) -> Factory[T]:
+        if not name or not isinstance(name, str):
+            raise RegistryError(f"{self.kind} name must be a non-empty str, got {name!r}")
+        if not callable(factory):
+            raise RegistryError(f"{self.kind} {name!r}: factory must be callable, got {factory!r}")
+        with self._lock:
+            if name in self._factories and not overwrite and self._factories[name] is not factory:
+                raise RegistryError(
+                    f"{self.kind} {name!r} is already registered to {self._factories[name]!r}; "
+                    "pass overwrite=True to replace it"
+                )
+            self._factories[name] = factory
+        return factory
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._factories.pop(name, None)
+
+    def _entry_points(self) -> dict[str, metadata.EntryPoint]:
+        if self.entry_point_group is None:
+            return {}
+        return {ep.name: ep for ep in metadata.entry_points(group=self.entry_point_group)}
+
+    def names(self) -> list[str]:
+        return sorted(set(self._factories) | set(self._entry_points()))
+
+    def get(self, name: str) -> Factory[T]:
+        with self._lock:
+            factory = self._factories.get(name)
+        if factory is not None:
+            return factory
+        ep = self._entry_points().get(name)
+        if ep is None:
+            hint = f" (entry-point group {self.entry_point_group!r})" if self.entry_point_group else ""
+            raise RegistryError(f"unknown {self.kind} {name!r}; known: {self.names()}{hint}")
+        try:
+            loaded = ep.load()
+        except Exception as exc:
+            raise RegistryError(
+                f"{self.kind} {name!r}: loading entry point {ep.value!r} failed: {exc}"
+            ) from exc
+        return self.register(name, loaded)
+
+    def build(self, name: str, /, **kwargs: Any) -> T:
+        return self.get(name)(**kwargs)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names()
+
+
+ENVS: Registry[Any] = Registry("env", "ludic.envs")
+PROTOCOLS: Registry[Any] = Registry("protocol", "ludic.protocols")
+AGENTS: Registry[Any] = Registry("agent", "ludic.agents")
+
+
+def register_env(name: str, factory: Factory[Any], *, overwrite: bool = False) -> Factory[Any]:
+    return ENVS.register(name, factory, overwrite=overwrite)
+
+
+def register_protocol(name: str, factory: Factory[Any], *, overwrite: bool = False) -> Factory[Any]:
+    return PROTOCOLS.register(name, factory, overwrite=overwrite)
+
+
+def register_agent(name: str, factory: Factory[Any], *, overwrite: bool = False) -> Factory[Any]:
+    return AGENTS.register(name, factory, overwrite=overwrite)
+
+
+def make_env(name: str, /, **kwargs: Any) -> Any:
+    """Build a registered env: ``make_env("tictactoe", opponent="minimax")``."""
+    return ENVS.build(name, **kwargs)
+
+
+def make_protocol(name: str, /, **kwargs: Any) -> Any:
+    return PROTOCOLS.build(name, **kwargs)
+
+
+def make_agent(name: str, /, **kwargs: Any) -> Any:
+    return AGENTS.build(name, **kwargs)

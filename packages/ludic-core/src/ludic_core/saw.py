@@ -1,0 +1,141 @@
+"""State–Action–Weight training samples: what a trainer consumes.
+
+One :class:`SAWItem` per agent turn: the turn's model calls concatenated into one token sequence,
+``action_mask`` = 1 exactly on sampled completion tokens, ``weight`` the credit of the turn.
+Items serialise to plain lists, numbers and strings (JSON/msgpack friendly) with a schema version.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from ludic_core.errors import DataError
+from ludic_core.types import check_floats, check_ints, to_float_tuple_or_none, to_tuple
+
+__all__ = ["SAW_SCHEMA_VERSION", "BatchSource", "SAWBatch", "SAWItem"]
+
+SAW_SCHEMA_VERSION = 1
+
+
+def _check_binary(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    check_ints(_instance, attribute, value)
+    bad = next(((i, v) for i, v in enumerate(value) if v not in (0, 1)), None)
+    if bad is not None:
+        raise DataError(f"{attribute.name} must hold only 0/1; got {bad[1]!r} at position {bad[0]}")
+
+
+@attrs.frozen
+class SAWItem:
+    """One training sample.
+
+    ``actor_logps`` (behaviour-policy logprob per action token, in order) and ``teacher_logps`` (for
+    distillation) have one entry per ``action_mask`` one, or are ``None``. ``meta`` holds scalars and
+    short lists only — never prompt token lists.
+    """
+
+    input_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
+    attention_mask: tuple[int, ...] = attrs.field(converter=to_tuple, validator=_check_binary)
+    action_mask: tuple[int, ...] = attrs.field(converter=to_tuple, validator=_check_binary)
+    weight: float = attrs.field(converter=float)
+    meta: dict[str, Any] = attrs.field(factory=dict)
+    actor_logps: tuple[float, ...] | None = attrs.field(
+        default=None, converter=to_float_tuple_or_none, validator=check_floats
+    )
+    teacher_logps: tuple[float, ...] | None = attrs.field(
+        default=None, converter=to_float_tuple_or_none, validator=check_floats
+    )
+
+    def __attrs_post_init__(self) -> None:
+        n = len(self.input_ids)
+        if n == 0:
+            raise DataError("SAWItem.input_ids must not be empty")
+        for name in ("attention_mask", "action_mask"):
+            if len(getattr(self, name)) != n:
+                raise DataError(f"SAWItem.{name} has length {len(getattr(self, name))}, input_ids has {n}")
+        if not math.isfinite(self.weight):
+            raise DataError(f"SAWItem.weight must be finite, got {self.weight!r}")
+        n_actions = self.num_action_tokens
+        for name in ("actor_logps", "teacher_logps"):
+            logps = getattr(self, name)
+            if logps is not None and len(logps) != n_actions:
+                raise DataError(
+                    f"SAWItem.{name} has {len(logps)} entries but action_mask has {n_actions} ones"
+                )
+
+    @property
+    def num_action_tokens(self) -> int:
+        return sum(self.action_mask)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SAW_SCHEMA_VERSION,
+            "input_ids": list(self.input_ids),
+            "attention_mask": list(self.attention_mask),
+            "action_mask": list(self.action_mask),
+            "weight": self.weight,
+            "meta": self.meta,
+            "actor_logps": None if self.actor_logps is None else list(self.actor_logps),
+            "teacher_logps": None if self.teacher_logps is None else list(self.teacher_logps),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SAWItem:
+        version = data.get("schema_version", SAW_SCHEMA_VERSION)
+        if version != SAW_SCHEMA_VERSION:
+            raise DataError(
+                f"SAWItem schema_version {version!r} is not supported (expected {SAW_SCHEMA_VERSION})"
+            )
+        missing = [k for k in ("input_ids", "attention_mask", "action_mask", "weight") if k not in data]
+        if missing:
+            raise DataError(f"SAWItem data is missing {missing}")
+        return cls(
+            input_ids=data["input_ids"],
+            attention_mask=data["attention_mask"],
+            action_mask=data["action_mask"],
+            weight=data["weight"],
+            meta=dict(data.get("meta") or {}),
+            actor_logps=data.get("actor_logps"),
+            teacher_logps=data.get("teacher_logps"),
+        )
+
+
+@attrs.define
+class SAWBatch:
+    """A macro-batch of items plus batch-level metadata (counts, averages, source)."""
+
+    items: list[SAWItem] = attrs.field(factory=list)
+    meta: dict[str, Any] = attrs.field(factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SAW_SCHEMA_VERSION,
+            "items": [i.to_dict() for i in self.items],
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SAWBatch:
+        version = data.get("schema_version", SAW_SCHEMA_VERSION)
+        if version != SAW_SCHEMA_VERSION:
+            raise DataError(
+                f"SAWBatch schema_version {version!r} is not supported (expected {SAW_SCHEMA_VERSION})"
+            )
+        items: Sequence[Mapping[str, Any]] = data.get("items") or []
+        return cls(items=[SAWItem.from_dict(i) for i in items], meta=dict(data.get("meta") or {}))
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """Where a trainer gets its macro-batches. The trainer never sees episodes or envs."""
+
+    async def next_batch(self) -> SAWBatch: ...

@@ -1,0 +1,269 @@
+"""Rollouts → SAW items: one item per agent turn.
+
+A *turn* is a run of consecutive steps sharing a ``turn_id``: every model call the agent made for one
+decision (including internal tool-loop calls and external tool rounds) plus at most one env step,
+which closes the turn. The item's tokens are the turn's model calls concatenated:
+
+1. the first call's prompt (action mask 0) and completion (mask 1);
+2. for each later call, its prompt must start with the whole sequence so far — only the new suffix
+   (tool results, observations: mask 0) is appended, then the completion (mask 1).
+
+A later prompt that does not extend the sequence (a context that rewrote history inside a turn, or a
+chat template that re-renders earlier output differently) raises :class:`~ludic_core.errors.DataError`:
+training on a sequence the model never saw would be silently wrong.
+
+Weight and reward come from the turn's final step: the env step, or the last agent step when the turn
+ended without one (a parse failure, an internal-only attempt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ludic_core.credit import RolloutStepKey, group_key
+from ludic_core.errors import DataError
+from ludic_core.saw import SAWItem
+from ludic_core.types import AgentStep, EnvironmentStep, Rollout, Step
+
+__all__ = [
+    "Turn",
+    "TurnTokens",
+    "build_saw_items",
+    "concat_turn_tokens",
+    "rollout_to_saw_items",
+    "split_turns",
+]
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+@attrs.frozen
+class Turn:
+    """The steps of one agent decision: its model calls and the env step that closed it (if any)."""
+
+    turn_id: str
+    index: int
+    agent_steps: tuple[AgentStep, ...]
+    env_step: EnvironmentStep | None
+
+    @property
+    def final_step(self) -> Step:
+        return self.env_step if self.env_step is not None else self.agent_steps[-1]
+
+
+@attrs.frozen
+class TurnTokens:
+    """A turn's concatenated sequence."""
+
+    input_ids: tuple[int, ...]
+    action_mask: tuple[int, ...]
+    actor_logps: tuple[float, ...] | None
+    completion_length: int
+
+
+def split_turns(rollout: Rollout) -> list[Turn]:
+    """Group a rollout's steps into turns (consecutive steps with the same ``turn_id``)."""
+    runs: list[list[Step]] = []
+    for step in rollout.steps:
+        if runs and runs[-1][-1].turn_id == step.turn_id:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    turns: list[Turn] = []
+    for index, run in enumerate(runs):
+        where = f"rollout {rollout.id!r}, turn {run[0].turn_id!r}"
+        env_steps = [s for s in run if isinstance(s, EnvironmentStep)]
+        if len(env_steps) > 1:
+            raise DataError(
+                f"{where} has {len(env_steps)} env steps (indices {[s.index for s in env_steps]}); a turn has at most one"
+            )
+        if env_steps and run[-1] is not env_steps[0]:
+            raise DataError(f"{where}: env step {env_steps[0].index} is not the last step of its turn")
+        agent_steps = tuple(s for s in run if isinstance(s, AgentStep))
+        if not agent_steps:
+            raise DataError(
+                f"{where} has no model call (step indices {[s.index for s in run]}); nothing to train on"
+            )
+        turns.append(
+            Turn(
+                turn_id=run[0].turn_id,
+                index=index,
+                agent_steps=agent_steps,
+                env_step=env_steps[0] if env_steps else None,
+            )
+        )
+    return turns
+
+
+def concat_turn_tokens(agent_steps: Sequence[AgentStep], *, where: str = "turn") -> TurnTokens:
+    """Concatenate a turn's model calls (see the module docstring)."""
+    if not agent_steps:
+        raise DataError(f"{where}: no model calls to concatenate")
+    with_logps = [s.trace.completion_logprobs is not None for s in agent_steps]
+    if any(with_logps) and not all(with_logps):
+        missing = [s.index for s, has in zip(agent_steps, with_logps, strict=True) if not has]
+        raise DataError(
+            f"{where}: steps {missing} have no completion logprobs but other calls of the turn do"
+        )
+    input_ids: list[int] = []
+    action_mask: list[int] = []
+    logps: list[float] | None = [] if all(with_logps) else None
+    completion_length = 0
+    for step in agent_steps:
+        prompt = step.trace.prompt_token_ids
+        n = len(input_ids)
+        if n and (len(prompt) < n or tuple(input_ids) != prompt[:n]):
+            mismatch = next(
+                (i for i, (a, b) in enumerate(zip(input_ids, prompt, strict=False)) if a != b),
+                min(n, len(prompt)),
+            )
+            raise DataError(
+                f"{where}: the prompt token ids of step {step.index} do not extend the sequence so far "
+                f"(sequence has {n} tokens, prompt has {len(prompt)}; first difference at position "
+                f"{mismatch}). Turn concatenation needs append-only contexts within a turn"
+            )
+        new_prompt = prompt[n:]
+        input_ids.extend(new_prompt)
+        action_mask.extend([0] * len(new_prompt))
+        completion = step.trace.completion_token_ids
+        input_ids.extend(completion)
+        action_mask.extend([1] * len(completion))
+        completion_length += len(completion)
+        if logps is not None:
+            assert step.trace.completion_logprobs is not None
+            logps.extend(step.trace.completion_logprobs)
+    return TurnTokens(
+        input_ids=tuple(input_ids),
+        action_mask=tuple(action_mask),
+        actor_logps=None if logps is None else tuple(logps),
+        completion_length=completion_length,
+    )
+
+
+def _rollout_wants_logps(rollout: Rollout) -> bool:
+    engine = rollout.meta.get("engine")
+    if isinstance(engine, Mapping):
+        return_spec = engine.get("return_spec")
+        if isinstance(return_spec, Mapping):
+            return bool(return_spec.get("return_chosen_logprobs", False))
+    return False
+
+
+POLICY_VERSION_KEYS = ("policy_version", "policy_version_start", "policy_version_end")
+"""Agent-step info keys that carry the weights version a call was sampled with (a client reports the
+version at the start and end of each request; a weight update in between makes them differ)."""
+
+
+def _policy_version(agent_steps: Sequence[AgentStep]) -> int | None:
+    # The oldest version any call of the turn was sampled with: what staleness control must compare.
+    versions = [
+        s.info[key]
+        for s in agent_steps
+        for key in POLICY_VERSION_KEYS
+        if isinstance(s.info.get(key), int) and not isinstance(s.info.get(key), bool)
+    ]
+    return min(versions) if versions else None
+
+
+def _turn_meta(rollout: Rollout, turn: Turn, tokens: TurnTokens) -> dict[str, Any]:
+    final = turn.final_step
+    last_call = turn.agent_steps[-1]
+    meta: dict[str, Any] = {
+        k: v
+        for k, v in rollout.meta.items()
+        if isinstance(v, _SCALAR) and k not in ("engine", "request_meta")
+    }
+    try:
+        meta["group_id"] = group_key(rollout)[0]
+    except DataError:
+        meta["group_id"] = None
+    meta.update(
+        {
+            "rollout_id": rollout.id,
+            "step_index": final.index,
+            "step_kind": final.kind,
+            "turn_id": turn.turn_id,
+            "turn_index": turn.index,
+            "reward": final.reward,
+            "total_reward": rollout.total_reward,
+            "terminated": final.terminated,
+            "truncated": final.truncated,
+            "truncation_reason": final.truncation_reason,
+            "episode_truncated": rollout.truncated,
+            "episode_truncation_reason": rollout.truncation_reason,
+            "parse_error": isinstance(final, AgentStep) and final.parse_error,
+            "incomplete_completion": bool(last_call.info.get("incomplete_completion", False)),
+            "finish_reason": last_call.trace.finish_reason,
+            "completion_length": tokens.completion_length,
+            "prompt_length": len(tokens.input_ids) - tokens.completion_length,
+            "turn_has_env_step": turn.env_step is not None,
+            "turn_agent_step_indices": [s.index for s in turn.agent_steps],
+            "turn_action_targets": [s.action_target for s in turn.agent_steps],
+        }
+    )
+    version = _policy_version(turn.agent_steps)
+    if version is None and isinstance(rollout.meta.get("policy_version"), int):
+        version = rollout.meta["policy_version"]
+    if version is not None:
+        meta["policy_version"] = version
+    # Scalar step info only (e.g. an env's "correct"): lists and dicts would bloat every item.
+    meta["step_info"] = {k: v for k, v in final.info.items() if isinstance(v, _SCALAR)}
+    return meta
+
+
+def rollout_to_saw_items(
+    rollout: Rollout,
+    weights: Mapping[RolloutStepKey, float],
+    *,
+    require_actor_logps: bool | None = None,
+) -> list[SAWItem]:
+    """One :class:`SAWItem` per turn of ``rollout``.
+
+    ``require_actor_logps``: raise if a turn has no behaviour logprobs. ``None`` infers it from the
+    engine's meta block (``return_spec.return_chosen_logprobs`` of the run that produced the rollout).
+    Failed rollouts are refused: their last turn may be cut mid-way.
+    """
+    if rollout.failure is not None:
+        raise DataError(
+            f"rollout {rollout.id!r} failed ({rollout.failure.stage}: {rollout.failure.error_type}); "
+            "failed rollouts produce no training items"
+        )
+    need_logps = _rollout_wants_logps(rollout) if require_actor_logps is None else require_actor_logps
+    items: list[SAWItem] = []
+    for turn in split_turns(rollout):
+        where = f"rollout {rollout.id!r}, turn {turn.turn_id!r}"
+        tokens = concat_turn_tokens(turn.agent_steps, where=where)
+        if need_logps and tokens.actor_logps is None:
+            raise DataError(
+                f"{where}: the run asked for actor logprobs but the turn's model calls carry none"
+            )
+        key = (rollout.id, turn.final_step.index)
+        if key not in weights:
+            raise DataError(f"{where}: no credit for its final step {key}; the credit assigner skipped it")
+        items.append(
+            SAWItem(
+                input_ids=tokens.input_ids,
+                attention_mask=(1,) * len(tokens.input_ids),
+                action_mask=tokens.action_mask,
+                weight=weights[key],
+                meta=_turn_meta(rollout, turn, tokens),
+                actor_logps=tokens.actor_logps,
+            )
+        )
+    return items
+
+
+def build_saw_items(
+    rollouts: Sequence[Rollout],
+    weights: Mapping[RolloutStepKey, float],
+    *,
+    require_actor_logps: bool | None = None,
+) -> list[SAWItem]:
+    """:func:`rollout_to_saw_items` over many rollouts, in order."""
+    items: list[SAWItem] = []
+    for rollout in rollouts:
+        items.extend(rollout_to_saw_items(rollout, weights, require_actor_logps=require_actor_logps))
+    return items

@@ -1,0 +1,25 @@
+"""Reusable test helpers: scripted clients, a minimal agent, a toy env and conformance checks.
+
+Third parties can use these in their own suites (``check_env``, ``check_client``).
+"""
+
+from ludic_core.testing.agent import ScriptedAgent, identity_parser, render_text_dialog
+from ludic_core.testing.checks import check_client, check_env
+from ludic_core.testing.clients import ScriptedChatClient, SeededChatClient, TextChatClient
+from ludic_core.testing.envs import GuessNumberEnv
+from ludic_core.testing.tokenizers import ByteTokenizer, Encode, TokenizerLike
+
+__all__ = [
+    "ByteTokenizer",
+    "Encode",
+    "GuessNumberEnv",
+    "ScriptedAgent",
+    "ScriptedChatClient",
+    "SeededChatClient",
+    "TextChatClient",
+    "TokenizerLike",
+    "check_client",
+    "check_env",
+    "identity_parser",
+    "render_text_dialog",
+]

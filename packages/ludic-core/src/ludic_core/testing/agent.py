@@ -1,0 +1,142 @@
+"""A minimal, complete agent harness for tests of protocols, engines and envs.
+
+It renders the dialog as plain text (``<|role|>content`` lines), tokenises it with any ``encode``
+callable, calls the client, and parses the completion. Text rendering is append-only, so within a turn
+every prompt extends the previous prompt + completion token for token (with a bijective tokenizer such
+as :class:`~ludic_core.testing.ByteTokenizer`).
+
+External tools: a completion of the form ``CALL <name> <json-args>`` with ``name`` in
+``external_tools`` is handed to the protocol as an external tool call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Collection, Sequence
+
+from ludic_core.agent import AgentActResult, AgentActStep
+from ludic_core.errors import LudicTimeoutError
+from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
+from ludic_core.parsing import Parser, ParseResult
+from ludic_core.testing.tokenizers import ByteTokenizer, Encode
+from ludic_core.types import Info, Message, ToolCall, ToolResult
+
+__all__ = ["ScriptedAgent", "identity_parser", "render_text_dialog"]
+
+INCOMPLETE_FEEDBACK = "Your response was cut off. Answer within the token limit."
+
+
+def identity_parser(text: str) -> ParseResult:
+    """Accept any non-empty stripped text as the action."""
+    action = text.strip()
+    return (
+        ParseResult(action=action) if action else ParseResult(action=None, reward=-1.0, obs="Empty action.")
+    )
+
+
+def render_text_dialog(messages: Sequence[Message]) -> str:
+    """The test agent's chat template: one ``<|role|>content`` line per message, then the reply cue."""
+    parts = [f"<|{m['role']}|>{m.get('content') or ''}\n" for m in messages]
+    return "".join(parts) + "<|assistant|>"
+
+
+class ScriptedAgent:
+    """Implements :class:`~ludic_core.agent.AgentHarness` with a text template and a parser."""
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        parser: Parser = identity_parser,
+        encode: Encode | None = None,
+        system_prompt: str | None = None,
+        external_tools: Collection[str] = (),
+        inference: InferenceSpec | None = None,
+        incomplete_completion_penalty: float = -0.1,
+    ) -> None:
+        self.client = client
+        self.parser = parser
+        self.encode: Encode = encode or ByteTokenizer().encode
+        self._system_prompt = system_prompt
+        self.external_tools = frozenset(external_tools)
+        self.inference = inference or InferenceSpec()
+        self.incomplete_completion_penalty = incomplete_completion_penalty
+        self.messages: list[Message] = []
+
+    @property
+    def default_system_prompt(self) -> str | None:
+        return self._system_prompt
+
+    def reset(self, *, system_prompt: str | None = None) -> None:
+        self.messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+
+    def on_env_reset(self, obs: str, info: Info) -> None:
+        self.messages.append({"role": "user", "content": obs})
+
+    def on_after_step(self, obs: str, info: Info) -> None:
+        self.messages.append({"role": "user", "content": obs})
+
+    def on_tool_results(self, results: Sequence[ToolResult]) -> None:
+        self.messages.extend(r.to_message() for r in results)
+
+    def _tool_call(self, text: str) -> ToolCall | None:
+        parts = text.strip().split(" ", 2)
+        if len(parts) >= 2 and parts[0] == "CALL" and parts[1] in self.external_tools:
+            args = parts[2] if len(parts) == 3 else "{}"
+            try:
+                json.loads(args)
+            except json.JSONDecodeError:
+                return None
+            return ToolCall(id=f"call_{len(self.messages)}", name=parts[1], arguments=args)
+        return None
+
+    async def act(
+        self,
+        *,
+        inference: InferenceSpec | None = None,
+        sampling_seed: int | None = None,
+        timeout_s: float | None = None,
+    ) -> AgentActResult:
+        spec = inference or self.inference
+        prompt_text = render_text_dialog(self.messages)
+        request = TokenCompletionRequest.from_spec(
+            self.encode(prompt_text), spec, seed=sampling_seed, prompt_text=prompt_text
+        )
+        try:
+            response = await asyncio.wait_for(self.client.complete_tokens(request), timeout_s)
+        except TimeoutError as exc:
+            raise LudicTimeoutError(f"model call did not answer within timeout_s={timeout_s}") from exc
+        prompt_messages = list(self.messages)
+        self.messages.append({"role": "assistant", "content": response.text})
+        info: Info = {"finish_reason": response.finish_reason}
+        if response.policy_version is not None:
+            info["policy_version"] = response.policy_version
+        trace = response.to_trace()
+        call = self._tool_call(response.text) if response.finish_reason != "length" else None
+        if call is not None:
+            step = AgentActStep(
+                trace=trace,
+                prompt_messages=prompt_messages,
+                action=response.text,
+                action_target="external",
+                tool_calls=[call],
+                info=info,
+            )
+            return AgentActResult(steps=[step])
+        if response.finish_reason == "length":
+            info["incomplete_completion"] = True
+            parsed = ParseResult(
+                action=None, reward=self.incomplete_completion_penalty, obs=INCOMPLETE_FEEDBACK
+            )
+        else:
+            parsed = self.parser(response.text)
+        step = AgentActStep(
+            trace=trace,
+            prompt_messages=prompt_messages,
+            action=response.text,
+            action_target="env",
+            parse_result=parsed,
+            info=info,
+        )
+        return AgentActResult(steps=[step])

@@ -1,0 +1,462 @@
+"""Core value types shared by every Ludic package.
+
+The token is the unit of truth: :class:`TokenTrace` holds exactly the ids that were sent to and sampled
+from the model, and everything downstream (SAW items, Tinker datums) is built from traces, never from
+re-tokenised text.
+
+A :class:`Rollout` is one agent's view of one episode. Its timeline mixes two kinds of step:
+
+* :class:`AgentStep` — one model call (including calls inside an internal tool loop);
+* :class:`EnvironmentStep` — one env transition, listing the agent steps of the turn that produced it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from ludic_core.errors import DataError
+
+__all__ = [
+    "JSON",
+    "ActionTarget",
+    "AgentStep",
+    "ChatResponse",
+    "EnvironmentStep",
+    "EpisodeFailure",
+    "Info",
+    "Message",
+    "Rollout",
+    "Step",
+    "StepOutcome",
+    "TokenTrace",
+    "ToolCall",
+    "ToolResult",
+    "TruncationReason",
+    "new_id",
+    "seeded_ids",
+]
+
+JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+Info: TypeAlias = dict[str, Any]
+"""Free-form, JSON-serialisable metadata. Never holds token lists (they live in traces)."""
+
+Message: TypeAlias = dict[str, Any]
+"""An OpenAI-style chat message: ``role``, ``content``; assistant messages may carry ``tool_calls``
+(OpenAI format), tool messages ``tool_call_id`` and ``name``."""
+
+ActionTarget: TypeAlias = Literal["internal", "external", "env"]
+"""Where a model call's output goes: an internal tool loop, an external tool handler, or the env."""
+
+TruncationReason: TypeAlias = Literal["env", "max_steps", "max_seq_len"]
+
+ACTION_TARGETS: frozenset[str] = frozenset({"internal", "external", "env"})
+TRUNCATION_REASONS: frozenset[str] = frozenset({"env", "max_steps", "max_seq_len"})
+
+
+_ID_SOURCE: ContextVar[random.Random | None] = ContextVar("ludic_id_source", default=None)
+
+
+def new_id() -> str:
+    """A fresh id for steps, rollouts and turns: uuid4, or drawn from :func:`seeded_ids` when active."""
+    rng = _ID_SOURCE.get()
+    if rng is None:
+        return uuid.uuid4().hex
+    return f"{rng.getrandbits(128):032x}"
+
+
+@contextlib.contextmanager
+def seeded_ids(seed: int) -> Iterator[None]:
+    """Make :func:`new_id` deterministic in this context (and the asyncio tasks it starts).
+
+    The rollout engine uses it with ``deterministic_ids=True`` so that a rerun with the same seeds
+    reproduces rollouts and SAW items down to their ids. Ids are then unique within a run, not across
+    runs that share seeds.
+    """
+    token = _ID_SOURCE.set(random.Random(seed))
+    try:
+        yield
+    finally:
+        _ID_SOURCE.reset(token)
+
+
+def is_strict_int(value: object) -> bool:
+    """An int that is not a bool (``True`` is an int to Python, never a token id or a count to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def to_tuple(values: Iterable[Any]) -> tuple[Any, ...]:
+    """attrs converter: any iterable (but not a string) to a tuple; element checks are validators."""
+    if isinstance(values, (str, bytes)):
+        raise DataError(f"expected a sequence, got {type(values).__name__} {values!r:.40}")
+    return tuple(values)
+
+
+def to_float_tuple_or_none(values: Iterable[Any] | None) -> tuple[Any, ...] | None:
+    """attrs converter: numbers become floats, anything else is left for :func:`check_floats`."""
+    if values is None:
+        return None
+    return tuple(float(v) if is_strict_int(v) or isinstance(v, float) else v for v in to_tuple(values))
+
+
+def check_ints(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    if not value or set(map(type, value)) == {int}:  # hot path (C speed): every trace is checked
+        return
+    for i, v in enumerate(value):
+        if not is_strict_int(v):
+            raise DataError(f"{attribute.name}[{i}] must be an int, got {v!r}")
+
+
+def check_floats(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...] | None) -> None:
+    if not value or set(map(type, value)) == {float}:
+        return
+    for i, v in enumerate(value):
+        if not isinstance(v, float):
+            raise DataError(f"{attribute.name}[{i}] must be a number, got {v!r}")
+
+
+def to_str_tuple(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _check_logprobs_length(instance: Any, _attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and len(value) != len(instance.completion_token_ids):
+        raise DataError(
+            f"completion_logprobs has {len(value)} entries but completion_token_ids has "
+            f"{len(instance.completion_token_ids)}; they must match one to one"
+        )
+
+
+@attrs.frozen
+class TokenTrace:
+    """The exact tokens of one model call: the single source of truth for training.
+
+    ``completion_logprobs`` are the behaviour policy's chosen-token logprobs (after temperature),
+    one per completion token, or ``None`` when the backend was not asked for them.
+    """
+
+    prompt_token_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
+    completion_token_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
+    completion_logprobs: tuple[float, ...] | None = attrs.field(
+        default=None, converter=to_float_tuple_or_none, validator=[check_floats, _check_logprobs_length]
+    )
+    finish_reason: str | None = None
+
+    @property
+    def has_logprobs(self) -> bool:
+        return self.completion_logprobs is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_token_ids": list(self.prompt_token_ids),
+            "completion_token_ids": list(self.completion_token_ids),
+            "completion_logprobs": None
+            if self.completion_logprobs is None
+            else list(self.completion_logprobs),
+            "finish_reason": self.finish_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenTrace:
+        missing = [k for k in ("prompt_token_ids", "completion_token_ids") if k not in data]
+        if missing:
+            raise DataError(f"TokenTrace data is missing {missing}; got keys {sorted(data)}")
+        return cls(
+            prompt_token_ids=data["prompt_token_ids"],
+            completion_token_ids=data["completion_token_ids"],
+            completion_logprobs=data.get("completion_logprobs"),
+            finish_reason=data.get("finish_reason"),
+        )
+
+
+@attrs.frozen
+class ChatResponse:
+    """What a :class:`~ludic_core.inference.ChatClient` returns for one completion request.
+
+    ``policy_version_start``/``_end`` are the weights version the server reported when the request
+    started and finished (``None`` for unversioned clients). If they differ, the completion may mix
+    policies (a weight update landed mid-generation).
+    """
+
+    text: str
+    prompt_token_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
+    completion_token_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
+    completion_logprobs: tuple[float, ...] | None = attrs.field(
+        default=None, converter=to_float_tuple_or_none, validator=[check_floats, _check_logprobs_length]
+    )
+    finish_reason: str | None = None
+    policy_version_start: int | None = None
+    policy_version_end: int | None = None
+    info: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def policy_version(self) -> int | None:
+        """The version the whole completion was sampled with, or None if unknown or mixed."""
+        if self.policy_version_start is None or self.policy_version_start != self.policy_version_end:
+            return None
+        return self.policy_version_start
+
+    def to_trace(self) -> TokenTrace:
+        return TokenTrace(
+            prompt_token_ids=self.prompt_token_ids,
+            completion_token_ids=self.completion_token_ids,
+            completion_logprobs=self.completion_logprobs,
+            finish_reason=self.finish_reason,
+        )
+
+
+@attrs.frozen
+class StepOutcome:
+    """What an env returns for one agent after a step."""
+
+    obs: str
+    reward: float = attrs.field(default=0.0, converter=float)
+    terminated: bool = False
+    truncated: bool = False
+    info: Info = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.obs, str):
+            raise DataError(f"StepOutcome.obs must be a str, got {type(self.obs).__name__}: {self.obs!r}")
+        if not math.isfinite(self.reward):
+            raise DataError(f"StepOutcome.reward must be finite, got {self.reward!r}")
+
+
+@attrs.frozen
+class ToolCall:
+    """A tool call the model made, in a backend-neutral form (arguments are the raw JSON text)."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        if "function" in data:  # OpenAI format
+            fn = data["function"]
+            return cls(id=str(data.get("id", "")), name=fn["name"], arguments=fn.get("arguments", "{}"))
+        return cls(id=data["id"], name=data["name"], arguments=data.get("arguments", "{}"))
+
+
+@attrs.frozen
+class ToolResult:
+    """The output of one tool call, as it is shown to the model."""
+
+    tool_call_id: str
+    tool_name: str
+    content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool_call_id": self.tool_call_id, "tool_name": self.tool_name, "content": self.content}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
+        return cls(tool_call_id=data["tool_call_id"], tool_name=data["tool_name"], content=data["content"])
+
+    def to_message(self) -> Message:
+        return {
+            "role": "tool",
+            "tool_call_id": self.tool_call_id,
+            "name": self.tool_name,
+            "content": self.content,
+        }
+
+
+def _tool_calls(values: Iterable[ToolCall | Mapping[str, Any]] | None) -> tuple[ToolCall, ...] | None:
+    if values is None:
+        return None
+    return tuple(v if isinstance(v, ToolCall) else ToolCall.from_dict(v) for v in values)
+
+
+def _tool_results(values: Iterable[ToolResult | Mapping[str, Any]] | None) -> tuple[ToolResult, ...] | None:
+    if values is None:
+        return None
+    return tuple(v if isinstance(v, ToolResult) else ToolResult.from_dict(v) for v in values)
+
+
+def _check_action_target(_i: Any, _a: attrs.Attribute[Any], value: str) -> None:
+    if value not in ACTION_TARGETS:
+        raise DataError(f"action_target must be one of {sorted(ACTION_TARGETS)}, got {value!r}")
+
+
+def _check_truncation_reason(_i: Any, _a: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and value not in TRUNCATION_REASONS:
+        raise DataError(
+            f"truncation_reason must be one of {sorted(TRUNCATION_REASONS)} or None, got {value!r}"
+        )
+
+
+def _finite(_i: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not math.isfinite(value):
+        raise DataError(f"{attribute.name} must be finite, got {value!r}")
+
+
+def _messages(values: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(dict(m) for m in values)
+
+
+@attrs.frozen
+class AgentStep:
+    """One model call.
+
+    ``reward`` is what this call earns on its own: the parse-failure penalty for an env-targeted
+    output that failed to parse, otherwise 0 (a successful parser reward moves onto the env step, see
+    :class:`EnvironmentStep`). ``reward_components`` itemises it.
+    """
+
+    index: int
+    trace: TokenTrace
+    prompt_messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    action: str
+    action_target: ActionTarget = attrs.field(validator=_check_action_target)
+    turn_id: str
+    loop_index: int = 0
+    reward: float = attrs.field(default=0.0, converter=float, validator=_finite)
+    reward_components: dict[str, float] = attrs.field(factory=dict)
+    parse_error: bool = False
+    terminated: bool = False
+    truncated: bool = False
+    truncation_reason: TruncationReason | None = attrs.field(default=None, validator=_check_truncation_reason)
+    tool_calls: tuple[ToolCall, ...] | None = attrs.field(default=None, converter=_tool_calls)
+    tool_results: tuple[ToolResult, ...] | None = attrs.field(default=None, converter=_tool_results)
+    info: Info = attrs.field(factory=dict)
+    id: str = attrs.field(factory=new_id)
+    ts_ns: int = attrs.field(factory=time.time_ns)
+
+    kind: Literal["agent"] = attrs.field(default="agent", init=False)
+
+
+@attrs.frozen
+class EnvironmentStep:
+    """One env transition for this agent.
+
+    ``reward`` = env reward + the successful parser reward of the action (``reward_components`` holds
+    ``{"env": ..., "parser": ...}``). ``trace`` is the trace of the turn's final model call and
+    ``agent_step_ids`` lists every model call of the turn. ``next_obs`` is None when the episode ended
+    here (terminated or truncated).
+    """
+
+    index: int
+    trace: TokenTrace
+    prev_obs: str
+    action: str
+    parsed_action: str
+    next_obs: str | None
+    turn_id: str
+    source_agent_step_id: str
+    agent_step_ids: tuple[str, ...] = attrs.field(converter=to_str_tuple)
+    reward: float = attrs.field(default=0.0, converter=float, validator=_finite)
+    reward_components: dict[str, float] = attrs.field(factory=dict)
+    terminated: bool = False
+    truncated: bool = False
+    truncation_reason: TruncationReason | None = attrs.field(default=None, validator=_check_truncation_reason)
+    info: Info = attrs.field(factory=dict)
+    id: str = attrs.field(factory=new_id)
+    ts_ns: int = attrs.field(factory=time.time_ns)
+
+    kind: Literal["env"] = attrs.field(default="env", init=False)
+
+
+Step: TypeAlias = AgentStep | EnvironmentStep
+
+
+@attrs.frozen
+class EpisodeFailure:
+    """Why an episode failed: where (``env``, ``agent``, ``client``, ``timeout``, ``protocol``), the
+    exception type and message, and the formatted traceback."""
+
+    stage: str
+    error_type: str
+    message: str
+    traceback: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_exception(cls, stage: str, exc: BaseException) -> EpisodeFailure:
+        import traceback as tb
+
+        return cls(
+            stage=stage,
+            error_type=type(exc).__name__,
+            message=str(exc),
+            traceback="".join(tb.format_exception(type(exc), exc, exc.__traceback__)),
+        )
+
+
+@attrs.define
+class Rollout:
+    """One agent's view of one episode."""
+
+    steps: list[Step] = attrs.field(factory=list)
+    meta: Info = attrs.field(factory=dict)
+    failure: EpisodeFailure | None = None
+    id: str = attrs.field(factory=new_id)
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+    @property
+    def total_reward(self) -> float:
+        """Env-step rewards plus the penalties of env-targeted outputs that failed to parse.
+
+        This is the episode's return as an RL algorithm sees it: every env reward (which already
+        includes successful parser rewards) and every format penalty that stopped an action from
+        reaching the env. Rewards on internal or external tool-loop steps are not counted.
+        """
+        total = 0.0
+        for step in self.steps:
+            if isinstance(step, EnvironmentStep) or (step.action_target == "env" and step.parse_error):
+                total += step.reward
+        return total
+
+    def total_reward_all(self) -> float:
+        """Sum of every step's reward, whatever its kind or target."""
+        return sum(s.reward for s in self.steps)
+
+    @property
+    def agent_steps(self) -> list[AgentStep]:
+        return [s for s in self.steps if isinstance(s, AgentStep)]
+
+    @property
+    def env_steps(self) -> list[EnvironmentStep]:
+        return [s for s in self.steps if isinstance(s, EnvironmentStep)]
+
+    @property
+    def length(self) -> int:
+        return len(self.steps)
+
+    @property
+    def duration_s(self) -> float:
+        if not self.steps:
+            return 0.0
+        return (self.steps[-1].ts_ns - self.steps[0].ts_ns) / 1e9
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.meta.get("episode_truncated", False))
+
+    @property
+    def truncation_reason(self) -> str | None:
+        reason = self.meta.get("truncation_reason")
+        return None if reason is None else str(reason)

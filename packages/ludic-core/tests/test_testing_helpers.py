@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+import pytest
+
+from ludic_core.env import SingleAgentEnv
+from ludic_core.errors import ConfigError, ConformanceError
+from ludic_core.inference import TokenCompletionRequest
+from ludic_core.testing import (
+    ByteTokenizer,
+    GuessNumberEnv,
+    ScriptedChatClient,
+    SeededChatClient,
+    check_client,
+    check_env,
+)
+from ludic_core.types import ChatResponse, Info, StepOutcome
+
+
+def test_guess_number_env_conforms() -> None:
+    check_env(GuessNumberEnv(max_number=4, max_guesses=3), actions=["1", "2", "3", "4", "x"])
+
+
+class GlobalRandomEnv(SingleAgentEnv):
+    def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
+        random.seed(seed)  # the original tic-tac-toe's defect
+        return "go", {}
+
+    def env_step(self, action: str) -> StepOutcome:
+        return StepOutcome(obs=str(random.random()), terminated=True)
+
+
+class NondeterministicEnv(SingleAgentEnv):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
+        self.calls += 1
+        return f"go {self.calls}", {}
+
+    def env_step(self, action: str) -> StepOutcome:
+        return StepOutcome(obs="done", terminated=True, info={"bad": {1, 2}})
+
+
+def test_check_env_reports_global_random_and_nondeterminism() -> None:
+    with pytest.raises(ConformanceError, match="global `random`"):
+        check_env(GlobalRandomEnv())
+    with pytest.raises(ConformanceError) as err:
+        check_env(NondeterministicEnv())
+    assert "differ" in str(err.value) and "JSON" in str(err.value)
+
+
+class WrongIdsEnv(SingleAgentEnv):
+    def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
+        return "go", {}
+
+    def env_step(self, action: str) -> StepOutcome:
+        return StepOutcome(obs="x", terminated=True)
+
+    def step(self, actions: Mapping[str, str]) -> dict[str, StepOutcome]:
+        return {"ghost": StepOutcome(obs="x")}
+
+
+def test_check_env_reports_unknown_agents() -> None:
+    with pytest.raises(ConformanceError, match="no outcome for acting agents"):
+        check_env(WrongIdsEnv())
+
+
+async def test_scripted_clients_conform() -> None:
+    await check_client(SeededChatClient(["hello", "world"]), prompt_token_ids=[5, 6])
+    await check_client(
+        ScriptedChatClient(["abcdefghijklmnop"], cycle=True), prompt_token_ids=[5, 6], max_tokens=4
+    )
+
+
+class LyingClient:
+    async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
+        return ChatResponse(
+            text="x",
+            prompt_token_ids=[0],
+            completion_token_ids=list(range(request.sampling.max_tokens + 2)),
+            finish_reason="weird",
+        )
+
+
+async def test_check_client_reports_every_problem() -> None:
+    with pytest.raises(ConformanceError) as err:
+        await check_client(LyingClient(), prompt_token_ids=[5, 6])
+    text = str(err.value)
+    assert "prompt_token_ids differ" in text and "exceed max_tokens" in text
+    assert "finish_reason 'weird'" in text and "logprobs were requested" in text
+
+
+async def test_scripted_client_cuts_at_max_tokens_and_reports_length() -> None:
+    from ludic_core.inference import ReturnSpec, SamplingParams
+
+    client = ScriptedChatClient(["héllo world"])
+    request = TokenCompletionRequest(
+        prompt_token_ids=[1], sampling=SamplingParams(max_tokens=3), return_=ReturnSpec.for_rl(), seed=5
+    )
+    response = await client.complete_tokens(request)
+    assert response.finish_reason == "length" and len(response.completion_token_ids) == 3
+    assert response.completion_token_ids == tuple(ByteTokenizer().encode("héllo world")[:3])
+    assert response.completion_logprobs is not None and all(lp < 0 for lp in response.completion_logprobs)
+    with pytest.raises(ConfigError, match="ran out of responses"):
+        await client.complete_tokens(request)
+
+
+async def test_seeded_client_is_reproducible_per_seed() -> None:
+    client = SeededChatClient([str(i) for i in range(50)])
+    texts = []
+    for seed in (1, 2, 1):
+        r = await client.complete_tokens(TokenCompletionRequest(prompt_token_ids=[1], seed=seed))
+        texts.append(r.text)
+    assert texts[0] == texts[2]
