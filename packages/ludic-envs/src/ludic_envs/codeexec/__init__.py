@@ -1,0 +1,35 @@
+"""Sandboxed code execution: run Python submissions against tests, and an env that rewards them."""
+
+from ludic_envs.codeexec.env import CodeExecEnv, strip_code_fence
+from ludic_envs.codeexec.limits import SandboxLimits
+from ludic_envs.codeexec.pool import SandboxPool, default_pool
+from ludic_envs.codeexec.process import ExecutionRequest
+from ludic_envs.codeexec.result import ExecutionResult, IsolationReport, LimitKind
+from ludic_envs.codeexec.testcases import (
+    AssertTest,
+    IOTest,
+    TestCase,
+    TestOutcome,
+    TestReport,
+    outputs_match,
+    parse_tests,
+)
+
+__all__ = [
+    "AssertTest",
+    "CodeExecEnv",
+    "ExecutionRequest",
+    "ExecutionResult",
+    "IOTest",
+    "IsolationReport",
+    "LimitKind",
+    "SandboxLimits",
+    "SandboxPool",
+    "TestCase",
+    "TestOutcome",
+    "TestReport",
+    "default_pool",
+    "outputs_match",
+    "parse_tests",
+    "strip_code_fence",
+]

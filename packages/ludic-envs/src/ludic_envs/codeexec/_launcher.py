@@ -1,0 +1,178 @@
+"""The sandbox's first process: isolate, fork the program under limits, reap everything it leaves.
+
+Run as ``python -I -S _launcher.py CONFIG_JSON`` in a fresh session. It uses the standard library
+only and is a fresh single-threaded process, so none of the fork-in-a-threaded-parent hazards of
+``preexec_fn`` apply. Steps:
+
+1. unshare the network (and, as root, the mount namespace with private tmpfs over /tmp etc.);
+2. become a child subreaper, so every orphan the program leaves is re-parented here and reaped here
+   (not by the host's init, which may never reap it and leave zombies that count against limits);
+3. fork; the child sets the rlimits, enters the run directory, drops to the sandbox uid and execs;
+4. report one JSON line on the status descriptor after setup, and one when the program exits; then
+   keep reaping until every descendant is gone (the parent kills them), and exit.
+
+The status descriptor is closed in the child before exec, so the program never sees it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import sys
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _unshare(libc: ctypes.CDLL, flags: int) -> str | None:
+    if libc.unshare(ctypes.c_int(flags)) == 0:
+        return None
+    return os.strerror(ctypes.get_errno())
+
+
+def _mount(
+    libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None, flags: int, data: str | None
+) -> None:
+    enc = [None if v is None else v.encode() for v in (source, target, fstype, data)]
+    if libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
+
+
+def _private_tmp(libc: ctypes.CDLL, cfg: dict[str, Any], status: dict[str, Any]) -> None:
+    """A new mount namespace with empty tmpfs over the world-writable dirs, the workdir kept."""
+    error = _unshare(libc, CLONE_NEWNS)
+    if error is not None:
+        status["private_tmp_error"] = f"unshare(CLONE_NEWNS): {error}"
+        return
+    workdir = cfg["workdir"]
+    keep = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None)
+        covered = []
+        for target in ("/tmp", "/var/tmp", "/dev/shm"):
+            if os.path.isdir(target) and not os.path.islink(target):
+                _mount(
+                    libc,
+                    "tmpfs",
+                    target,
+                    "tmpfs",
+                    MS_NOSUID | MS_NODEV,
+                    f"size={cfg['tmpfs_bytes']},mode=1777",
+                )
+                covered.append(target)
+        if not os.path.isdir(workdir):  # the workdir lived under a dir now covered: bring it back
+            os.makedirs(workdir, mode=0o700)
+            _mount(libc, f"/proc/self/fd/{keep}", workdir, None, MS_BIND, None)
+        status["private_tmp"] = covered
+    except OSError as exc:
+        status["private_tmp_error"] = str(exc)
+    finally:
+        os.close(keep)
+
+
+def _count_processes(uid: int) -> int:
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += 1
+            except OSError:
+                pass
+    return count
+
+
+def _report(fd: int, payload: dict[str, Any]) -> None:
+    os.write(fd, (json.dumps(payload) + "\n").encode())
+
+
+def _child(cfg: dict[str, Any], status_fd: int) -> None:
+    """In the forked child: limits, directory, identity, exec. Never returns."""
+    try:
+        os.close(status_fd)
+        nproc = cfg["max_processes"]
+        if cfg["uid"] is None:
+            # Without a dedicated uid RLIMIT_NPROC counts every process of this user: allow what
+            # already runs plus the budget (the parent's watchdog enforces the budget itself).
+            nproc += _count_processes(os.getuid())
+        for name, value in (
+            ("RLIMIT_CPU", cfg["cpu_s"]),
+            ("RLIMIT_AS", cfg["memory_bytes"]),
+            ("RLIMIT_FSIZE", cfg["file_size_bytes"]),
+            ("RLIMIT_NOFILE", cfg["max_open_files"]),
+            ("RLIMIT_NPROC", nproc),
+            ("RLIMIT_CORE", 0),
+        ):
+            hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU first, then SIGKILL
+            resource.setrlimit(getattr(resource, name), (value, hard))
+        os.chdir(cfg["workdir"])
+        if cfg["uid"] is not None:
+            os.setgroups([])
+            os.setgid(cfg["gid"])
+            os.setuid(cfg["uid"])
+        os.umask(0o077)
+        os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+    except BaseException as exc:
+        os.write(2, f"sandbox: cannot start {cfg['argv'][0]}: {type(exc).__name__}: {exc}\n".encode())
+    os._exit(126)
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    status_fd = cfg["status_fd"]
+    status: dict[str, Any] = {"event": "setup", "network_isolated": False, "private_tmp": []}
+    libc = _libc()
+    as_root = os.geteuid() == 0
+    try:
+        if cfg["isolate_network"]:
+            # As root a plain network namespace; otherwise one inside a new user namespace.
+            flags = CLONE_NEWNET if as_root else CLONE_NEWUSER | CLONE_NEWNET
+            error = _unshare(libc, flags)
+            status["network_isolated"] = error is None
+            if error is not None:
+                status["network_error"] = f"unshare: {error}"
+        if cfg["private_tmp"] and as_root:
+            _private_tmp(libc, cfg, status)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+        status["ok"] = True
+    except Exception as exc:  # report and stop: never run user code half-isolated
+        status["ok"] = False
+        status["error"] = f"{type(exc).__name__}: {exc}"
+    status["uid"] = cfg["uid"] if cfg["uid"] is not None else os.getuid()
+    _report(status_fd, status)
+    if not status["ok"]:
+        os._exit(125)
+    child = os.fork()
+    if child == 0:
+        _child(cfg, status_fd)
+    while True:
+        try:
+            pid, wait_status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == child:
+            code = os.waitstatus_to_exitcode(wait_status)
+            _report(status_fd, {"event": "exit", "exit_code": code})
+    os.close(status_fd)
+    os._exit(0)
+
+
+if __name__ == "__main__":  # imported (e.g. by an import check), it does nothing
+    main()

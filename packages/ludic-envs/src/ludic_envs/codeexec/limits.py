@@ -1,0 +1,38 @@
+"""Resource limits for one sandboxed process."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+from ludic_core.errors import ConfigError
+
+__all__ = ["SandboxLimits"]
+
+MiB = 1024 * 1024
+
+
+def _positive(_i: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"SandboxLimits.{attribute.name} must be a positive number, got {value!r}")
+
+
+@attrs.frozen
+class SandboxLimits:
+    """Per-process limits. ``cpu_s`` is CPU time (RLIMIT_CPU), ``wall_s`` real time (a watchdog kills
+    the whole run), ``memory_bytes`` the address space (RLIMIT_AS), ``file_size_bytes`` the largest file
+    it may write (RLIMIT_FSIZE), ``max_processes`` processes and threads alive at once (RLIMIT_NPROC
+    under a dedicated uid, plus a watchdog), ``max_open_files`` descriptors (RLIMIT_NOFILE), and
+    ``stdout_bytes``/``stderr_bytes`` how much output is read before the run is killed."""
+
+    cpu_s: float = attrs.field(default=2.0, validator=_positive)
+    wall_s: float = attrs.field(default=5.0, validator=_positive)
+    memory_bytes: int = attrs.field(default=512 * MiB, validator=_positive)
+    file_size_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
+    max_processes: int = attrs.field(default=32, validator=_positive)
+    max_open_files: int = attrs.field(default=64, validator=_positive)
+    stdout_bytes: int = attrs.field(default=1 * MiB, validator=_positive)
+    stderr_bytes: int = attrs.field(default=256 * 1024, validator=_positive)
+    tmpfs_bytes: int = attrs.field(default=16 * MiB, validator=_positive)

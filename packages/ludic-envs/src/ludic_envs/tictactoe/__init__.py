@@ -1,0 +1,34 @@
+"""Tic-Tac-Toe: against a built-in opponent (:class:`TicTacToeEnv`) and two-player self-play
+(:class:`TicTacToeSelfPlayEnv`)."""
+
+from ludic_envs.tictactoe.board import COORDINATES, Board, coordinate_of, index_of
+from ludic_envs.tictactoe.env import TicTacToeEnv
+from ludic_envs.tictactoe.game import TicTacToeGame
+from ludic_envs.tictactoe.opponents import (
+    MinimaxOpponent,
+    MixedOpponent,
+    Opponent,
+    RandomOpponent,
+    make_opponent,
+)
+from ludic_envs.tictactoe.rewards import TicTacToeRewards
+from ludic_envs.tictactoe.selfplay import TicTacToeSelfPlayEnv
+from ludic_envs.tictactoe.solver import optimal_moves, position_value
+
+__all__ = [
+    "COORDINATES",
+    "Board",
+    "MinimaxOpponent",
+    "MixedOpponent",
+    "Opponent",
+    "RandomOpponent",
+    "TicTacToeEnv",
+    "TicTacToeGame",
+    "TicTacToeRewards",
+    "TicTacToeSelfPlayEnv",
+    "coordinate_of",
+    "index_of",
+    "make_opponent",
+    "optimal_moves",
+    "position_value",
+]

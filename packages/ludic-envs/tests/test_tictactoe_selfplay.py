@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import pytest
+
+from ludic_core.errors import ProtocolError
+from ludic_core.protocols.multi_agent import MultiAgentProtocol
+from ludic_core.testing import ScriptedAgent, ScriptedChatClient, check_env
+from ludic_envs.tictactoe import TicTacToeRewards, TicTacToeSelfPlayEnv
+
+
+def test_players_alternate_and_both_see_every_move() -> None:
+    env = TicTacToeSelfPlayEnv()
+    start = env.reset(seed=0)
+    assert set(start) == {"x", "o"} and env.agent_ids == ["x", "o"]
+    assert env.active_agents == ["x"]
+    out = env.step({"x": "B2"})
+    assert set(out) == {"x", "o"}
+    assert "X played B2" in out["o"].obs and "Your move" in out["o"].obs
+    assert env.active_agents == ["o"]
+    with pytest.raises(ProtocolError, match="'o'"):
+        env.step({"x": "A1"})
+    env.step({"o": "A1"})
+    assert env.active_agents == ["x"]
+
+
+def test_loser_gets_terminal_outcome_on_the_winning_move() -> None:
+    env = TicTacToeSelfPlayEnv(rewards={"loss": -1.0})
+    env.reset()
+    for aid, move in [("x", "A1"), ("o", "B1"), ("x", "A2"), ("o", "B2")]:
+        out = env.step({aid: move})
+        assert not out["x"].terminated and not out["o"].terminated
+    out = env.step({"x": "A3"})
+    assert out["x"].terminated and out["x"].reward == 1.0 and out["x"].info["result"] == "win"
+    assert out["o"].terminated and out["o"].reward == -1.0 and out["o"].info["result"] == "loss"
+    assert env.active_agents == []
+    with pytest.raises(ProtocolError, match="over"):
+        env.step({"o": "C3"})
+
+
+def test_illegal_move_forfeits() -> None:
+    env = TicTacToeSelfPlayEnv(rewards=TicTacToeRewards(opponent_forfeit=0.3))
+    env.reset()
+    env.step({"x": "B2"})
+    out = env.step({"o": "B2"})
+    assert out["o"].reward == -1.0 and out["o"].info["result"] == "illegal_move"
+    assert out["x"].reward == 0.3 and out["x"].info["result"] == "opponent_forfeit"
+    assert out["x"].terminated and out["o"].terminated
+
+
+def test_draw_rewards_each_side_by_its_own_play() -> None:
+    env = TicTacToeSelfPlayEnv()
+    env.reset()
+    # X stands on a forced win after A1/B1 and lets it slip; O never had a win.
+    moves = ["A1", "B1", "C1", "A2", "B2", "A3", "C2", "C3", "B3"]
+    out = {}
+    for move in moves:
+        out = env.step({env.active_agents[0]: move})
+    assert out["x"].info["result"] == out["o"].info["result"] == "draw"
+    assert out["x"].reward == 0.5 and out["o"].reward == 1.0
+
+
+def test_conformance() -> None:
+    check_env(TicTacToeSelfPlayEnv(), actions=["A1", "B2", "C3", "A3", "C1", "zz"])
+
+
+async def test_self_play_through_multi_agent_protocol() -> None:
+    x_agent = ScriptedAgent(ScriptedChatClient(["A1", "A2", "A3"]))
+    o_agent = ScriptedAgent(ScriptedChatClient(["B1", "B2"]))
+    protocol = MultiAgentProtocol({"x": x_agent, "o": o_agent})
+    rollouts = await protocol.run(env=TicTacToeSelfPlayEnv(rewards={"loss": -1.0}), max_steps=20, env_seed=0)
+    by_agent = {r.meta["agent_id"]: r for r in rollouts}
+    assert all(r.failure is None for r in rollouts), [r.failure for r in rollouts]
+    assert by_agent["x"].total_reward == 1.0
+    # The loser's terminal reward landed on its rollout although it never acted on the last move.
+    assert by_agent["o"].total_reward == -1.0
+    assert by_agent["o"].steps[-1].terminated
+    assert len(by_agent["x"].env_steps) == 3 and len(by_agent["o"].env_steps) == 2
+    assert not by_agent["o"].truncated
+    # O's context saw X's winning move before the episode ended.
+    assert any("X played A2" in m["content"] for m in o_agent.messages)
