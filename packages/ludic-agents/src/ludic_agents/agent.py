@@ -1,0 +1,259 @@
+"""``Agent``: one model call per turn, a context strategy, a chat template and a parser.
+
+The agent implements :class:`ludic_core.agent.AgentHarness`. Every model call comes back as an
+:class:`~ludic_core.agent.AgentActStep` with its exact :class:`~ludic_core.types.TokenTrace`.
+Prompts are rendered locally; within a turn they extend token for token (see
+:mod:`ludic_agents.extension`), and how each prompt was built is recorded in the step's ``info``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from ludic_agents.chat_template import ChatTemplate, HFChatTemplate
+from ludic_agents.context import ContextStrategy, FullDialog
+from ludic_agents.extension import TurnPrompt
+from ludic_core.agent import AgentActResult, AgentActStep
+from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
+from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
+from ludic_core.parsing import Parser, ParseResult
+from ludic_core.seeding import derive_seed
+from ludic_core.types import ChatResponse, Info, Message, ToolResult
+
+__all__ = ["DEFAULT_INCOMPLETE_FEEDBACK", "Agent"]
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_INCOMPLETE_FEEDBACK = (
+    "Your response was cut off because it exceeded the token limit. Please give a shorter answer."
+)
+
+
+def _check_number(name: str, value: float | None, *, positive: bool = False) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if positive and not value > 0:
+        raise ConfigError(f"{name} must be > 0, got {value!r}")
+
+
+class Agent:
+    """A single-call agent.
+
+    * ``client``: any :class:`~ludic_core.inference.ChatClient`.
+    * ``parser``: turns the completion text into an env action (see :mod:`ludic_agents.parsers`).
+    * ``chat_template``: defaults to :class:`HFChatTemplate` over ``client.tokenizer`` when the client
+      has one.
+    * ``context``: defaults to :class:`FullDialog`; its ``system_prompt`` is the agent's
+      ``default_system_prompt``.
+    * ``reject_incomplete_completions``: a completion cut by ``max_tokens`` (``finish_reason ==
+      "length"``) is a parse failure with ``incomplete_completion_penalty`` and
+      ``incomplete_completion_feedback``, and ``info["incomplete_completion"] = True``.
+    * ``call_timeout_s``: bound for each model call when ``act`` is given no ``timeout_s``.
+    """
+
+    def __init__(
+        self,
+        *,
+        client: ChatClient,
+        parser: Parser,
+        chat_template: ChatTemplate | None = None,
+        context: ContextStrategy | None = None,
+        model: str | None = None,
+        inference: InferenceSpec | None = None,
+        reject_incomplete_completions: bool = True,
+        incomplete_completion_penalty: float = -0.1,
+        incomplete_completion_feedback: str = DEFAULT_INCOMPLETE_FEEDBACK,
+        call_timeout_s: float | None = None,
+    ) -> None:
+        if not callable(getattr(client, "complete_tokens", None)):
+            raise ConfigError(
+                f"client must implement complete_tokens (a ChatClient), got {type(client).__name__}"
+            )
+        if not callable(parser):
+            raise ConfigError(f"parser must be callable (str -> ParseResult), got {parser!r}")
+        _check_number("incomplete_completion_penalty", incomplete_completion_penalty)
+        _check_number("call_timeout_s", call_timeout_s, positive=True)
+        if chat_template is None:
+            tokenizer = getattr(client, "tokenizer", None)
+            if tokenizer is None or not callable(getattr(tokenizer, "apply_chat_template", None)):
+                raise ConfigError(
+                    "no chat_template given and the client has no tokenizer with apply_chat_template; "
+                    "pass chat_template=HFChatTemplate(tokenizer)"
+                )
+            chat_template = HFChatTemplate(tokenizer)
+        self.client = client
+        self.parser = parser
+        self.chat_template = chat_template
+        self.context = context if context is not None else FullDialog()
+        self.model = model
+        self.inference = inference if inference is not None else InferenceSpec()
+        self.reject_incomplete_completions = reject_incomplete_completions
+        self.incomplete_completion_penalty = float(incomplete_completion_penalty)
+        self.incomplete_completion_feedback = incomplete_completion_feedback
+        self.call_timeout_s = call_timeout_s
+        self._turn: TurnPrompt | None = None
+        self._turn_calls = 0
+        self._pending: list[Message] = []
+        self._awaiting_external: set[str] = set()
+
+    # --- AgentHarness -------------------------------------------------------------------------
+
+    @property
+    def default_system_prompt(self) -> str | None:
+        return self.context.default_system_prompt
+
+    def reset(self, *, system_prompt: str | None = None) -> None:
+        self.context.reset(system_prompt=system_prompt)
+        self._close_turn()
+
+    def on_env_reset(self, obs: str, info: Info) -> None:
+        self._close_turn()
+        self.context.on_env_reset(obs, info)
+
+    def on_after_step(self, obs: str, info: Info) -> None:
+        self._close_turn()
+        self.context.on_after_step(obs, info)
+
+    def on_tool_results(self, results: Sequence[ToolResult]) -> None:
+        if self._turn is None:
+            raise ProtocolError("on_tool_results called but no turn is waiting for external tool results")
+        results = list(results)
+        unknown = sorted({r.tool_call_id for r in results} - self._awaiting_external)
+        if unknown:
+            raise ProtocolError(
+                f"on_tool_results got results for tool calls {unknown}, which are not awaited "
+                f"(awaiting {sorted(self._awaiting_external)})"
+            )
+        self._awaiting_external -= {r.tool_call_id for r in results}
+        self.context.add_tool_results(results)
+        self._pending.extend(r.to_message() for r in results)
+
+    async def act(
+        self,
+        *,
+        inference: InferenceSpec | None = None,
+        sampling_seed: int | None = None,
+        timeout_s: float | None = None,
+    ) -> AgentActResult:
+        prompt_ids, prompt_messages, render_info = self._next_prompt(tools=None)
+        loop_index = self._turn_calls
+        response = await self._complete(prompt_ids, inference, sampling_seed, timeout_s, loop_index)
+        text = self.completion_text(response)
+        self._commit_completion(response, {"role": "assistant", "content": text})
+        parse_result, parse_info = self.parse_env_output(text, response.finish_reason)
+        step = AgentActStep(
+            trace=response.to_trace(),
+            prompt_messages=prompt_messages,
+            action=text,
+            action_target="env",
+            parse_result=parse_result,
+            loop_index=loop_index,
+            info={**self._call_info(response), **render_info, **parse_info},
+        )
+        self._close_turn()
+        return AgentActResult(steps=(step,))
+
+    # --- building blocks for subclasses -------------------------------------------------------
+
+    def parse_env_output(self, text: str, finish_reason: str | None) -> tuple[ParseResult, Info]:
+        """The env-targeted parse: incomplete completions first (when rejected), then the parser."""
+        if self.reject_incomplete_completions and finish_reason == "length":
+            return (
+                ParseResult(None, self.incomplete_completion_penalty, self.incomplete_completion_feedback),
+                {"incomplete_completion": True},
+            )
+        result = self.parser(text)
+        if not isinstance(result, ParseResult):
+            raise ConfigError(
+                f"parser {self.parser!r} returned {type(result).__name__}, expected ParseResult"
+            )
+        return result, {}
+
+    def _close_turn(self) -> None:
+        self._turn = None
+        self._turn_calls = 0
+        self._pending = []
+        self._awaiting_external = set()
+
+    def _next_prompt(
+        self, *, tools: Sequence[dict[str, Any]] | None, extra: Sequence[Message] = ()
+    ) -> tuple[tuple[int, ...], list[Message], Info]:
+        """The next prompt of the current turn: a fresh render at the start of a turn, otherwise the
+        turn's tokens extended by the pending messages (tool results) and ``extra`` (prompt-only
+        messages such as a final-answer instruction)."""
+        if self._turn is None:
+            messages = self.context.prompt_messages() + list(extra)
+            self._turn = TurnPrompt.start(self.chat_template, messages, tools=tools)
+            return self._turn.prompt_ids, messages, {"prompt_render": "fresh"}
+        if self._awaiting_external:
+            raise ProtocolError(
+                f"act called while external tool calls {sorted(self._awaiting_external)} have no results; "
+                "pass their results to on_tool_results first"
+            )
+        new = self._pending + list(extra)
+        if not new:
+            raise ProtocolError(
+                "act called in the middle of a turn with nothing new to show the model; after external tool "
+                "calls, pass their results to on_tool_results first"
+            )
+        prompt_ids, report = self._turn.extend(new)
+        self._pending = []
+        if "retokenization_divergence" in report:
+            log.debug("retokenization_divergence", **report["retokenization_divergence"])
+        return prompt_ids, list(self._turn.messages), {"prompt_render": "extended", **report}
+
+    async def _complete(
+        self,
+        prompt_ids: Sequence[int],
+        inference: InferenceSpec | None,
+        sampling_seed: int | None,
+        timeout_s: float | None,
+        loop_index: int,
+    ) -> ChatResponse:
+        spec = inference if inference is not None else self.inference
+        seed = None if sampling_seed is None else derive_seed(sampling_seed, loop_index)
+        request = TokenCompletionRequest.from_spec(prompt_ids, spec, seed=seed, model=self.model)
+        timeout = timeout_s if timeout_s is not None else self.call_timeout_s
+        self._turn_calls += 1
+        try:
+            response = await asyncio.wait_for(self.client.complete_tokens(request), timeout)
+        except TimeoutError as exc:
+            raise LudicTimeoutError(
+                f"model call {loop_index} of the turn: {type(self.client).__name__}.complete_tokens did not "
+                f"answer within timeout_s={timeout}"
+            ) from exc
+        if tuple(response.prompt_token_ids) != tuple(request.prompt_token_ids):
+            raise ProtocolError(
+                f"{type(self.client).__name__} returned prompt_token_ids that differ from the request "
+                f"({len(response.prompt_token_ids)} vs {len(request.prompt_token_ids)} tokens)"
+            )
+        return response
+
+    def completion_text(self, response: ChatResponse) -> str:
+        """The completion as text, decoded from the sampled ids with end-of-sequence tokens dropped
+        (decoding ourselves keeps special tokens such as ``<think>`` whatever the client's settings)."""
+        ids = list(response.completion_token_ids)
+        eos = set(self.chat_template.eos_token_ids)
+        while ids and ids[-1] in eos:
+            ids.pop()
+        return self.chat_template.decode(ids)
+
+    def _commit_completion(self, response: ChatResponse, message: Message) -> None:
+        """Add the sampled tokens to the turn and the assistant message to the context."""
+        assert self._turn is not None
+        self._turn.add_completion(response.completion_token_ids, message)
+        self.context.add_assistant(message)
+
+    @staticmethod
+    def _call_info(response: ChatResponse) -> Info:
+        info: Info = {"finish_reason": response.finish_reason}
+        if response.policy_version_start is not None or response.policy_version_end is not None:
+            info["policy_version_start"] = response.policy_version_start
+            info["policy_version_end"] = response.policy_version_end
+        return info

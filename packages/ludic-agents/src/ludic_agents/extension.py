@@ -1,0 +1,179 @@
+"""Token-exact prompts within a turn.
+
+Within one turn (an ``act`` with its internal tool loop, plus any external tool rounds), every model
+call's prompt must start with the previous call's prompt + sampled completion, token for token: the
+turn becomes one training sequence whose completion tokens are exactly what the model sampled.
+
+Re-rendering the conversation with the chat template does not guarantee that. Templates re-render
+earlier assistant output from structured fields (Qwen's templates rewrite tool calls with ``tojson``),
+drop think blocks, or add an end-of-turn marker the model never sampled (a completion cut by
+``max_tokens``); and a tokenizer re-encoding text need not reproduce the token split the model sampled.
+
+:class:`TurnPrompt` therefore keeps the token ids of the turn so far and appends only the rendering
+of what is new:
+
+1. the rest of the assistant end-of-turn marker the completion did not already sample (the template's
+   marker is found by rendering a probe message; e.g. ``"<|im_end|>\\n"`` after a completion that
+   ended with ``<|im_end|>`` leaves ``"\\n"``);
+2. the new messages (tool results, feedback, a final-answer prompt) and the generation prompt: the
+   text that a full render adds after the conversation so far, or, when the template renders earlier
+   messages differently once new ones follow, the rendering of the new messages after the last
+   assistant message alone.
+
+Each extension is compared with a fresh full re-render; any difference is reported (never silently
+dropped) in ``info["retokenization_divergence"]``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ludic_agents.chat_template import ChatTemplate
+from ludic_core.errors import ConfigError, DataError
+from ludic_core.types import Message
+
+__all__ = ["TurnPrompt", "assistant_closing", "divergence_report"]
+
+_SENTINEL = "\u2063LUDIC-ASSISTANT-PROBE\u2063"
+_CONTEXT_TOKENS = 16
+
+
+def assistant_closing(template: ChatTemplate, tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """What the template writes after an assistant message's content (e.g. ``"<|im_end|>\\n"``)."""
+    probe = [{"role": "user", "content": "ping"}, {"role": "assistant", "content": _SENTINEL}]
+    text = template.render_text(probe, tools=tools, add_generation_prompt=False)
+    idx = text.rfind(_SENTINEL)
+    if idx == -1:
+        raise DataError(
+            "the chat template dropped the content of an assistant message; cannot find its closing"
+        )
+    return text[idx + len(_SENTINEL) :]
+
+
+def divergence_report(
+    template: ChatTemplate, extended: Sequence[int], rerendered: Sequence[int]
+) -> dict[str, Any] | None:
+    """Where two token sequences first differ (``None`` when equal), with a little decoded context."""
+    if list(extended) == list(rerendered):
+        return None
+    pos = next(
+        (i for i, (a, b) in enumerate(zip(extended, rerendered, strict=False)) if a != b),
+        min(len(extended), len(rerendered)),
+    )
+    return {
+        "position": pos,
+        "extended_len": len(extended),
+        "rerender_len": len(rerendered),
+        "extended_text": template.decode(extended[pos : pos + _CONTEXT_TOKENS]),
+        "rerender_text": template.decode(rerendered[pos : pos + _CONTEXT_TOKENS]),
+    }
+
+
+@attrs.define
+class TurnPrompt:
+    """The token state of one turn: the messages so far and the exact ids the model has seen/sampled."""
+
+    template: ChatTemplate
+    tools: tuple[Mapping[str, Any], ...] | None
+    messages: list[Message]
+    token_ids: list[int]
+    prompt_len: int
+    awaiting_completion: bool = True
+
+    @classmethod
+    def start(
+        cls,
+        template: ChatTemplate,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> TurnPrompt:
+        """Render the turn's first prompt fresh."""
+        tools_t = tuple(tools) if tools else None
+        text = template.render_text(list(messages), tools=tools_t, add_generation_prompt=True)
+        ids = list(template.encode(text))
+        if not ids:
+            raise DataError("the chat template rendered an empty prompt")
+        return cls(
+            template=template,
+            tools=tools_t,
+            messages=copy.deepcopy(list(messages)),
+            token_ids=ids,
+            prompt_len=len(ids),
+        )
+
+    @property
+    def prompt_ids(self) -> tuple[int, ...]:
+        return tuple(self.token_ids[: self.prompt_len])
+
+    def add_completion(self, completion_ids: Sequence[int], assistant_message: Message) -> None:
+        """Record the sampled completion and the assistant message it stands for."""
+        if not self.awaiting_completion:
+            raise ConfigError("add_completion called twice without a new prompt in between")
+        self.token_ids.extend(int(t) for t in completion_ids)
+        self.messages.append(copy.deepcopy(dict(assistant_message)))
+        self.awaiting_completion = False
+
+    def extend(self, new_messages: Sequence[Message]) -> tuple[tuple[int, ...], dict[str, Any]]:
+        """Append ``new_messages`` and the generation prompt; return the new prompt ids and a report.
+
+        The report holds ``suffix_method`` (``"rerender_suffix"`` or ``"isolated_suffix"``),
+        ``closing_tokens_sampled`` and, when a fresh render of the whole conversation differs from the
+        extended ids, ``retokenization_divergence``.
+        """
+        if self.awaiting_completion:
+            raise ConfigError("extend called before the previous prompt's completion was added")
+        if not new_messages:
+            raise ConfigError("extend needs at least one new message (a tool result, feedback, ...)")
+        if not self.messages or self.messages[-1].get("role") != "assistant":
+            raise ConfigError("extend expects the conversation to end with the sampled assistant message")
+        new = copy.deepcopy(list(new_messages))
+        closing = assistant_closing(self.template, self.tools)
+        completion = self.token_ids[self.prompt_len :]
+        remaining_closing, covered = self._remaining_closing(closing, completion)
+
+        full_text = self.template.render_text(
+            self.messages + new, tools=self.tools, add_generation_prompt=True
+        )
+        upto_text = self.template.render_text(self.messages, tools=self.tools, add_generation_prompt=False)
+        if full_text.startswith(upto_text) and upto_text.endswith(closing):
+            new_text, method = full_text[len(upto_text) :], "rerender_suffix"
+        else:
+            # Render the new messages after a stand-in assistant message: its tool calls (templates may
+            # look them up to label tool results) but sentinel content, which no template rewrites.
+            stand_in = {**self.messages[-1], "content": _SENTINEL}
+            probe = [{"role": "user", "content": "ping"}, stand_in]
+            before = self.template.render_text(probe, tools=self.tools, add_generation_prompt=False)
+            after = self.template.render_text(probe + new, tools=self.tools, add_generation_prompt=True)
+            if not (after.startswith(before) and before.endswith(closing)):
+                raise DataError(
+                    "cannot render the new messages as an append-only suffix: the chat template renders the "
+                    "assistant message differently once messages follow it"
+                )
+            new_text, method = after[len(before) :], "isolated_suffix"
+
+        suffix = self.template.encode(remaining_closing + new_text)
+        self.token_ids.extend(suffix)
+        self.prompt_len = len(self.token_ids)
+        self.messages.extend(new)
+        self.awaiting_completion = True
+
+        report: dict[str, Any] = {"suffix_method": method, "closing_tokens_sampled": covered}
+        divergence = divergence_report(self.template, self.token_ids, self.template.encode(full_text))
+        if divergence is not None:
+            report["retokenization_divergence"] = divergence
+        return tuple(self.token_ids), report
+
+    def _remaining_closing(self, closing: str, completion: Sequence[int]) -> tuple[str, int]:
+        """The part of ``closing`` the completion did not sample, and how many closing tokens it did."""
+        closing_ids = list(self.template.encode(closing)) if closing else []
+        for k in range(min(len(closing_ids), len(completion)), 0, -1):
+            if list(completion[-k:]) == closing_ids[:k]:
+                covered_text = self.template.decode(closing_ids[:k])
+                if closing.startswith(covered_text):
+                    return closing[len(covered_text) :], k
+        return closing, 0

@@ -1,0 +1,280 @@
+"""``ToolAgent`` and ``ReActAgent``: agents that call tools inside their turn.
+
+One ``act`` is a loop of model calls. After each call the chat template's tool parser reads the
+completion:
+
+* no tool calls → the output goes to the env (``action_target="env"``, parsed by the agent's parser);
+* internal tool calls → the agent runs them, feeds the results back and calls the model again
+  (``action_target="internal"`` for that call);
+* any external tool call → internal calls of the same completion run first, then the external ones
+  are handed to the protocol (``action_target="external"``); the turn continues in the next ``act``
+  after :meth:`on_tool_results`;
+* a tool-call block that cannot be read → an env-targeted parse failure with
+  ``tool_parse_error_penalty`` and ``tool_parse_error_feedback`` (``info["tool_parse_error"]``).
+
+Unknown tools, bad arguments, exceptions inside a tool and tool timeouts become tool messages the
+model sees; the loop goes on. The last allowed call of a turn is always env-targeted: whatever it
+contains is parsed as the answer. ``ReActAgent`` adds a final-answer instruction to that last call's
+prompt (a prompt-only user message: it is part of the turn's tokens but not of the stored history).
+
+All model calls of a turn share one token sequence (see :mod:`ludic_agents.extension`); tool
+schemas stay in the prompt for the whole turn, the last call included, because removing them would
+re-render the system prompt and break the extension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ludic_agents.agent import Agent, _check_number
+from ludic_agents.chat_template import renders_tool_calls
+from ludic_agents.tools import Tool, run_tool_call
+from ludic_core.agent import AgentActResult, AgentActStep
+from ludic_core.errors import ConfigError
+from ludic_core.inference import InferenceSpec
+from ludic_core.parsing import ParseResult
+from ludic_core.types import ChatResponse, Info, Message, ToolCall, ToolResult
+
+__all__ = ["DEFAULT_FINAL_ANSWER_PROMPT", "ReActAgent", "ToolAgent", "ToolSpec"]
+
+ToolSpec = Tool | Callable[..., Any]
+DEFAULT_FINAL_ANSWER_PROMPT = (
+    "You have exhausted your reasoning steps. You must output your final answer now."
+)
+
+
+def _as_tool(spec: ToolSpec) -> Tool:
+    return spec if isinstance(spec, Tool) else Tool.from_function(spec)
+
+
+def _as_external_schema(spec: Tool | Callable[..., Any] | Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    if isinstance(spec, Mapping):
+        fn = spec.get("function", spec)
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"an external tool schema needs function.name, got {dict(spec)!r}")
+        schema = dict(spec) if "function" in spec else {"type": "function", "function": dict(spec)}
+        return name, schema
+    t = _as_tool(spec)
+    return t.name, t.schema()
+
+
+class ToolAgent(Agent):
+    """An agent with internal tools (run here) and external tools (run by the protocol).
+
+    ``max_calls_per_turn`` bounds the model calls of one turn; ``tool_timeout_s`` bounds each tool
+    call whose :class:`Tool` sets no ``timeout_s`` of its own.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: Sequence[ToolSpec] = (),
+        external_tools: Sequence[Tool | Callable[..., Any] | Mapping[str, Any]] = (),
+        max_calls_per_turn: int = 8,
+        tool_timeout_s: float | None = 30.0,
+        tool_parse_error_penalty: float = -1.0,
+        tool_parse_error_feedback: str = "Invalid tool call format.",
+        **agent_kwargs: Any,
+    ) -> None:
+        super().__init__(**agent_kwargs)
+        if (
+            isinstance(max_calls_per_turn, bool)
+            or not isinstance(max_calls_per_turn, int)
+            or max_calls_per_turn < 1
+        ):
+            raise ConfigError(f"max_calls_per_turn must be an int >= 1, got {max_calls_per_turn!r}")
+        _check_number("tool_timeout_s", tool_timeout_s, positive=True)
+        _check_number("tool_parse_error_penalty", tool_parse_error_penalty)
+        internal = [_as_tool(t) for t in tools]
+        external = [_as_external_schema(t) for t in external_tools]
+        names = [t.name for t in internal] + [n for n, _ in external]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigError(
+                f"tool names must be unique across tools and external_tools; repeated: {duplicates}"
+            )
+        self.tools: dict[str, Tool] = {t.name: t for t in internal}
+        self.external_tool_names: frozenset[str] = frozenset(n for n, _ in external)
+        self.tool_schemas: list[dict[str, Any]] = [t.schema() for t in internal] + [s for _, s in external]
+        if self.tool_schemas:
+            if self.chat_template.tool_parser is None:
+                raise ConfigError(
+                    "tools were given but the chat template has no tool_parser (e.g. tool_parser='hermes')"
+                )
+            if not self.context.supports_tools:
+                raise ConfigError(f"{type(self.context).__name__} does not support tools")
+        self.max_calls_per_turn = max_calls_per_turn
+        self.tool_timeout_s = tool_timeout_s
+        self.tool_parse_error_penalty = float(tool_parse_error_penalty)
+        self.tool_parse_error_feedback = tool_parse_error_feedback
+        self._call_counter = 0
+
+    def is_external_tool(self, name: str) -> bool:
+        return name in self.external_tool_names
+
+    def final_call_messages(self) -> list[Message]:
+        """Prompt-only messages added before the turn's last allowed call (none for ToolAgent)."""
+        return []
+
+    async def act(
+        self,
+        *,
+        inference: InferenceSpec | None = None,
+        sampling_seed: int | None = None,
+        timeout_s: float | None = None,
+    ) -> AgentActResult:
+        steps: list[AgentActStep] = []
+        schemas = self.tool_schemas or None
+        while True:
+            loop_index = self._turn_calls
+            last = loop_index >= self.max_calls_per_turn - 1
+            extra = self.final_call_messages() if last else []
+            prompt_ids, prompt_messages, render_info = self._next_prompt(tools=schemas, extra=extra)
+            response = await self._complete(prompt_ids, inference, sampling_seed, timeout_s, loop_index)
+            text = self.completion_text(response)
+            info: Info = {**self._call_info(response), **render_info}
+            if extra:
+                info["final_call_prompt"] = True
+
+            incomplete = self.reject_incomplete_completions and response.finish_reason == "length"
+            tool_parser = self.chat_template.tool_parser
+            parsed = tool_parser.parse(text, tools=schemas) if schemas and tool_parser is not None else None
+            if last or incomplete or parsed is None or (not parsed.tool_calls and not parsed.errors):
+                result, parse_info = self.parse_env_output(text, response.finish_reason)
+                if last and parsed is not None and parsed.tool_calls:
+                    parse_info["unexecuted_tool_calls"] = [c.name for c in parsed.tool_calls]
+                steps.append(
+                    self._env_step(
+                        response, text, prompt_messages, loop_index, result, {**info, **parse_info}
+                    )
+                )
+                return AgentActResult(steps=steps)
+            if parsed.errors:
+                failure = ParseResult(None, self.tool_parse_error_penalty, self.tool_parse_error_feedback)
+                failure_info = {**info, "tool_parse_error": True, "tool_parse_errors": list(parsed.errors)}
+                steps.append(
+                    self._env_step(response, text, prompt_messages, loop_index, failure, failure_info)
+                )
+                return AgentActResult(steps=steps)
+
+            calls = self._fresh_ids(parsed.tool_calls)
+            # Tool-aware templates re-render the calls from the structured field; others would drop
+            # them from the history unless the content keeps the text the model wrote.
+            content = parsed.content if renders_tool_calls(self.chat_template) else text
+            self._commit_completion(
+                response,
+                {
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": [c.to_openai() for c in calls],
+                },
+            )
+            internal = [c for c in calls if not self.is_external_tool(c.name)]
+            external = [c for c in calls if self.is_external_tool(c.name)]
+            results, succeeded = await self._run_internal(internal)
+            self.context.add_tool_results(results)
+            self._pending.extend(r.to_message() for r in results)
+            tool_info = {**info, "tool_errors": sum(1 for ok in succeeded if not ok)}
+            if external:
+                self._awaiting_external = {c.id for c in external}
+                steps.append(
+                    AgentActStep(
+                        trace=response.to_trace(),
+                        prompt_messages=prompt_messages,
+                        action=text,
+                        action_target="external",
+                        loop_index=loop_index,
+                        tool_calls=external,
+                        tool_results=results,
+                        info={**tool_info, "internal_tool_calls": [c.to_dict() for c in internal]},
+                    )
+                )
+                return AgentActResult(steps=steps)
+            steps.append(
+                AgentActStep(
+                    trace=response.to_trace(),
+                    prompt_messages=prompt_messages,
+                    action=text,
+                    action_target="internal",
+                    loop_index=loop_index,
+                    tool_calls=calls,
+                    tool_results=results,
+                    info=tool_info,
+                )
+            )
+
+    def _env_step(
+        self,
+        response: ChatResponse,
+        text: str,
+        prompt_messages: list[Message],
+        loop_index: int,
+        parse_result: ParseResult,
+        info: Info,
+    ) -> AgentActStep:
+        """The turn's env-targeted last call; the turn closes after it."""
+        self._commit_completion(response, {"role": "assistant", "content": text})
+        step = AgentActStep(
+            trace=response.to_trace(),
+            prompt_messages=prompt_messages,
+            action=text,
+            action_target="env",
+            parse_result=parse_result,
+            loop_index=loop_index,
+            info=info,
+        )
+        self._close_turn()
+        return step
+
+    def _fresh_ids(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
+        # Parsers number calls per completion; ids must be unique over the episode so that results
+        # (and external handlers) can never be matched to the wrong call.
+        out = []
+        for call in calls:
+            self._call_counter += 1
+            out.append(attrs.evolve(call, id=f"call_{self._call_counter}"))
+        return out
+
+    async def _run_internal(self, calls: Sequence[ToolCall]) -> tuple[list[ToolResult], list[bool]]:
+        # Sequential on purpose: tools may have side effects whose order the model relies on.
+        results: list[ToolResult] = []
+        succeeded: list[bool] = []
+        for call in calls:
+            result, ok = await run_tool_call(call, self.tools, default_timeout_s=self.tool_timeout_s)
+            results.append(result)
+            succeeded.append(ok)
+        return results, succeeded
+
+    def reset(self, *, system_prompt: str | None = None) -> None:
+        super().reset(system_prompt=system_prompt)
+        self._call_counter = 0
+
+
+class ReActAgent(ToolAgent):
+    """Think/act loop: at most ``max_react_steps`` model calls per turn, the last one prompted with
+    ``final_answer_prompt`` (a prompt-only user message) and parsed as the env answer."""
+
+    def __init__(
+        self,
+        *,
+        max_react_steps: int = 5,
+        final_answer_prompt: str = DEFAULT_FINAL_ANSWER_PROMPT,
+        **kwargs: Any,
+    ) -> None:
+        if "max_calls_per_turn" in kwargs:
+            raise ConfigError("ReActAgent takes max_react_steps, not max_calls_per_turn")
+        if not isinstance(final_answer_prompt, str) or not final_answer_prompt:
+            raise ConfigError(f"final_answer_prompt must be a non-empty str, got {final_answer_prompt!r}")
+        super().__init__(max_calls_per_turn=max_react_steps, **kwargs)
+        self.final_answer_prompt = final_answer_prompt
+
+    @property
+    def max_react_steps(self) -> int:
+        return self.max_calls_per_turn
+
+    def final_call_messages(self) -> list[Message]:
+        return [{"role": "user", "content": self.final_answer_prompt}]

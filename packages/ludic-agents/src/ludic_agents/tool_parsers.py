@@ -1,0 +1,217 @@
+"""Tool-call parsers: find the tool calls a model wrote in its completion text.
+
+Formats, selectable by name with :func:`get_tool_parser`:
+
+* ``"hermes"`` (aliases ``"qwen2.5"``, ``"qwen3"``): ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+  blocks holding one JSON object each (Hermes-2-Pro, Qwen2.5, Qwen3).
+* ``"qwen3_coder"``: the XML form of Qwen3-Coder::
+
+      <tool_call>
+      <function=get_weather>
+      <parameter=city>
+      Paris
+      </parameter>
+      </function>
+      </tool_call>
+
+  Parameter values are text; they are converted with the tool's schema when one is given
+  (``string`` stays text; other types are read as JSON), otherwise read as JSON when they parse and
+  kept as text when not.
+
+A parser never raises on model text. It returns the calls it could read, the text with every
+tool-call block removed (``content``), and one error string per block it could not read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from ludic_core.errors import ConfigError
+from ludic_core.types import ToolCall
+
+__all__ = [
+    "HermesToolParser",
+    "Qwen3CoderToolParser",
+    "ToolCallParser",
+    "ToolParseResult",
+    "get_tool_parser",
+    "tool_parser_names",
+]
+
+
+@attrs.frozen
+class ToolParseResult:
+    """``tool_calls`` in order of appearance; ``errors`` describe blocks that could not be read."""
+
+    tool_calls: tuple[ToolCall, ...] = ()
+    content: str = ""
+    errors: tuple[str, ...] = ()
+
+    @property
+    def parse_error(self) -> bool:
+        return bool(self.errors)
+
+
+@runtime_checkable
+class ToolCallParser(Protocol):
+    name: str
+
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None) -> ToolParseResult:
+        """Read tool calls from ``text``; ``tools`` are OpenAI function schemas (for type conversion)."""
+        ...
+
+
+_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_OPEN = "<tool_call>"
+
+
+def _strip_blocks(text: str, spans: list[tuple[int, int]]) -> str:
+    pieces, last = [], 0
+    for start, end in spans:
+        pieces.append(text[last:start])
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces).strip()
+
+
+def _unterminated(text: str, spans: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The span of a ``<tool_call>`` opened after the last complete block and never closed."""
+    tail_start = spans[-1][1] if spans else 0
+    idx = text.find(_OPEN, tail_start)
+    return (idx, len(text)) if idx != -1 else None
+
+
+class HermesToolParser:
+    """``<tool_call>{json}</tool_call>`` blocks (Hermes-2-Pro, Qwen2.5, Qwen3)."""
+
+    name = "hermes"
+
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None) -> ToolParseResult:
+        calls: list[ToolCall] = []
+        errors: list[str] = []
+        spans: list[tuple[int, int]] = []
+        for i, match in enumerate(_BLOCK.finditer(text)):
+            spans.append(match.span())
+            body = match.group(1).strip()
+            try:
+                obj = json.loads(body)
+            except json.JSONDecodeError as exc:
+                errors.append(
+                    f"tool call {i}: invalid JSON ({exc.msg} at position {exc.pos}): {body[:200]!r}"
+                )
+                continue
+            if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
+                errors.append(
+                    f'tool call {i}: expected an object with a non-empty "name", got {body[:200]!r}'
+                )
+                continue
+            arguments = obj.get("arguments", obj.get("parameters", {}))
+            # Models sometimes write the arguments as a JSON string; keep the text so the tool
+            # runner can report exactly what was wrong with it.
+            raw_args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+            calls.append(ToolCall(id=f"call_{len(calls)}", name=obj["name"], arguments=raw_args))
+        dangling = _unterminated(text, spans)
+        if dangling is not None:
+            errors.append(f"an unterminated <tool_call> block: {text[dangling[0] :][:200]!r}")
+            spans.append(dangling)
+        return ToolParseResult(
+            tool_calls=tuple(calls), content=_strip_blocks(text, spans), errors=tuple(errors)
+        )
+
+
+_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.DOTALL)
+_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+
+
+def _param_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for schema in tools or ():
+        fn = schema.get("function", schema)
+        props = (fn.get("parameters") or {}).get("properties") or {}
+        out[str(fn.get("name"))] = {k: v.get("type") for k, v in props.items() if isinstance(v, Mapping)}
+    return out
+
+
+def _convert(value: str, declared: Any) -> Any:
+    types_ = set(declared) if isinstance(declared, list) else {declared}
+    if types_ & {"string"} and not (types_ - {"string", "null"}):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        if "boolean" in types_ and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        return value
+
+
+class Qwen3CoderToolParser:
+    """``<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>`` blocks."""
+
+    name = "qwen3_coder"
+
+    def parse(self, text: str, *, tools: Sequence[Mapping[str, Any]] | None = None) -> ToolParseResult:
+        declared = _param_types(tools)
+        calls: list[ToolCall] = []
+        errors: list[str] = []
+        spans: list[tuple[int, int]] = []
+        for i, block in enumerate(_BLOCK.finditer(text)):
+            spans.append(block.span())
+            fn_match = _FUNCTION.search(block.group(1))
+            if fn_match is None:
+                errors.append(
+                    f"tool call {i}: no <function=...>...</function> inside: {block.group(1)[:200]!r}"
+                )
+                continue
+            name = fn_match.group(1).strip()
+            types_for = declared.get(name, {})
+            arguments: dict[str, Any] = {}
+            for param in _PARAMETER.finditer(fn_match.group(2)):
+                key = param.group(1).strip()
+                # The template writes "\n" around each value; strip exactly those, keep the rest.
+                value = param.group(2)
+                value = value[1:] if value.startswith("\n") else value
+                value = value[:-1] if value.endswith("\n") else value
+                arguments[key] = (
+                    _convert(value, types_for.get(key)) if key in types_for or not types_for else value
+                )
+            calls.append(
+                ToolCall(
+                    id=f"call_{len(calls)}", name=name, arguments=json.dumps(arguments, ensure_ascii=False)
+                )
+            )
+        dangling = _unterminated(text, spans)
+        if dangling is not None:
+            errors.append(f"an unterminated <tool_call> block: {text[dangling[0] :][:200]!r}")
+            spans.append(dangling)
+        return ToolParseResult(
+            tool_calls=tuple(calls), content=_strip_blocks(text, spans), errors=tuple(errors)
+        )
+
+
+_PARSERS: dict[str, type[HermesToolParser] | type[Qwen3CoderToolParser]] = {
+    "hermes": HermesToolParser,
+    "qwen2.5": HermesToolParser,
+    "qwen3": HermesToolParser,
+    "qwen3_coder": Qwen3CoderToolParser,
+}
+
+
+def tool_parser_names() -> list[str]:
+    return sorted(_PARSERS)
+
+
+def get_tool_parser(name: str | ToolCallParser) -> ToolCallParser:
+    """A tool-call parser by name (see the module docstring), or the parser itself."""
+    if not isinstance(name, str):
+        if isinstance(name, ToolCallParser):
+            return name
+        raise ConfigError(f"tool_parser must be a name or a ToolCallParser, got {name!r}")
+    cls = _PARSERS.get(name.lower())
+    if cls is None:
+        raise ConfigError(f"unknown tool_parser {name!r}; known: {tool_parser_names()}")
+    return cls()
