@@ -1,0 +1,93 @@
+"""An RL algorithm is a credit assigner plus a loss (plus an optional macro-batch preprocess).
+
+New algorithms are new pairs, never new trainer classes: the trainer only calls :meth:`prepare` on
+each macro-batch and :meth:`compute_loss` on each micro-batch. The credit assigner is used upstream,
+where rollouts become SAW items (``ludic_core.saw_builder``); the algorithm carries it so one object
+describes the whole method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import torch
+from torch import Tensor
+
+from ludic_core.credit import CreditAssigner
+from ludic_core.errors import ConfigError, DataError
+from ludic_core.saw import SAWBatch
+from ludic_train.losses.base import Loss, Stats
+from ludic_train.preprocess import Preprocess
+
+__all__ = ["KNOWN_INPUTS", "RLAlgorithm"]
+
+KNOWN_INPUTS: Mapping[str, str] = {
+    "actor_logps": "behaviour-policy logprobs of every action token from the sampler "
+    "(ask the client for logprobs)",
+    "teacher_logps": "teacher logprobs of every action token (annotate the batch with a teacher scorer)",
+}
+"""Optional SAW item fields an algorithm can require, with what they are and where they come from."""
+
+
+def _input_names(values: Iterable[str]) -> frozenset[str]:
+    if isinstance(values, str):
+        raise ConfigError(f"required_inputs must be a collection of field names, got the string {values!r}")
+    return frozenset(values)
+
+
+def _default_required(self: RLAlgorithm) -> frozenset[str]:
+    return frozenset(getattr(self.loss, "required_inputs", frozenset()))
+
+
+@attrs.frozen
+class RLAlgorithm:
+    """``required_inputs`` defaults to what the loss declares; :meth:`validate` checks items carry them."""
+
+    name: str
+    credit_assigner: CreditAssigner
+    loss: Loss
+    preprocess: Preprocess | None = None
+    required_inputs: frozenset[str] = attrs.field(
+        default=attrs.Factory(_default_required, takes_self=True), converter=_input_names
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("RLAlgorithm.name must not be empty")
+        unknown = sorted(self.required_inputs - KNOWN_INPUTS.keys())
+        if unknown:
+            raise ConfigError(
+                f"RLAlgorithm {self.name!r}: unknown required_inputs {unknown}; known: {sorted(KNOWN_INPUTS)}"
+            )
+
+    def validate(self, batch: SAWBatch) -> None:
+        """Raise :class:`DataError` naming every required field that items lack, and which items."""
+        problems = []
+        for field in sorted(self.required_inputs):
+            missing = [i for i, item in enumerate(batch.items) if getattr(item, field) is None]
+            if missing:
+                shown = missing if len(missing) <= 20 else [*missing[:20], "..."]
+                problems.append(
+                    f"{field} ({KNOWN_INPUTS[field]}) is missing on {len(missing)} of {len(batch.items)} items: {shown}"
+                )
+        if problems:
+            raise DataError(f"algorithm {self.name!r} cannot train on this batch: " + "; ".join(problems))
+
+    def prepare(self, batch: SAWBatch) -> SAWBatch:
+        """The macro-batch after preprocessing, validated. Call once per step, before micro-batching."""
+        if self.preprocess is not None:
+            batch = self.preprocess(batch)
+        self.validate(batch)
+        return batch
+
+    def compute_loss(
+        self, model: torch.nn.Module, batch: Mapping[str, Tensor], *, cast_logits_to_fp32: bool = False
+    ) -> tuple[Tensor, Stats]:
+        """One forward pass on a collated micro-batch, then the loss (a mean over its sequences)."""
+        output: Any = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        logits = output if isinstance(output, Tensor) else output.logits
+        if cast_logits_to_fp32:
+            logits = logits.float()
+        return self.loss.compute(logits, batch)

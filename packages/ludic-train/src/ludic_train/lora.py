@@ -1,0 +1,65 @@
+"""LoRA through PEFT (``pip install "ludic-train[lora]"``).
+
+The trainer needs nothing special for LoRA: only the adapter parameters require gradients, so only they
+are optimised and (with ``CheckpointConfig(weights="trainable")``) checkpointed, and publishing merges
+the adapters into full Hugging Face-named weights (:mod:`ludic_train.weights`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ludic_core.errors import ConfigError, missing_extra
+
+__all__ = ["apply_lora"]
+
+
+def apply_lora(
+    model: Any,
+    *,
+    rank: int = 8,
+    alpha: float | None = None,
+    dropout: float = 0.0,
+    target_modules: str | Sequence[str] = "all-linear",
+    include_lm_head: bool = False,
+) -> Any:
+    """Wrap ``model`` in a PEFT LoRA model (``alpha`` defaults to ``2 * rank``).
+
+    ``target_modules="all-linear"`` targets every linear layer except the output head;
+    ``include_lm_head=True`` adds the head (useful for tiny models whose layers barely move the output).
+    """
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ConfigError(f"apply_lora: rank must be an int >= 1, got {rank!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"apply_lora: dropout must be in [0, 1), got {dropout!r}")
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise missing_extra("ludic-train", "lora", "peft") from exc
+    targets: str | list[str]
+    if isinstance(target_modules, str) and target_modules == "all-linear":
+        if include_lm_head:
+            import torch
+
+            targets = sorted(
+                {
+                    name.rsplit(".", 1)[-1]
+                    for name, module in model.named_modules()
+                    if isinstance(module, torch.nn.Linear)
+                }
+            )
+        else:
+            targets = "all-linear"
+    else:
+        targets = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+        if include_lm_head and "lm_head" not in targets:
+            targets.append("lm_head")
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha if alpha is not None else 2 * rank,  # type: ignore[arg-type]  # floats work
+        lora_dropout=dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)

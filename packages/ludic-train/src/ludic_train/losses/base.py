@@ -1,0 +1,259 @@
+"""The loss contract, the shared token-logprob context and the per-sequence reduction every loss uses.
+
+Conventions (one place, so every loss agrees):
+
+* A collated micro-batch (see :mod:`ludic_train.collate`) holds ``input_ids [B,T]``,
+  ``attention_mask [B,T]``, ``action_mask [B,T]`` (float), ``weight [B]`` (the advantage or sample
+  weight) and, when the items carry them, ``actor_logps [B,T]`` / ``old_logp_action [B]`` (behaviour
+  policy) and ``teacher_logps [B,T]``; per-token logprobs sit on the action positions, 0 elsewhere.
+* **Causal shift.** The logits at position ``t`` score token ``t+1``. Every per-token quantity lives on
+  the shifted grid ``[B, T-1]``: ``token_logp[b, t] = log_softmax(logits[b, t])[input_ids[b, t+1]]`` and
+  the mask is ``action_mask[:, 1:]`` — the entropy bonus included (the original masked its entropy with
+  the unshifted mask, one position off from every other loss).
+* **Every loss is a mean over sequences.** A loss builds one term per sequence ``ℓ_b`` and returns
+  ``mean_b ℓ_b``. That is what makes token-budget micro-batching exact: scaling a micro-batch's loss by
+  ``num_items / total_items`` (:func:`ludic_train.microbatch.micro_loss_scale`) and summing gives the
+  gradient of the whole macro-batch. A per-token term is reduced per sequence by a masked sum, divided
+  by the sequence's action-token count ``n_b = max(1, Σ_t mask)`` when ``length_normalize``.
+* Stats are detached 0-d tensors, so a trainer moves a whole step's stats to the host in one transfer
+  (:func:`stats_to_host`).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from ludic_core.errors import DataError
+
+__all__ = [
+    "Loss",
+    "SequenceLoss",
+    "Stats",
+    "TokenLoss",
+    "TokenLogpContext",
+    "require_key",
+    "shared_token_context",
+    "stats_to_host",
+    "token_context",
+]
+
+Stats = dict[str, Tensor]
+"""Loss statistics: name → detached 0-d tensor."""
+
+
+@runtime_checkable
+class Loss(Protocol):
+    """Anything that turns a model's logits on a collated micro-batch into a scalar loss and stats.
+
+    The returned loss must be a mean over the batch's sequences (see the module docstring); trainers
+    rely on it to combine micro-batches exactly.
+    """
+
+    def compute(self, logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]: ...
+
+
+def require_key(batch: Mapping[str, Tensor], key: str, *, who: str) -> Tensor:
+    """``batch[key]``, or a :class:`DataError` saying which loss needed it and how to provide it."""
+    try:
+        return batch[key]
+    except KeyError:
+        raise DataError(
+            f"{who} needs batch[{key!r}], which is missing (present: {sorted(batch)}); "
+            f"the SAW items must carry {_ITEM_FIELD.get(key, key)}"
+        ) from None
+
+
+_ITEM_FIELD = {
+    "actor_logps": "actor_logps (behaviour-policy logprobs from the sampler)",
+    "old_logp_action": "actor_logps (behaviour-policy logprobs from the sampler)",
+    "teacher_logps": "teacher_logps (teacher logprobs of the sampled tokens)",
+}
+
+
+class TokenLogpContext:
+    """Per-forward-pass quantities shared by every loss term computed on the same logits.
+
+    ``token_logp`` and ``entropy`` are computed lazily, once, and only at action positions: the rows of
+    ``logits`` that score a sampled completion token are gathered and upcast to float32 before the
+    log-softmax, so long prompts cost nothing and bf16 logits do not lose precision in the
+    normaliser (float32 and float64 logits keep their dtype). Both tensors are ``[B, T-1]`` with zeros off the action positions.
+    """
+
+    def __init__(self, logits: Tensor, batch: Mapping[str, Tensor]) -> None:
+        input_ids = require_key(batch, "input_ids", who="TokenLogpContext")
+        action_mask = require_key(batch, "action_mask", who="TokenLogpContext")
+        if logits.dim() != 3:
+            raise DataError(f"logits must be [B, T, V]; got shape {tuple(logits.shape)}")
+        if tuple(logits.shape[:2]) != tuple(input_ids.shape):
+            raise DataError(
+                f"logits shape {tuple(logits.shape)} does not match input_ids shape {tuple(input_ids.shape)}"
+            )
+        if tuple(action_mask.shape) != tuple(input_ids.shape):
+            raise DataError(
+                f"action_mask shape {tuple(action_mask.shape)} does not match input_ids {tuple(input_ids.shape)}"
+            )
+        if input_ids.shape[1] < 2:
+            raise DataError(f"sequences need at least 2 tokens for the causal shift; T={input_ids.shape[1]}")
+        self.logits = logits
+        self.input_ids = input_ids
+        self.targets = input_ids[:, 1:]
+        self.dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        """Precision of every per-token quantity: float32, or float64 for float64 logits."""
+        self.mask = action_mask[:, 1:].to(self.dtype)
+        """``[B, T-1]`` float mask of the positions whose *next* token is an action token."""
+        self.mask_bool = self.mask > 0
+        self.token_counts = self.mask.sum(dim=1).clamp(min=1.0)
+        """``n_b``: action tokens per sequence (at least 1, so empty sequences contribute 0, not NaN)."""
+        self._token_logp: Tensor | None = None
+        self._entropy: Tensor | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def _action_rows(self) -> Tensor:
+        # Half-precision logits lose digits in the normaliser; only the action rows are upcast.
+        return self.logits[:, :-1][self.mask_bool].to(self.dtype)
+
+    def _scatter(self, values: Tensor) -> Tensor:
+        out = torch.zeros(self.mask.shape, dtype=values.dtype, device=values.device)
+        out[self.mask_bool] = values
+        return out
+
+    @property
+    def token_logp(self) -> Tensor:
+        """``[B, T-1]`` log-probability of each next token under the current policy (0 off actions)."""
+        if self._token_logp is None:
+            # A loss may first touch the cache inside a no_grad block (for a detached weight); the cached
+            # tensor must still carry the graph. enable_grad builds nothing when logits need no grad.
+            with torch.enable_grad():
+                rows = self._action_rows()
+                chosen = self.targets[self.mask_bool].unsqueeze(-1)
+                values = rows.gather(-1, chosen).squeeze(-1) - torch.logsumexp(rows, dim=-1)
+                self._token_logp = self._scatter(values)
+        return self._token_logp
+
+    @property
+    def entropy(self) -> Tensor:
+        """``[B, T-1]`` entropy of the next-token distribution at each action position (0 elsewhere)."""
+        if self._entropy is None:
+            with torch.enable_grad():
+                rows = self._action_rows()
+                logp = torch.log_softmax(rows, dim=-1)
+                values = -(logp.exp() * logp).sum(dim=-1)
+                self._entropy = self._scatter(values)
+        return self._entropy
+
+    def shifted(self, per_position: Tensor, *, key: str) -> Tensor:
+        """Align a ``[B, T]`` per-token tensor from the batch (e.g. ``actor_logps``) with the shifted grid."""
+        if tuple(per_position.shape) != tuple(self.input_ids.shape):
+            raise DataError(
+                f"batch[{key!r}] has shape {tuple(per_position.shape)}; expected {tuple(self.input_ids.shape)}"
+            )
+        return per_position[:, 1:].to(self.dtype)
+
+    def reduce(self, per_token: Tensor, *, length_normalize: bool) -> Tensor:
+        """Masked sum per sequence (÷ ``n_b`` when ``length_normalize``): ``[B, T-1] → [B]``."""
+        summed = (per_token * self.mask).sum(dim=1)
+        return summed / self.token_counts if length_normalize else summed
+
+    def sequence_logp(self, *, length_normalize: bool) -> Tensor:
+        """``log π(a_b)`` per sequence (mean per token when ``length_normalize``)."""
+        return self.reduce(self.token_logp, length_normalize=length_normalize)
+
+    def masked_token_mean(self, per_token: Tensor) -> Tensor:
+        """Mean of a per-token quantity over every action token in the batch (for stats)."""
+        return (per_token * self.mask).sum() / self.mask.sum().clamp(min=1.0)
+
+
+_ACTIVE_CONTEXT: contextvars.ContextVar[TokenLogpContext | None] = contextvars.ContextVar(
+    "ludic_train_active_token_context", default=None
+)
+
+
+def token_context(logits: Tensor, batch: Mapping[str, Tensor]) -> TokenLogpContext:
+    """The shared context for these logits if one is active (see :func:`shared_token_context`), else a new one."""
+    active = _ACTIVE_CONTEXT.get()
+    if active is not None and active.logits is logits and active.input_ids is batch.get("input_ids"):
+        return active
+    return TokenLogpContext(logits, batch)
+
+
+@contextlib.contextmanager
+def shared_token_context(logits: Tensor, batch: Mapping[str, Tensor]) -> Iterator[TokenLogpContext]:
+    """Within the block, every loss computed on these exact logits reuses one log-softmax.
+
+    :class:`~ludic_train.losses.composite.CompositeLoss` opens one around its terms, so third-party
+    losses that call :func:`token_context` share the computation too.
+    """
+    ctx = token_context(logits, batch)
+    token = _ACTIVE_CONTEXT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _ACTIVE_CONTEXT.reset(token)
+
+
+class SequenceLoss(abc.ABC):
+    """Base for Ludic's losses: subclasses build one loss term per sequence; ``compute`` averages them.
+
+    Exposing the per-sequence terms lets wrappers reweight sequences (the sequence-level truncated
+    importance-sampling correction) and lets :class:`CompositeLoss` share one context.
+    """
+
+    required_inputs: frozenset[str] = frozenset()
+    """SAW item fields this loss needs (``"actor_logps"``, ``"teacher_logps"``)."""
+
+    @abc.abstractmethod
+    def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        """``([B] per-sequence loss terms, stats)``; the loss is their mean."""
+
+    def compute(self, logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        ctx = token_context(logits, batch)
+        per_sequence, stats = self.sequence_terms(ctx, batch)
+        loss = per_sequence.mean()
+        stats["loss"] = loss.detach()
+        return loss, stats
+
+
+class TokenLoss(SequenceLoss):
+    """A loss whose sequence term is a masked reduction of per-token terms.
+
+    Exposing the per-token terms lets the token-level truncated importance-sampling correction weight
+    each token before the reduction.
+    """
+
+    length_normalize: bool
+
+    @abc.abstractmethod
+    def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        """``([B, T-1] per-token loss terms on the shifted grid, stats)``."""
+
+    def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        per_token, stats = self.token_terms(ctx, batch)
+        return ctx.reduce(per_token, length_normalize=self.length_normalize), stats
+
+
+def population_std(values: Tensor) -> Tensor:
+    """Std with ``1/N`` (defined for a single element, where it is 0)."""
+    return values.std(unbiased=False) if values.numel() > 1 else values.new_zeros(())
+
+
+def advantage_stats(advantages: Tensor) -> Stats:
+    return {"adv_mean": advantages.mean().detach(), "adv_std": population_std(advantages).detach()}
+
+
+def stats_to_host(stats: Mapping[str, Tensor]) -> dict[str, float]:
+    """Every stat as a Python float, with a single device→host transfer (one ``stack(...).tolist()``)."""
+    if not stats:
+        return {}
+    names = list(stats)
+    values = torch.stack([stats[name].detach().reshape(()).to(torch.float32) for name in names]).tolist()
+    return dict(zip(names, values, strict=True))

@@ -1,0 +1,43 @@
+"""CISPO: clipped importance-sampling weights on a REINFORCE-style objective.
+
+Per token ``−sg(clip(r_t, 1−ε_lo, 1+ε_hi)) · A · log π(a_t)``: unlike PPO the clipped tokens still
+get a gradient (through ``log π``), only their weight is bounded. The default ε_lo = 1e6 means no lower
+clip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import torch
+from torch import Tensor
+
+from ludic_train.losses._ratio import ACTOR_LOGPS, check_clip, token_log_ratio
+from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, advantage_stats, require_key
+
+__all__ = ["CISPOLoss"]
+
+
+@attrs.frozen
+class CISPOLoss(TokenLoss):
+    """Defaults as the original: ε_lo = 1e6 (no lower clip), ε_hi = 0.2, length-normalised."""
+
+    clip_eps_low: float = 1e6
+    clip_eps_high: float = 0.2
+    length_normalize: bool = True
+    required_inputs = ACTOR_LOGPS
+
+    def __attrs_post_init__(self) -> None:
+        check_clip("CISPOLoss", clip_eps_low=self.clip_eps_low, clip_eps_high=self.clip_eps_high)
+
+    def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        advantages = require_key(batch, "weight", who="CISPOLoss").to(ctx.dtype)
+        with torch.no_grad():
+            ratio = token_log_ratio(ctx, batch, who="CISPOLoss").exp()
+            is_weight = ratio.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
+            stats = advantage_stats(advantages)
+            stats["ratio_mean"] = ctx.masked_token_mean(ratio)
+            stats["is_weight_mean"] = ctx.masked_token_mean(is_weight)
+            stats["clip_frac"] = ctx.masked_token_mean((is_weight != ratio).float())
+        return -is_weight * advantages[:, None] * ctx.token_logp, stats

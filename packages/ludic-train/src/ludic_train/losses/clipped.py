@@ -1,0 +1,108 @@
+"""PPO-style clipped surrogates against the behaviour policy.
+
+* :class:`TokenClippedSurrogateLoss` — GRPO / Dr.GRPO: one ratio per token,
+  ``−Σ_t min(r_t A, clip(r_t, 1−ε_lo, 1+ε_hi) A)``.
+* :class:`SequenceClippedSurrogateLoss` — GSPO: one ratio per sequence,
+  ``r_b = exp(log π(a_b) − log μ(a_b))``; with ``length_normalize`` (the GSPO preset) both logprobs
+  are per-token means, so ``r_b`` is the geometric mean of the token ratios.
+
+The behaviour policy ``μ`` is the sampler (``actor_logps``); ``ratio_clip`` optionally caps ``r``
+before the surrogate. ``clip_frac`` counts the tokens whose clipped branch is active (the ratio left
+the band in the direction the advantage pushes), i.e. the tokens that get no gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import torch
+from torch import Tensor
+
+from ludic_train.losses._ratio import ACTOR_LOGPS, actor_token_logp, cap_ratio, check_clip, token_log_ratio
+from ludic_train.losses.base import (
+    SequenceLoss,
+    Stats,
+    TokenLogpContext,
+    TokenLoss,
+    advantage_stats,
+    require_key,
+)
+
+__all__ = ["SequenceClippedSurrogateLoss", "TokenClippedSurrogateLoss"]
+
+
+def _active_clip(ratio: Tensor, advantages: Tensor, low: float, high: float) -> Tensor:
+    return ((advantages > 0) & (ratio > 1.0 + high)) | ((advantages < 0) & (ratio < 1.0 - low))
+
+
+@attrs.frozen
+class TokenClippedSurrogateLoss(TokenLoss):
+    """GRPO's token-level clipped surrogate (defaults: ε_lo = 0.2, ε_hi = 0.27, no length normalisation)."""
+
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.27
+    length_normalize: bool = False
+    ratio_clip: float | None = None
+    required_inputs = ACTOR_LOGPS
+
+    def __attrs_post_init__(self) -> None:
+        check_clip(
+            type(self).__name__,
+            clip_eps_low=self.clip_eps_low,
+            clip_eps_high=self.clip_eps_high,
+            ratio_clip=self.ratio_clip,
+        )
+
+    def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        who = type(self).__name__
+        advantages = require_key(batch, "weight", who=who).to(ctx.dtype)[:, None]
+        log_ratio = token_log_ratio(ctx, batch, who=who)
+        ratio = cap_ratio(log_ratio.exp(), self.ratio_clip)
+        clipped = ratio.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
+        objective = torch.minimum(ratio * advantages, clipped * advantages)
+        with torch.no_grad():
+            stats = advantage_stats(advantages.squeeze(1))
+            stats["ratio_mean"] = ctx.masked_token_mean(ratio)
+            stats["clip_frac"] = ctx.masked_token_mean(
+                _active_clip(ratio, advantages, self.clip_eps_low, self.clip_eps_high).float()
+            )
+            stats["kl_actor_policy"] = ctx.masked_token_mean(log_ratio.exp() - log_ratio - 1.0)
+        return -objective, stats
+
+
+@attrs.frozen
+class SequenceClippedSurrogateLoss(SequenceLoss):
+    """GSPO's sequence-level clipped surrogate (class defaults as the original's ``ClippedSurrogateLoss``:
+    ε_lo = 3e-4, ε_hi = 4e-4, ``length_normalize=False``; the GSPO preset turns length normalisation on)."""
+
+    clip_eps_low: float = 3e-4
+    clip_eps_high: float = 4e-4
+    length_normalize: bool = False
+    ratio_clip: float | None = None
+    required_inputs = ACTOR_LOGPS
+
+    def __attrs_post_init__(self) -> None:
+        check_clip(
+            type(self).__name__,
+            clip_eps_low=self.clip_eps_low,
+            clip_eps_high=self.clip_eps_high,
+            ratio_clip=self.ratio_clip,
+        )
+
+    def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        who = type(self).__name__
+        advantages = require_key(batch, "weight", who=who).to(ctx.dtype)
+        logp = ctx.sequence_logp(length_normalize=self.length_normalize)
+        old = ctx.reduce(actor_token_logp(ctx, batch, who=who), length_normalize=self.length_normalize)
+        ratio = cap_ratio((logp - old).exp(), self.ratio_clip)
+        clipped = ratio.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
+        objective = torch.minimum(ratio * advantages, clipped * advantages)
+        with torch.no_grad():
+            stats = advantage_stats(advantages)
+            stats["ratio_mean"] = ratio.mean()
+            active = _active_clip(ratio, advantages, self.clip_eps_low, self.clip_eps_high).float()
+            # Token-weighted, as the original reported it: long clipped sequences count for more.
+            stats["clip_frac"] = (active * ctx.mask.sum(1)).sum() / ctx.mask.sum().clamp(min=1.0)
+            stats["logp_mean"] = logp.mean()
+        return -objective, stats

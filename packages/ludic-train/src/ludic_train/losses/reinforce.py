@@ -1,0 +1,33 @@
+"""REINFORCE: ``L = −mean_b A_b · log π(a_b)``.
+
+Plain REINFORCE needs no behaviour logprobs (the original's ``ReinforceLoss`` demanded
+``old_logp_action`` even on-policy, so offline data could not use it). The off-policy correction is
+the truncated importance-sampling wrapper (:class:`~ludic_train.losses.tis.TruncatedISCorrection`,
+``level="sequence"`` reproduces the original's ``sg(r_b)·A_b·log π(a_b)``), and the baseline is
+subtracted over the whole macro-batch by the :func:`~ludic_train.preprocess.subtract_baseline`
+preprocess, not per micro-batch (:func:`~ludic_train.presets.make_reinforce_baseline`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+from torch import Tensor
+
+from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, advantage_stats, require_key
+
+__all__ = ["ReinforceLoss"]
+
+
+@attrs.frozen
+class ReinforceLoss(TokenLoss):
+    """Per token ``−A_b · log π(a_t)``; summed per sequence (÷ ``n_b`` when ``length_normalize``)."""
+
+    length_normalize: bool = False
+
+    def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        advantages = require_key(batch, "weight", who="ReinforceLoss").to(ctx.dtype)
+        stats = advantage_stats(advantages)
+        stats["logp_mean"] = ctx.sequence_logp(length_normalize=self.length_normalize).mean().detach()
+        return -advantages[:, None] * ctx.token_logp, stats

@@ -1,0 +1,92 @@
+"""Truncated importance sampling (TIS) for the inference/training mismatch.
+
+The sampler (vLLM, Tinker, a bf16 in-process model) and the trainer compute slightly different
+probabilities for the same weights, and a pipeline adds staleness on top. TIS reweights any loss by the
+ratio between the current policy's recomputed logprobs ``π`` and the sampler's ``μ`` (``actor_logps``),
+truncated at ``cap`` so a few tokens the sampler found unlikely cannot dominate the update:
+
+* ``level="token"``: each token term of a :class:`TokenLoss` is multiplied by
+  ``sg(min(π(a_t)/μ(a_t), cap))`` before the per-sequence reduction;
+* ``level="sequence"``: each sequence term of any :class:`SequenceLoss` is multiplied by
+  ``sg(min(Π_t π(a_t)/μ(a_t), cap))``. ``TruncatedISCorrection(ReinforceLoss(), level="sequence",
+  cap=None)`` is the classic off-policy REINFORCE ``−sg(r_b) A_b log π(a_b)``.
+
+The weights are detached: they rescale the gradient, they are not optimised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Literal
+
+import attrs
+import torch
+from torch import Tensor
+
+from ludic_core.errors import ConfigError
+from ludic_train.losses._ratio import ACTOR_LOGPS, token_log_ratio
+from ludic_train.losses.base import SequenceLoss, Stats, TokenLogpContext, TokenLoss
+
+__all__ = ["TruncatedISCorrection"]
+
+TISLevel = Literal["token", "sequence"]
+
+
+@attrs.frozen
+class TruncatedISCorrection(SequenceLoss):
+    loss: SequenceLoss
+    level: TISLevel = "token"
+    cap: float | None = 2.0
+    required_inputs: frozenset[str] = attrs.field(init=False)
+
+    @required_inputs.default
+    def _required(self) -> frozenset[str]:
+        return frozenset(self.loss.required_inputs) | ACTOR_LOGPS
+
+    def __attrs_post_init__(self) -> None:
+        if self.level not in ("token", "sequence"):
+            raise ConfigError(
+                f"TruncatedISCorrection.level must be 'token' or 'sequence', got {self.level!r}"
+            )
+        if self.cap is not None and not (math.isfinite(self.cap) and self.cap > 0):
+            raise ConfigError(
+                f"TruncatedISCorrection.cap must be a finite number > 0 or None, got {self.cap!r}"
+            )
+        if not isinstance(self.loss, SequenceLoss):
+            raise ConfigError(
+                f"TruncatedISCorrection wraps a SequenceLoss (Ludic's loss base class); got {type(self.loss).__name__}"
+            )
+        if self.level == "token" and not isinstance(self.loss, TokenLoss):
+            raise ConfigError(
+                f"token-level TIS needs per-token loss terms, and {type(self.loss).__name__} is sequence-level; "
+                "use level='sequence'"
+            )
+
+    def _truncate(self, log_weight: Tensor) -> Tensor:
+        if self.cap is not None:
+            log_weight = log_weight.clamp(max=math.log(self.cap))
+        return log_weight.exp()
+
+    def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
+        with torch.no_grad():
+            log_ratio = token_log_ratio(ctx, batch, who="TruncatedISCorrection")
+        if self.level == "token":
+            assert isinstance(self.loss, TokenLoss)  # checked at construction
+            per_token, stats = self.loss.token_terms(ctx, batch)
+            weights = self._truncate(log_ratio)
+            per_sequence = ctx.reduce(per_token * weights, length_normalize=self.loss.length_normalize)
+            weight_mean = ctx.masked_token_mean(weights)
+            capped = ctx.masked_token_mean((log_ratio.exp() > weights).float())
+        else:
+            per_sequence, stats = self.loss.sequence_terms(ctx, batch)
+            sequence_log_ratio = log_ratio.sum(dim=1)
+            weights = self._truncate(sequence_log_ratio)
+            per_sequence = per_sequence * weights
+            weight_mean = weights.mean()
+            capped = (sequence_log_ratio.exp() > weights).float().mean()
+        stats["tis/weight_mean"] = weight_mean.detach()
+        stats["tis/capped_frac"] = capped.detach()
+        # k1 estimate of KL(μ‖π) on the sampler's tokens: how far trainer and sampler disagree.
+        stats["tis/mismatch_kl"] = ctx.masked_token_mean(-log_ratio).detach()
+        return per_sequence, stats

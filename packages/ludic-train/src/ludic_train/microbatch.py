@@ -1,0 +1,157 @@
+"""Token-budget micro-batching: split a macro-batch so each forward pass stays under a token budget.
+
+Items are truncated to ``max_seq_len`` (recorded in their meta, never silently), sorted by length and
+packed greedily so that ``longest_item_in_chunk × items_in_chunk ≤ micro_token_budget`` — the padded
+size of the chunk, i.e. what the forward pass actually costs. Sorting by length keeps similar lengths
+together, so little of the budget is spent on padding (``bench/bench_microbatch_padding.py``).
+
+Every Ludic loss is a mean over the sequences of its micro-batch, so multiplying each micro-batch's
+loss by :func:`micro_loss_scale` (``micro_items / total_items``) before ``backward`` accumulates exactly
+the gradient of the whole macro-batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import torch
+from torch import Tensor
+
+from ludic_core.errors import ConfigError
+from ludic_core.saw import SAWItem
+from ludic_train.collate import collate_saw_items
+
+__all__ = [
+    "MicroBatch",
+    "collate_micro_batches",
+    "micro_loss_scale",
+    "split_items_by_token_budget",
+    "truncate_item",
+]
+
+
+@attrs.frozen
+class MicroBatch:
+    """One forward pass worth of collated tensors.
+
+    ``num_items`` sequences with ``num_tokens`` real (unpadded) tokens, after truncation;
+    ``num_truncated`` of them were cut to ``max_seq_len``. ``padded_tokens`` is what the forward pass
+    processes.
+    """
+
+    tensors: dict[str, Tensor]
+    num_items: int
+    num_tokens: int
+    num_truncated: int = 0
+
+    @property
+    def padded_tokens(self) -> int:
+        return int(self.tensors["input_ids"].numel())
+
+
+def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
+    """The item cut to its first ``max_seq_len`` tokens (itself if it fits), with the cut recorded in meta.
+
+    Per-token logprobs keep the entries of the retained action tokens. Meta gains
+    ``seq_len_truncated``, ``seq_len_original``, ``seq_len_retained``, ``seq_len_retained_frac``,
+    ``truncated=True`` and, unless a reason is already set, ``truncation_reason="max_seq_len"``;
+    ``completion_length`` and ``prompt_length`` are clipped to what was kept.
+    """
+    original = len(item)
+    if original <= max_seq_len:
+        return item
+    action_mask = item.action_mask[:max_seq_len]
+    kept_actions = sum(action_mask)
+    meta = dict(item.meta)
+    meta.update(
+        seq_len_truncated=True,
+        seq_len_original=original,
+        seq_len_retained=max_seq_len,
+        seq_len_retained_frac=max_seq_len / original,
+        truncated=True,
+    )
+    if not meta.get("truncation_reason"):
+        meta["truncation_reason"] = "max_seq_len"
+    if "completion_length" in meta:
+        meta["completion_length"] = kept_actions
+    if "prompt_length" in meta:
+        meta["prompt_length"] = max_seq_len - kept_actions
+    return attrs.evolve(
+        item,
+        input_ids=item.input_ids[:max_seq_len],
+        attention_mask=item.attention_mask[:max_seq_len],
+        action_mask=action_mask,
+        meta=meta,
+        actor_logps=None if item.actor_logps is None else item.actor_logps[:kept_actions],
+        teacher_logps=None if item.teacher_logps is None else item.teacher_logps[:kept_actions],
+    )
+
+
+def _check_budget(micro_token_budget: int, max_seq_len: int) -> None:
+    for name, value in (("micro_token_budget", micro_token_budget), ("max_seq_len", max_seq_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    if micro_token_budget < max_seq_len:
+        raise ConfigError(
+            f"micro_token_budget ({micro_token_budget}) must be >= max_seq_len ({max_seq_len}), "
+            "or a full-length item could not fit in any micro-batch"
+        )
+
+
+def split_items_by_token_budget(
+    items: Sequence[SAWItem], *, micro_token_budget: int, max_seq_len: int
+) -> list[list[SAWItem]]:
+    """Truncate, sort by length (ascending, stable) and pack greedily under the padded-token budget."""
+    _check_budget(micro_token_budget, max_seq_len)
+    ordered = sorted((truncate_item(item, max_seq_len) for item in items), key=len)
+    chunks: list[list[SAWItem]] = []
+    current: list[SAWItem] = []
+    for item in ordered:
+        # Ascending order: the new item is the longest, so it sets the chunk's padded length.
+        if current and len(item) * (len(current) + 1) > micro_token_budget:
+            chunks.append(current)
+            current = []
+        current.append(item)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def collate_micro_batches(
+    items: Sequence[SAWItem],
+    *,
+    pad_token_id: int,
+    micro_token_budget: int,
+    max_seq_len: int,
+    device: torch.device | str | None = None,
+) -> list[MicroBatch]:
+    """:func:`split_items_by_token_budget` then :func:`collate_saw_items` per chunk (``[]`` for no items)."""
+    chunks = split_items_by_token_budget(
+        items, micro_token_budget=micro_token_budget, max_seq_len=max_seq_len
+    )
+    return [
+        MicroBatch(
+            tensors=collate_saw_items(chunk, pad_token_id=pad_token_id, device=device),
+            num_items=len(chunk),
+            num_tokens=sum(len(item) for item in chunk),
+            num_truncated=sum(1 for item in chunk if item.meta.get("seq_len_truncated")),
+        )
+        for chunk in chunks
+    ]
+
+
+def micro_loss_scale(micro_items: int, total_items: int) -> float:
+    """The factor for a micro-batch's loss so the summed micro-batch gradients equal the macro-batch's.
+
+    Losses are means over their sequences, so a micro-batch of ``m`` items out of ``N`` contributes
+    ``m / N`` of the macro-batch mean. (Under data parallelism pass the global item count and let the
+    gradient all-reduce *sum*, or the per-rank count with an averaging all-reduce when ranks hold equal
+    counts.)
+    """
+    for name, value in (("micro_items", micro_items), ("total_items", total_items)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    if micro_items > total_items:
+        raise ConfigError(f"micro_items ({micro_items}) cannot exceed total_items ({total_items})")
+    return micro_items / total_items

@@ -1,0 +1,39 @@
+"""Pipeline RL over Redis: actors generate while the learner trains (``pip install "ludic-train[redis]"``).
+
+* :mod:`~ludic_train.pipeline.wire` — the JSON message format (one message per actor batch);
+* :mod:`~ludic_train.pipeline.actor` — :class:`RedisPipelineActor` / :func:`run_pipeline_actor`;
+* :mod:`~ludic_train.pipeline.source` — :class:`RedisBatchSource`, the learner's ``BatchSource``;
+* :mod:`~ludic_train.pipeline.versions` — reading a sampler's policy version without guessing;
+* :mod:`~ludic_train.pipeline.connection` — lazy ``redis.asyncio`` connections with bounded waits.
+
+Importing this package does not import ``redis``; connecting does (a missing install raises an error
+that names the extra).
+"""
+
+from ludic_train.pipeline.actor import ActorStats, RedisPipelineActor, run_pipeline_actor
+from ludic_train.pipeline.source import RedisBatchSource
+from ludic_train.pipeline.versions import read_policy_version
+from ludic_train.pipeline.wire import (
+    DEFAULT_QUEUE_KEY,
+    WIRE_FORMAT,
+    WIRE_VERSION,
+    BatchMessage,
+    dead_letter_key,
+    decode_message,
+    encode_message,
+)
+
+__all__ = [
+    "DEFAULT_QUEUE_KEY",
+    "WIRE_FORMAT",
+    "WIRE_VERSION",
+    "ActorStats",
+    "BatchMessage",
+    "RedisBatchSource",
+    "RedisPipelineActor",
+    "dead_letter_key",
+    "decode_message",
+    "encode_message",
+    "read_policy_version",
+    "run_pipeline_actor",
+]

@@ -1,0 +1,408 @@
+"""The actor side of pipeline RL: generate SAW batches with the current policy and push them to Redis.
+
+Each iteration of :meth:`RedisPipelineActor.run`:
+
+1. **Back-pressure.** While the queue holds ``max_queue_len`` messages or more, wait (polling
+   ``LLEN``); after ``backpressure_timeout_s`` fail with :class:`~ludic_core.errors.LudicTimeoutError`
+   (a learner that stopped consuming must not let actors spin forever). Waiting *before* generating
+   keeps the data fresh: a batch is generated only when there is room for it. With several actors the
+   bound is soft by at most one message per actor.
+2. ``before_batch(step)`` if given (e.g. load newer weights into a local sampler).
+3. **Version.** ``client.get_policy_version()`` with a per-attempt timeout, retried with backoff until
+   ``version_deadline_s``, then a loud failure (never a default of 0).
+4. **Generate.** ``requests_provider(step)`` → :meth:`RolloutEngine.generate_batch` (the same rollout,
+   credit and SAW-building code as the synchronous path; GRPO groups are credited whole here).
+5. **Tag.** Items whose model calls reported a version keep it (the SAW builder takes the oldest
+   version a turn's calls were sampled with); the others get the version read in step 3, which is the
+   oldest weights any of their calls can have used, so staleness is never underestimated. Without a
+   ``client`` an untagged item is an error.
+6. **Push.** One JSON message (:mod:`ludic_train.pipeline.wire`) per batch, with ``RPUSH``.
+
+Stopping: ``stop_event`` is checked between batches and while waiting for room; a batch being
+generated when it is set is finished and pushed first, so no half-batch is ever lost or sent.
+``max_batches`` stops after that many pushes. Cancelling the task stops at once (the batch in flight is
+dropped). Errors in generation are not swallowed: per-episode failures are handled by the engine's
+``on_failure`` policy; anything else propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import attrs
+import structlog
+
+from ludic_core.batch_sources import RolloutBatchSource
+from ludic_core.credit import CreditAssigner
+from ludic_core.curriculum import RequestsProvider
+from ludic_core.engine import FailurePolicy, RolloutEngine
+from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
+from ludic_core.filters import SampleFilter
+from ludic_core.inference import VersionedClient
+from ludic_core.saw import SAWItem
+from ludic_train.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
+from ludic_train.pipeline.versions import read_policy_version
+from ludic_train.pipeline.wire import DEFAULT_QUEUE_KEY, BatchMessage, encode_message
+
+__all__ = ["ActorStats", "RedisPipelineActor", "run_pipeline_actor"]
+
+log = structlog.get_logger(__name__)
+
+
+@attrs.define
+class ActorStats:
+    """Running counters of one actor (``actor.stats``; also returned by :meth:`RedisPipelineActor.run`)."""
+
+    batches_pushed: int = 0
+    items_pushed: int = 0
+    rollouts_pushed: int = 0
+    bytes_pushed: int = 0
+    empty_batches: int = 0
+    items_tagged_by_actor: int = 0
+    backpressure_waits: int = 0
+    backpressure_wait_s: float = 0.0
+    last_policy_version: int | None = None
+
+
+def default_actor_id() -> str:
+    """``host:pid:random`` — unique per actor instance, readable in queue dumps and logs."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _check_positive(name: str, value: object, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"RedisPipelineActor.{name} must be a number > 0, got {value!r}")
+
+
+def _check_int(name: str, value: object, minimum: int, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"RedisPipelineActor.{name} must be an int >= {minimum}, got {value!r}")
+
+
+class RedisPipelineActor:
+    """Generates batches with ``engine`` and RPUSHes them to ``queue_key`` (see the module docstring).
+
+    Args:
+        engine, requests_provider, credit_assigner, max_steps, timeout_s, episode_timeout_s,
+            concurrency, sample_filter, on_failure, require_actor_logps: as for
+            :class:`ludic_core.batch_sources.RolloutBatchSource` (``requests_provider(step)`` gives the
+            requests of one batch; ``step`` starts at ``start_step`` and advances once per batch).
+        redis_url: e.g. ``redis://127.0.0.1:6379/0``.
+        queue_key: the Redis list shared with the learner's :class:`RedisBatchSource`.
+        client: the sampler whose version tags the data (``None``: every item must already carry a
+            version reported by its model calls).
+        max_queue_len: back-pressure bound in messages (``None``: unbounded).
+        backpressure_timeout_s: the longest wait for room in the queue.
+        version_timeout_s / version_deadline_s: per-attempt and overall bound on reading the version.
+        max_consecutive_empty: raise after this many batches in a row without items (every episode
+            failed or was filtered), instead of spinning.
+        before_batch: ``await before_batch(step)`` before each batch's version read.
+        actor_id: name in the messages (default ``host:pid:random``).
+        connect_timeout_s / command_timeout_s: Redis connection and per-command bounds.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: RolloutEngine,
+        requests_provider: RequestsProvider,
+        credit_assigner: CreditAssigner,
+        redis_url: str,
+        max_steps: int,
+        queue_key: str = DEFAULT_QUEUE_KEY,
+        client: VersionedClient | None = None,
+        timeout_s: float | None = None,
+        episode_timeout_s: float | None = None,
+        concurrency: int | None = None,
+        sample_filter: SampleFilter | None = None,
+        on_failure: FailurePolicy = "continue",
+        require_actor_logps: bool | None = None,
+        max_queue_len: int | None = 32,
+        backpressure_timeout_s: float = 600.0,
+        version_timeout_s: float = 10.0,
+        version_deadline_s: float = 120.0,
+        max_consecutive_empty: int = 10,
+        before_batch: Callable[[int], Awaitable[None]] | None = None,
+        actor_id: str | None = None,
+        start_step: int = 0,
+        connect_timeout_s: float = 10.0,
+        command_timeout_s: float = 30.0,
+    ) -> None:
+        if not isinstance(queue_key, str) or not queue_key:
+            raise ConfigError(f"RedisPipelineActor.queue_key must be a non-empty str, got {queue_key!r}")
+        if client is not None and not callable(getattr(client, "get_policy_version", None)):
+            raise ConfigError(
+                f"RedisPipelineActor.client must be a VersionedClient (with get_policy_version), "
+                f"got {type(client).__name__}"
+            )
+        if before_batch is not None and not callable(before_batch):
+            raise ConfigError(f"RedisPipelineActor.before_batch must be callable, got {before_batch!r}")
+        _check_int("max_queue_len", max_queue_len, 1, allow_none=True)
+        _check_int("max_consecutive_empty", max_consecutive_empty, 1)
+        for name, value in (
+            ("backpressure_timeout_s", backpressure_timeout_s),
+            ("version_timeout_s", version_timeout_s),
+            ("version_deadline_s", version_deadline_s),
+            ("connect_timeout_s", connect_timeout_s),
+            ("command_timeout_s", command_timeout_s),
+        ):
+            _check_positive(name, value)
+        if actor_id is not None and (not isinstance(actor_id, str) or not actor_id):
+            raise ConfigError(
+                f"RedisPipelineActor.actor_id must be a non-empty str or None, got {actor_id!r}"
+            )
+        # Generation is exactly the online batch source's (same requests, seeds, credit and filters);
+        # the actor adds version reads, tagging, back-pressure and the queue around it.
+        self.source = RolloutBatchSource(
+            engine=engine,
+            credit_assigner=credit_assigner,
+            requests=requests_provider,
+            max_steps=max_steps,
+            timeout_s=timeout_s,
+            episode_timeout_s=episode_timeout_s,
+            concurrency=concurrency,
+            sample_filter=sample_filter,
+            on_failure=on_failure,
+            require_actor_logps=require_actor_logps,
+            start_step=start_step,
+        )
+        self.redis_url = redis_url
+        self.queue_key = queue_key
+        self.client = client
+        self.max_queue_len = max_queue_len
+        self.backpressure_timeout_s = float(backpressure_timeout_s)
+        self.version_timeout_s = float(version_timeout_s)
+        self.version_deadline_s = float(version_deadline_s)
+        self.max_consecutive_empty = max_consecutive_empty
+        self.before_batch = before_batch
+        self.actor_id = actor_id or default_actor_id()
+        self.connect_timeout_s = float(connect_timeout_s)
+        self.command_timeout_s = float(command_timeout_s)
+        self.stats = ActorStats()
+        self._redis: AsyncRedis | None = None
+
+    # -- connection --------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Open the Redis connection (PING within ``connect_timeout_s``); a no-op when open."""
+        if self._redis is None:
+            self._redis = await connect_redis(
+                self.redis_url,
+                connect_timeout_s=self.connect_timeout_s,
+                command_timeout_s=self.command_timeout_s,
+            )
+
+    async def aclose(self) -> None:
+        if self._redis is not None:
+            redis, self._redis = self._redis, None
+            await redis.aclose()
+
+    async def __aenter__(self) -> RedisPipelineActor:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _conn(self) -> AsyncRedis:
+        if self._redis is None:
+            raise ConfigError("RedisPipelineActor is not connected; call connect() or use `async with`")
+        return self._redis
+
+    async def _call(self, awaitable: Awaitable[Any], what: str) -> Any:
+        return await redis_call(awaitable, what=what, url=self.redis_url, timeout_s=self.command_timeout_s)
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def run(
+        self, *, stop_event: asyncio.Event | None = None, max_batches: int | None = None
+    ) -> ActorStats:
+        """Produce and push batches until ``stop_event`` is set or ``max_batches`` were pushed.
+
+        Opens the connection if needed and closes it on return when it opened it.
+        """
+        _check_int("run(max_batches)", max_batches, 1, allow_none=True)
+        opened_here = self._redis is None
+        await self.connect()
+        pushed = 0
+        consecutive_empty = 0
+        log.info("pipeline.actor_started", actor_id=self.actor_id, queue=self.queue_key, step=self.step)
+        try:
+            while max_batches is None or pushed < max_batches:
+                if stop_event is not None and stop_event.is_set():
+                    break
+                if not await self.wait_for_room(stop_event):
+                    break
+                message = await self.produce_batch()
+                if message is None:
+                    consecutive_empty += 1
+                    if consecutive_empty >= self.max_consecutive_empty:
+                        raise EpisodeError(
+                            f"actor {self.actor_id!r}: {consecutive_empty} consecutive batches produced no "
+                            f"items (every episode failed or was filtered; last step {self.step - 1}); "
+                            "see the rollout_engine.episodes_failed log events"
+                        )
+                    continue
+                consecutive_empty = 0
+                await self.push(message)
+                pushed += 1
+        finally:
+            log.info(
+                "pipeline.actor_stopped",
+                actor_id=self.actor_id,
+                batches_pushed=self.stats.batches_pushed,
+                items_pushed=self.stats.items_pushed,
+            )
+            if opened_here:
+                await self.aclose()
+        return self.stats
+
+    async def wait_for_room(self, stop_event: asyncio.Event | None = None) -> bool:
+        """Wait until the queue holds fewer than ``max_queue_len`` messages.
+
+        Returns ``False`` if ``stop_event`` was set while waiting; raises :class:`LudicTimeoutError`
+        after ``backpressure_timeout_s``.
+        """
+        if self.max_queue_len is None:
+            return True
+        redis = self._conn()
+        started = time.monotonic()
+        delay = 0.01
+        waited = False
+        while True:
+            length = int(await self._call(redis.llen(self.queue_key), f"LLEN {self.queue_key!r}"))
+            if length < self.max_queue_len:
+                break
+            elapsed = time.monotonic() - started
+            if not waited:
+                waited = True
+                self.stats.backpressure_waits += 1
+                log.info(
+                    "pipeline.actor_backpressure",
+                    actor_id=self.actor_id,
+                    queue=self.queue_key,
+                    queue_len=length,
+                    max_queue_len=self.max_queue_len,
+                )
+            if elapsed >= self.backpressure_timeout_s:
+                raise LudicTimeoutError(
+                    f"actor {self.actor_id!r}: queue {self.queue_key!r} on {redact_url(self.redis_url)} held "
+                    f"{length} >= max_queue_len={self.max_queue_len} messages for {self.backpressure_timeout_s} s; "
+                    "the learner is not consuming (is it running and reading the same queue_key?)"
+                )
+            pause = min(delay, self.backpressure_timeout_s - elapsed)
+            delay = min(delay * 2, 0.5)
+            if stop_event is None:
+                await asyncio.sleep(pause)
+            else:
+                try:
+                    await asyncio.wait_for(stop_event.wait(), pause)
+                except TimeoutError:
+                    pass
+                else:
+                    return False
+        if waited:
+            self.stats.backpressure_wait_s += time.monotonic() - started
+        return True
+
+    @property
+    def step(self) -> int:
+        """The step whose requests the next batch uses."""
+        return self.source.step
+
+    async def produce_batch(self) -> BatchMessage | None:
+        """Generate one batch for the current step and advance the step; ``None`` if it has no items."""
+        step = self.step
+        if self.before_batch is not None:
+            await self.before_batch(step)
+        version = (
+            None
+            if self.client is None
+            else await read_policy_version(
+                self.client, attempt_timeout_s=self.version_timeout_s, deadline_s=self.version_deadline_s
+            )
+        )
+        batch = await self.source.next_batch()
+        if not batch.items:
+            self.stats.empty_batches += 1
+            log.warning(
+                "pipeline.actor_empty_batch",
+                actor_id=self.actor_id,
+                step=step,
+                failed_episodes=batch.meta.get("num_failed_episodes"),
+            )
+            return None
+        items = self._tag(batch.items, version)
+        meta = {**batch.meta, "policy_version_read": version, "step": step}
+        return BatchMessage(
+            items=tuple(items), actor_id=self.actor_id, batch_index=step, created_at=time.time(), meta=meta
+        )
+
+    def _tag(self, items: Sequence[SAWItem], version: int | None) -> list[SAWItem]:
+        tagged: list[SAWItem] = []
+        for item in items:
+            current = item.meta.get("policy_version")
+            if isinstance(current, int) and not isinstance(current, bool):
+                tagged.append(item)
+                continue
+            if version is None:
+                raise DataError(
+                    f"actor {self.actor_id!r}: the item of rollout {item.meta.get('rollout_id')!r} has no "
+                    "policy_version (its model calls reported none) and the actor has no client to read "
+                    "one from; pass client= (a VersionedClient) to RedisPipelineActor"
+                )
+            self.stats.items_tagged_by_actor += 1
+            tagged.append(attrs.evolve(item, meta={**item.meta, "policy_version": version}))
+        return tagged
+
+    async def push(self, message: BatchMessage) -> None:
+        """RPUSH one encoded message."""
+        payload = encode_message(message)
+        await self._call(self._conn().rpush(self.queue_key, payload), f"RPUSH {self.queue_key!r}")
+        self.stats.batches_pushed += 1
+        self.stats.items_pushed += len(message.items)
+        self.stats.rollouts_pushed += message.num_rollouts
+        self.stats.bytes_pushed += len(payload)
+        self.stats.last_policy_version = message.policy_version
+
+
+async def run_pipeline_actor(
+    engine: RolloutEngine,
+    requests_provider: RequestsProvider,
+    credit_assigner: CreditAssigner,
+    redis_url: str,
+    *,
+    max_steps: int,
+    queue_key: str = DEFAULT_QUEUE_KEY,
+    client: VersionedClient | None = None,
+    stop_event: asyncio.Event | None = None,
+    max_batches: int | None = None,
+    **options: Any,
+) -> ActorStats:
+    """Build a :class:`RedisPipelineActor` and run it until stopped; returns its stats.
+
+    ``options`` are the other :class:`RedisPipelineActor` keyword arguments (``max_queue_len``,
+    ``concurrency``, ``version_deadline_s``, ...).
+    """
+    actor = RedisPipelineActor(
+        engine=engine,
+        requests_provider=requests_provider,
+        credit_assigner=credit_assigner,
+        redis_url=redis_url,
+        max_steps=max_steps,
+        queue_key=queue_key,
+        client=client,
+        **options,
+    )
+    async with actor:
+        return await actor.run(stop_event=stop_event, max_batches=max_batches)

@@ -1,0 +1,102 @@
+"""Redis connections for the pipeline: a lazy ``redis.asyncio`` import, bounded waits, clear errors.
+
+Every Redis call goes through :func:`redis_call`, which bounds it with a timeout and turns redis-py's
+exceptions into :class:`~ludic_core.errors.TransportError` / :class:`~ludic_core.errors.LudicTimeoutError`
+naming the server (password redacted), the key and what was being done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError, missing_extra
+
+__all__ = ["AsyncRedis", "connect_redis", "redact_url", "redis_call"]
+
+T = TypeVar("T")
+
+
+class AsyncRedis(Protocol):
+    """The part of ``redis.asyncio.Redis`` the pipeline uses (values come back as ``bytes``)."""
+
+    async def ping(self) -> Any: ...
+
+    async def rpush(self, name: str, *values: bytes) -> int: ...
+
+    async def blpop(self, keys: list[str], timeout: float = 0) -> tuple[bytes, bytes] | None: ...
+
+    async def llen(self, name: str) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+def redact_url(url: str) -> str:
+    """``redis://user:secret@host:6379/0`` → ``redis://user:***@host:6379/0`` (for error messages)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable redis url>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    from redis.exceptions import RedisError
+
+    return (RedisError, OSError)
+
+
+async def redis_call(awaitable: Awaitable[T], *, what: str, url: str, timeout_s: float) -> T:
+    """Await one Redis command with a timeout; failures become Ludic transport/timeout errors."""
+    try:
+        return await asyncio.wait_for(awaitable, timeout_s)
+    except TimeoutError as exc:
+        raise LudicTimeoutError(
+            f"Redis at {redact_url(url)} did not answer {what} within {timeout_s} s"
+        ) from exc
+    except _redis_errors() as exc:
+        raise TransportError(
+            f"Redis at {redact_url(url)} failed {what}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+async def connect_redis(url: str, *, connect_timeout_s: float, command_timeout_s: float) -> AsyncRedis:
+    """A ``redis.asyncio`` client for ``url`` that has answered PING.
+
+    ``command_timeout_s`` is the socket timeout: it must exceed the longest blocking command (BLPOP)
+    the caller issues, or redis-py would abort that command itself.
+    """
+    if not isinstance(url, str) or not url:
+        raise ConfigError(
+            f"redis_url must be a non-empty str such as 'redis://127.0.0.1:6379/0', got {url!r}"
+        )
+    for name, value in (("connect_timeout_s", connect_timeout_s), ("command_timeout_s", command_timeout_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{name} must be a number > 0, got {value!r}")
+    try:
+        import redis.asyncio as redis_asyncio
+    except ImportError as exc:
+        raise missing_extra("ludic-train", "redis", "redis") from exc
+    try:
+        client = redis_asyncio.Redis.from_url(
+            url,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=command_timeout_s,
+            decode_responses=False,
+        )
+    except ValueError as exc:  # a malformed URL (wrong scheme, bad port)
+        raise ConfigError(f"invalid redis_url {redact_url(url)!r}: {exc}") from exc
+    typed = cast(AsyncRedis, client)
+    try:
+        await redis_call(typed.ping(), what="PING", url=url, timeout_s=connect_timeout_s)
+    except BaseException:
+        await typed.aclose()
+        raise
+    return typed

@@ -1,0 +1,110 @@
+"""A private, throw-away ``redis-server`` for one-machine runs, tests and benchmarks.
+
+:func:`local_redis_server` starts the ``redis-server`` binary on a free loopback port in a temporary
+directory with persistence off (``--save "" --appendonly no``), waits until it answers PING, yields
+its URL and stops it afterwards. Nothing here needs the ``redis`` Python package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ludic_core.errors import ConfigError, LudicError, LudicTimeoutError
+
+__all__ = ["RedisServerNotFound", "find_redis_server", "free_loopback_port", "local_redis_server"]
+
+
+class RedisServerNotFound(LudicError, FileNotFoundError):
+    """No ``redis-server`` binary to start."""
+
+
+def find_redis_server() -> str | None:
+    """``redis-server`` on PATH, else ``/usr/bin/redis-server`` if executable, else ``None``."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    return "/usr/bin/redis-server" if os.access("/usr/bin/redis-server", os.X_OK) else None
+
+
+def free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _answers_ping(port: int, timeout_s: float = 0.5) -> bool:
+    # A raw RESP PING: no client library needed to know the server is up.
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def local_redis_server(*, startup_timeout_s: float = 10.0, binary: str | None = None) -> Iterator[str]:
+    """Yield ``redis://127.0.0.1:<port>/0`` of a fresh server, stopped on exit.
+
+    Raises :class:`RedisServerNotFound` without a binary and :class:`LudicTimeoutError` (quoting the
+    server's log) if it does not answer PING within ``startup_timeout_s``.
+    """
+    if (
+        isinstance(startup_timeout_s, bool)
+        or not isinstance(startup_timeout_s, (int, float))
+        or startup_timeout_s <= 0
+    ):
+        raise ConfigError(f"startup_timeout_s must be a number > 0, got {startup_timeout_s!r}")
+    executable = binary or find_redis_server()
+    if executable is None:
+        raise RedisServerNotFound(
+            "no redis-server binary on PATH or at /usr/bin/redis-server (Debian/Ubuntu: apt-get install redis-server)"
+        )
+    with tempfile.TemporaryDirectory(prefix="ludic-redis-") as workdir:
+        log_path = Path(workdir) / "redis.log"
+        # A port found free can be taken before the server binds it (the server then exits): retry
+        # with another port. A server that runs but stays silent is not retried.
+        for _attempt in range(3):
+            port = free_loopback_port()
+            command = [
+                executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", workdir, "--daemonize", "no",
+            ]  # fmt: skip
+            with log_path.open("wb") as log_file:
+                process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + startup_timeout_s
+            while process.poll() is None and time.monotonic() < deadline and not _answers_ping(port):
+                time.sleep(0.02)
+            if process.poll() is None and _answers_ping(port):
+                break
+            exited = process.poll() is not None
+            _stop(process)
+            if not exited:
+                break
+        if process.poll() is not None:
+            log_tail = log_path.read_text(errors="replace")[-2000:]
+            raise LudicTimeoutError(
+                f"{executable} did not answer PING on 127.0.0.1 within {startup_timeout_s} s; its log:\n{log_tail}"
+            )
+        try:
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            _stop(process)

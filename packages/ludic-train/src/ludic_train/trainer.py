@@ -1,0 +1,440 @@
+"""The Trainer: an optimisation loop over SAW batches, and nothing more.
+
+Each step pulls a macro-batch from the batch source, drops items that lag the current policy by more
+than ``max_lag``, lets the algorithm preprocess and validate it, splits it into token-budget
+micro-batches, accumulates their gradients (each micro-batch loss scaled so the sum equals the
+macro-batch gradient), clips, steps the optimiser, publishes the weights every N steps with
+``version = step``, checkpoints, evaluates and logs. Envs, episodes and credit assignment live
+upstream of the batch source; new algorithms are new ``RLAlgorithm`` values, not new trainers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from ludic_core.errors import ConfigError, DataError
+from ludic_core.saw import BatchSource, SAWBatch, SAWItem
+from ludic_train.algorithm import RLAlgorithm
+from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
+from ludic_train.config import TrainerConfig
+from ludic_train.loggers.base import TrainingLogger, canonicalize, is_number
+from ludic_train.microbatch import collate_micro_batches, micro_loss_scale
+from ludic_train.publisher import PolicyPublisher
+from ludic_train.weights import is_fsdp_module, merged_state_dict
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Evaluator", "StepResult", "Trainer"]
+
+log = structlog.get_logger(__name__)
+
+Evaluator = Callable[[int], Awaitable[Mapping[str, Any]]]
+"""``await evaluator(step)`` returns metrics (logged under ``eval/``)."""
+
+ResumeTarget = int | str | os.PathLike[str] | Literal["latest"] | None
+
+# Batch-meta averages forwarded to the step's metrics (names as the rollout batch source writes them).
+_BATCH_META_METRICS = (
+    "avg_total_reward",
+    "avg_completion_length",
+    "avg_prompt_length",
+    "num_failed_episodes",
+)
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+class StepResult(dict[str, float]):
+    """The metrics of one step (canonical keys); a plain dict with a typed name."""
+
+
+class Trainer:
+    """Args:
+    model: a causal LM (plain, PEFT-wrapped, or already ``fully_shard``-ed with FSDP2).
+    algorithm: credit assigner + loss (+ preprocess); the trainer uses the loss and preprocess.
+    batch_source: anything with ``async next_batch() -> SAWBatch``; if it also has
+        ``state_dict``/``load_state_dict``, checkpoints record and restore its position.
+    config: :class:`TrainerConfig`.
+    publisher: receives the weights every ``config.publish_every_steps`` steps.
+    checkpointer: a :class:`CheckpointManager` (saves every ``every_n_steps``).
+    resume_from: a step, a checkpoint path, ``"latest"`` (the newest checkpoint if there is one,
+        else a fresh start) or ``None``.
+    logger: a :class:`TrainingLogger` (tee several with ``TeeLogger``).
+    evaluator: ``async (step) -> metrics``; runs at start / every N steps as configured.
+    rngs: generators the run owns (``random.Random``, ``torch.Generator``, numpy) to checkpoint.
+    param_filter: ``(hf_name, tensor) -> bool`` selects what gets published.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Any,
+        algorithm: RLAlgorithm,
+        batch_source: BatchSource,
+        config: TrainerConfig,
+        publisher: PolicyPublisher | None = None,
+        checkpointer: CheckpointManager | None = None,
+        resume_from: ResumeTarget = None,
+        logger: TrainingLogger | None = None,
+        evaluator: Evaluator | None = None,
+        rngs: Mapping[str, RNGState] | None = None,
+        param_filter: Callable[[str, torch.Tensor], bool] | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
+        import torch
+
+        if config.publish_every_steps and publisher is None:
+            raise ConfigError(
+                f"TrainerConfig.publish_every_steps={config.publish_every_steps} but no publisher was given; "
+                "pass publisher= or set publish_every_steps=0"
+            )
+        if (config.eval_at_start or config.eval_every_steps) and evaluator is None:
+            raise ConfigError(
+                "TrainerConfig asks for evaluation (eval_at_start / eval_every_steps) but evaluator=None"
+            )
+        if resume_from is not None and checkpointer is None:
+            raise ConfigError(f"resume_from={resume_from!r} needs a checkpointer")
+        self.config = config
+        self.algorithm = algorithm
+        self.batch_source = batch_source
+        self.publisher = publisher
+        self.checkpointer = checkpointer
+        self.logger = logger
+        self.evaluator = evaluator
+        self.rngs = dict(rngs or {})
+        self.param_filter = param_filter
+        self.device = torch.device(config.resolved_device())
+        self._fsdp = is_fsdp_module(model)
+        if not self._fsdp:
+            model.to(self.device)
+        if config.gradient_checkpointing:
+            self._enable_gradient_checkpointing(model)
+        self.model = model
+        self.optimizer = optimizer if optimizer is not None else self._make_optimizer()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step = 0
+        self.last_eval: dict[str, float] = {}
+        self.history: list[StepResult] = []
+        if resume_from is not None:
+            self._resume(resume_from)
+
+    # --- setup ----------------------------------------------------------------------------------------
+
+    def _trainable_parameters(self) -> list[torch.nn.Parameter]:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if not params:
+            raise ConfigError("the model has no parameters with requires_grad=True; nothing to train")
+        return params
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        import torch
+
+        params = self._trainable_parameters()
+        cfg = self.config
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(
+            params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas, eps=cfg.eps
+        )
+
+    @staticmethod
+    def _enable_gradient_checkpointing(model: Any) -> None:
+        enable = getattr(model, "gradient_checkpointing_enable", None)
+        if not callable(enable):
+            raise ConfigError(
+                f"gradient_checkpointing=True needs a model with gradient_checkpointing_enable(); "
+                f"{type(model).__name__} has none"
+            )
+        # Non-reentrant checkpointing works with frozen inputs (LoRA) without enable_input_require_grads.
+        enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        config = getattr(model, "config", None)
+        if config is not None:
+            config.use_cache = False
+
+    def _resume(self, target: ResumeTarget) -> None:
+        assert self.checkpointer is not None
+        if target == "latest":
+            if self.checkpointer.latest() is None:
+                log.info("trainer.resume.fresh_start", output_dir=str(self.checkpointer.cfg.output_dir))
+                return
+            target = None
+        loaded: LoadedCheckpoint = self.checkpointer.load(
+            target,
+            model=self.model,
+            optimizer=self.optimizer,
+            batch_source=self.batch_source,
+            rngs=self.rngs,
+        )
+        self.step = loaded.step
+        self.last_eval = {k: v for k, v in loaded.trainer_state.get("last_eval", {}).items() if is_number(v)}
+
+    # --- the loop -------------------------------------------------------------------------------------
+
+    @property
+    def current_step(self) -> int:
+        return self.step
+
+    async def train(self, num_steps: int) -> list[StepResult]:
+        """Run ``num_steps`` more optimiser steps; returns their metrics."""
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
+            raise ConfigError(f"train(num_steps) must be an int >= 0, got {num_steps!r}")
+        set_total = getattr(self.logger, "set_total", None)
+        if callable(set_total):
+            set_total(self.step + num_steps, completed=self.step)
+        if self.config.eval_at_start and self.step == 0:
+            await self.evaluate()
+        results = []
+        for _ in range(num_steps):
+            results.append(await self.train_step())
+        return results
+
+    def train_sync(self, num_steps: int) -> list[StepResult]:
+        return asyncio.run(self.train(num_steps))
+
+    async def train_step(self) -> StepResult:
+        import torch
+
+        cfg = self.config
+        t_start = time.perf_counter()
+        batch, stale = await self._next_fresh_batch()
+        t_data = time.perf_counter()
+
+        self.model.train()
+        micro_batches = collate_micro_batches(
+            batch.items,
+            pad_token_id=cfg.pad_token_id,
+            micro_token_budget=cfg.micro_token_budget,
+            max_seq_len=cfg.max_seq_len,
+            device=self.device,
+        )
+        total_items = len(batch.items)
+        stat_sums: dict[str, torch.Tensor] = {}
+        loss_sum = torch.zeros((), device=self.device)
+        # Sharded ranks must run the same number of forward/backward passes (each one is a collective);
+        # a rank with fewer micro-batches repeats its last one with a zero loss scale.
+        passes = _max_across_ranks(len(micro_batches), self.device) if self._fsdp else len(micro_batches)
+        for index in range(passes):
+            padding_pass = index >= len(micro_batches)
+            micro = micro_batches[min(index, len(micro_batches) - 1)]
+            if self._fsdp:
+                self.model.set_requires_gradient_sync(index == passes - 1)
+            loss, stats = self.algorithm.compute_loss(
+                self.model, micro.tensors, cast_logits_to_fp32=cfg.cast_logits_to_fp32
+            )
+            if padding_pass:
+                (loss * 0.0).backward()
+                continue
+            scale = micro_loss_scale(micro.num_items, total_items)
+            (loss * scale).backward()
+            loss_sum = loss_sum + loss.detach() * scale
+            for key, value in stats.items():
+                weighted = value.detach().float() * scale
+                stat_sums[key] = stat_sums[key] + weighted if key in stat_sums else weighted
+
+        grad_norm = None
+        if cfg.max_grad_norm is not None:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        t_train = time.perf_counter()
+
+        # One device→host transfer for every stat of the step.
+        keys = ["loss", *stat_sums]
+        values = [loss_sum, *stat_sums.values()]
+        if grad_norm is not None:
+            keys.append("grad_norm")
+            values.append(grad_norm.detach().float().to(self.device))
+        host = torch.stack([v.reshape(()).to(self.device) for v in values]).tolist()
+        metrics: dict[str, float] = {
+            f"train/{k}" if "/" not in k else k: v for k, v in zip(keys, host, strict=True)
+        }
+
+        real_tokens = sum(m.num_tokens for m in micro_batches)
+        # Truncation to max_seq_len happens inside collate_micro_batches, so count it there.
+        truncated = sum(m.num_truncated for m in micro_batches)
+        metrics.update(
+            {
+                "train/step": float(self.step),
+                "train/lr": float(self.optimizer.param_groups[0]["lr"]),
+                "train/num_samples": float(total_items),
+                "train/num_micro_batches": float(len(micro_batches)),
+                "train/num_tokens": float(real_tokens),
+                "train/num_action_tokens": float(sum(i.num_action_tokens for i in batch.items)),
+                "train/seq_len_truncated_rate": truncated / total_items,
+                "train/stale_items_dropped": float(stale["dropped"]),
+            }
+        )
+        if stale["lags"]:
+            metrics["train/policy_lag_mean"] = sum(stale["lags"]) / len(stale["lags"])
+            metrics["train/policy_lag_max"] = float(max(stale["lags"]))
+        for key in _BATCH_META_METRICS:
+            if is_number(batch.meta.get(key)):
+                metrics[f"train/{key}"] = float(batch.meta[key])
+
+        if cfg.publish_every_steps and self.step % cfg.publish_every_steps == 0:
+            await self.publish()
+        t_publish = time.perf_counter()
+        if self.checkpointer is not None and self.checkpointer.should_save(self.step):
+            self.save_checkpoint()
+        t_end = time.perf_counter()
+
+        metrics.update(
+            {
+                "perf/step_s": t_end - t_start,
+                "perf/batch_wait_s": t_data - t_start,
+                "perf/train_s": t_train - t_data,
+                "perf/publish_s": t_publish - t_train,
+                "perf/checkpoint_s": t_end - t_publish,
+                "perf/tokens_per_s": real_tokens / max(t_train - t_data, 1e-9),
+                **_memory_stats(self.device),
+            }
+        )
+        result = StepResult(metrics)
+        self.history.append(result)
+        if cfg.eval_every_steps and self.step % cfg.eval_every_steps == 0:
+            await self.evaluate()
+        if self.logger is not None and (self.step % cfg.log_every == 0) and _rank() == 0:
+            self.logger.log(self.step, result)
+        return result
+
+    async def _next_fresh_batch(self) -> tuple[SAWBatch, dict[str, Any]]:
+        """Pull batches until one has items left after the staleness filter and the preprocess."""
+        dropped = 0
+        lags: list[int] = []
+        for _attempt in range(self.config.max_refills):
+            batch = await self.batch_source.next_batch()
+            if not isinstance(batch, SAWBatch):
+                raise DataError(f"batch source returned {type(batch).__name__}, expected SAWBatch")
+            items = batch.items
+            self._reject_future_versions(items)
+            if self.config.max_lag is not None:
+                fresh: list[SAWItem] = []
+                for item in items:
+                    version = item.meta.get("policy_version")
+                    # Untagged items (offline data) count as fresh.
+                    lag = self.step - version if isinstance(version, int) else 0
+                    if lag <= self.config.max_lag:
+                        fresh.append(item)
+                        lags.append(lag)
+                    else:
+                        dropped += 1
+                items = fresh
+            else:
+                lags.extend(
+                    self.step - i.meta["policy_version"]
+                    for i in items
+                    if isinstance(i.meta.get("policy_version"), int)
+                )
+            batch = SAWBatch(items=items, meta=dict(batch.meta))
+            if batch.items:
+                batch = self.algorithm.prepare(batch)
+            if batch.items:
+                return batch, {"dropped": dropped, "lags": lags}
+            log.info("trainer.empty_batch", step=self.step, stale_dropped=dropped)
+        raise DataError(
+            f"{self.config.max_refills} consecutive batches were empty after the staleness filter "
+            f"(max_lag={self.config.max_lag}, {dropped} items dropped) and the algorithm's preprocess; "
+            "check that the publisher moves the sampler's policy version"
+        )
+
+    def _reject_future_versions(self, items: list[SAWItem]) -> None:
+        """Data sampled by weights newer than the trainer's own step cannot come from this run (e.g.
+        leftovers of an earlier run on the same Redis queue); training on it would be silently wrong."""
+        future = [i.meta["policy_version"] for i in items if is_number(i.meta.get("policy_version"))]
+        future = [v for v in future if v > self.step]
+        if future:
+            raise DataError(
+                f"{len(future)} items carry policy_version up to {max(future)} but the trainer is at step "
+                f"{self.step}: they were sampled by weights this run has not produced (a stale queue or a "
+                "publisher out of step); clear the source or resume the matching checkpoint"
+            )
+
+    # --- publishing, checkpoints, eval ----------------------------------------------------------------
+
+    async def publish(self) -> None:
+        """Send the current weights to the publisher with ``version = step``."""
+        if self.publisher is None:
+            raise ConfigError("publish() needs a publisher")
+        if getattr(self.publisher, "shares_trainer_weights", False):
+            await self.publisher.publish({}, version=self.step)
+            return
+        # Every FSDP2 rank joins the gather; only rank 0 sends.
+        tensors = merged_state_dict(self.model, param_filter=self.param_filter)
+        if _rank() == 0:
+            await self.publisher.publish(tensors, version=self.step)
+
+    def save_checkpoint(self) -> Path | None:
+        if self.checkpointer is None:
+            raise ConfigError("save_checkpoint() needs a checkpointer")
+        return self.checkpointer.save(
+            self.step,
+            model=self.model,
+            optimizer=self.optimizer,
+            trainer_state={"algorithm": self.algorithm.name, "last_eval": self.last_eval},
+            batch_source=self.batch_source,
+            rngs=self.rngs,
+        )
+
+    async def evaluate(self) -> dict[str, float]:
+        if self.evaluator is None:
+            raise ConfigError("evaluate() needs an evaluator")
+        if _rank() != 0:
+            return {}
+        was_training = self.model.training
+        self.model.eval()
+        t0 = time.perf_counter()
+        try:
+            raw = await self.evaluator(self.step)
+        finally:
+            self.model.train(was_training)
+        metrics = {
+            (k if k.startswith("eval/") else f"eval/{k}"): float(v) for k, v in raw.items() if is_number(v)
+        }
+        metrics["perf/eval_s"] = time.perf_counter() - t0
+        self.last_eval = metrics
+        if self.logger is not None:
+            self.logger.log(self.step, canonicalize(metrics))
+        return metrics
+
+    async def aclose(self) -> None:
+        if self.publisher is not None:
+            await self.publisher.aclose()
+        if self.logger is not None:
+            self.logger.close()
+
+
+def _max_across_ranks(value: int, device: torch.device) -> int:
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor([value], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def _memory_stats(device: torch.device) -> dict[str, float]:
+    import torch
+
+    if device.type == "cuda":
+        return {
+            "perf/peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20,
+            "perf/memory_mb": torch.cuda.memory_allocated(device) / 2**20,
+        }
+    # ru_maxrss is KiB on Linux, bytes on macOS.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"perf/peak_rss_mb": peak / (2**20 if sys.platform == "darwin" else 2**10)}

@@ -1,0 +1,280 @@
+"""Collation, token-budget micro-batching, truncation, and the macro/micro gradient equality."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from ludic_core.errors import ConfigError, DataError
+from ludic_core.saw import SAWItem
+from ludic_train.collate import collate_saw_items
+from ludic_train.losses import (
+    CISPOLoss,
+    CompositeLoss,
+    EntropyBonus,
+    GMPOLoss,
+    LossTerm,
+    MaskedCrossEntropyLoss,
+    ReinforceLoss,
+    ReverseKLLoss,
+    SAPOLoss,
+    SequenceClippedSurrogateLoss,
+    TokenClippedSurrogateLoss,
+    TokenKLLoss,
+    TruncatedISCorrection,
+)
+from ludic_train.losses.base import SequenceLoss
+from ludic_train.microbatch import (
+    collate_micro_batches,
+    micro_loss_scale,
+    split_items_by_token_budget,
+    truncate_item,
+)
+
+PAD = 0
+
+
+def make_item(
+    rng: random.Random, length: int, *, vocab: int = 48, logps: bool = True, weight: float | None = None
+) -> SAWItem:
+    prompt = rng.randint(1, max(1, length // 2))
+    action_mask = [0] * prompt + [1] * (length - prompt)
+    if length - prompt > 4:  # a masked tool observation between two turns
+        action_mask[prompt + 2] = 0
+    n_actions = sum(action_mask)
+    return SAWItem(
+        input_ids=[rng.randrange(1, vocab) for _ in range(length)],
+        attention_mask=[1] * length,
+        action_mask=action_mask,
+        weight=rng.uniform(-2, 2) if weight is None else weight,
+        meta={"completion_length": n_actions, "prompt_length": prompt},
+        actor_logps=[-rng.uniform(0.5, 4.0) for _ in range(n_actions)] if logps else None,
+        teacher_logps=[-rng.uniform(0.5, 4.0) for _ in range(n_actions)] if logps else None,
+    )
+
+
+def make_items(n: int, *, seed: int, lengths: tuple[int, int] = (3, 24)) -> list[SAWItem]:
+    rng = random.Random(seed)
+    return [make_item(rng, rng.randint(*lengths)) for _ in range(n)]
+
+
+# --- collation --------------------------------------------------------------------------------------
+
+
+def test_collate_pads_right_and_scatters_logps_onto_action_positions() -> None:
+    items = [
+        SAWItem(
+            input_ids=[5, 6, 7, 8],
+            attention_mask=[1, 1, 1, 1],
+            action_mask=[0, 1, 0, 1],
+            weight=2.0,
+            actor_logps=[-0.5, -1.5],
+            teacher_logps=[-0.25, -0.75],
+        ),
+        SAWItem(
+            input_ids=[9, 10],
+            attention_mask=[1, 1],
+            action_mask=[0, 1],
+            weight=-1.0,
+            actor_logps=[-2.0],
+            teacher_logps=[-3.0],
+        ),
+    ]
+    batch = collate_saw_items(items, pad_token_id=3)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8], [9, 10, 3, 3]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch["action_mask"].tolist() == [[0, 1, 0, 1], [0, 1, 0, 0]]
+    assert batch["weight"].tolist() == [2.0, -1.0]
+    assert batch["actor_logps"].tolist() == [[0, -0.5, 0, -1.5], [0, -2.0, 0, 0]]
+    assert batch["old_logp_action"].tolist() == [-2.0, -2.0]
+    assert batch["teacher_logps"].tolist() == [[0, -0.25, 0, -0.75], [0, -3.0, 0, 0]]
+    assert batch["input_ids"].dtype == torch.long and batch["attention_mask"].dtype == torch.long
+    assert batch["action_mask"].dtype == torch.float32 and batch["weight"].dtype == torch.float32
+
+
+def test_collate_without_logps_has_no_logp_keys() -> None:
+    rng = random.Random(0)
+    batch = collate_saw_items([make_item(rng, 5, logps=False)], pad_token_id=PAD)
+    assert set(batch) == {"input_ids", "attention_mask", "action_mask", "weight"}
+
+
+def test_collate_errors() -> None:
+    rng = random.Random(0)
+    with pytest.raises(DataError, match="empty"):
+        collate_saw_items([], pad_token_id=PAD)
+    mixed = [make_item(rng, 6), make_item(rng, 6, logps=False)]
+    with pytest.raises(DataError, match=r"actor_logps .* items \[1\] of 2"):
+        collate_saw_items(mixed, pad_token_id=PAD)
+    first_is_action = SAWItem(input_ids=[1, 2], attention_mask=[1, 1], action_mask=[1, 1], weight=1.0)
+    with pytest.raises(DataError, match=r"items \[0\] have action_mask\[0\] == 1"):
+        collate_saw_items([first_is_action], pad_token_id=PAD)
+    with pytest.raises(DataError, match="pad_token_id"):
+        collate_saw_items([make_item(rng, 4)], pad_token_id=-1)
+
+
+# --- splitting ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(("budget", "max_len"), [(24, 24), (40, 16), (100, 24), (1000, 30)])
+def test_split_respects_budget_and_keeps_every_item(seed: int, budget: int, max_len: int) -> None:
+    items = make_items(17, seed=seed)
+    chunks = split_items_by_token_budget(items, micro_token_budget=budget, max_seq_len=max_len)
+    assert all(max(len(i) for i in chunk) * len(chunk) <= budget for chunk in chunks)
+    flat = [item for chunk in chunks for item in chunk]
+    assert len(flat) == len(items)
+    assert all(len(item) <= max_len for item in flat)
+    assert sorted(i.input_ids for i in flat) == sorted(truncate_item(i, max_len).input_ids for i in items)
+    lengths = [len(i) for i in flat]
+    assert lengths == sorted(lengths)  # packed in ascending length order
+
+
+def test_split_packs_greedily_by_padded_size() -> None:
+    rng = random.Random(0)
+    items = [make_item(rng, n) for n in (10, 3, 4, 9, 4)]
+    chunks = split_items_by_token_budget(items, micro_token_budget=20, max_seq_len=10)
+    # sorted: 3 4 4 9 10 → [3,4,4] (4×3=12 ≤ 20; adding 9 would cost 36), [9,10] (10×2=20)
+    assert [[len(i) for i in chunk] for chunk in chunks] == [[3, 4, 4], [9, 10]]
+
+
+def test_split_validates_its_arguments() -> None:
+    items = make_items(3, seed=0)
+    with pytest.raises(ConfigError, match=r"micro_token_budget \(8\) must be >= max_seq_len \(16\)"):
+        split_items_by_token_budget(items, micro_token_budget=8, max_seq_len=16)
+    with pytest.raises(ConfigError, match="max_seq_len must be a positive int, got 0"):
+        split_items_by_token_budget(items, micro_token_budget=8, max_seq_len=0)
+    assert split_items_by_token_budget([], micro_token_budget=8, max_seq_len=8) == []
+    assert collate_micro_batches([], pad_token_id=PAD, micro_token_budget=8, max_seq_len=8) == []
+
+
+def test_truncation_cuts_logps_and_records_meta() -> None:
+    item = SAWItem(
+        input_ids=list(range(1, 11)),
+        attention_mask=[1] * 10,
+        action_mask=[0, 0, 0, 1, 1, 0, 1, 1, 1, 1],
+        weight=1.0,
+        meta={"completion_length": 6, "prompt_length": 3},
+        actor_logps=[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0],
+    )
+    cut = truncate_item(item, 7)
+    assert cut.input_ids == tuple(range(1, 8))
+    assert cut.action_mask == (0, 0, 0, 1, 1, 0, 1)
+    assert cut.actor_logps == (-1.0, -2.0, -3.0)
+    assert cut.teacher_logps is None
+    assert cut.meta == {
+        "completion_length": 3,
+        "prompt_length": 4,
+        "seq_len_truncated": True,
+        "seq_len_original": 10,
+        "seq_len_retained": 7,
+        "seq_len_retained_frac": 0.7,
+        "truncated": True,
+        "truncation_reason": "max_seq_len",
+    }
+    already = attrs_evolve_meta(item, {"truncated": True, "truncation_reason": "env"})
+    assert truncate_item(already, 7).meta["truncation_reason"] == "env"
+    assert truncate_item(item, 10) is item
+
+
+def attrs_evolve_meta(item: SAWItem, meta: dict) -> SAWItem:
+    import attrs
+
+    return attrs.evolve(item, meta={**item.meta, **meta})
+
+
+def test_micro_batches_carry_counts() -> None:
+    items = make_items(9, seed=4)
+    micro = collate_micro_batches(items, pad_token_id=PAD, micro_token_budget=48, max_seq_len=24)
+    assert sum(m.num_items for m in micro) == 9
+    assert sum(m.num_tokens for m in micro) == sum(len(i) for i in items)
+    assert sum(m.num_truncated for m in micro) == 0
+    cut = collate_micro_batches(items, pad_token_id=PAD, micro_token_budget=48, max_seq_len=12)
+    assert sum(m.num_truncated for m in cut) == sum(1 for i in items if len(i) > 12) > 0
+    assert sum(m.num_tokens for m in cut) == sum(min(len(i), 12) for i in items)
+    for m in micro:
+        assert m.tensors["input_ids"].shape[0] == m.num_items
+        assert m.padded_tokens <= 48
+        assert int(m.tensors["attention_mask"].sum()) == m.num_tokens
+
+
+def test_micro_loss_scale() -> None:
+    assert micro_loss_scale(3, 12) == 0.25
+    with pytest.raises(ConfigError, match="micro_items"):
+        micro_loss_scale(0, 4)
+    with pytest.raises(ConfigError, match="cannot exceed"):
+        micro_loss_scale(5, 4)
+
+
+# --- macro-batch gradient == sum of scaled micro-batch gradients --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=48,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        pad_token_id=PAD,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen2ForCausalLM(config)
+    return model.double().eval()  # float64: padding changes matmul shapes, keep round-off out of the way
+
+
+def _gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def _loss_on(model: torch.nn.Module, loss: SequenceLoss, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    logits = model(input_ids=tensors["input_ids"], attention_mask=tensors["attention_mask"]).logits
+    return loss.compute(logits, tensors)[0]
+
+
+GRADIENT_LOSSES = {
+    "reinforce": ReinforceLoss(),
+    "grpo": TokenClippedSurrogateLoss(length_normalize=True),
+    "gspo": SequenceClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.3, length_normalize=True),
+    "gmpo": GMPOLoss(),
+    "cispo": CISPOLoss(),
+    "sapo": SAPOLoss(),
+    "sft": MaskedCrossEntropyLoss(),
+    "opd": ReverseKLLoss(),
+    "tis_token": TruncatedISCorrection(ReinforceLoss(), level="token", cap=2.0),
+    "tis_sequence": TruncatedISCorrection(TokenClippedSurrogateLoss(), level="sequence", cap=2.0),
+    "composite": CompositeLoss(
+        [LossTerm("pg", CISPOLoss()), LossTerm("kl", TokenKLLoss(coeff=0.1)), LossTerm("ent", EntropyBonus())]
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRADIENT_LOSSES))
+def test_macro_batch_gradient_equals_sum_of_scaled_micro_batch_gradients(
+    tiny_model: torch.nn.Module, name: str
+) -> None:
+    loss = GRADIENT_LOSSES[name]
+    items = make_items(13, seed=7)
+    tiny_model.zero_grad(set_to_none=True)
+    whole = collate_saw_items(items, pad_token_id=PAD)
+    _loss_on(tiny_model, loss, whole).backward()
+    macro = _gradients(tiny_model)
+
+    tiny_model.zero_grad(set_to_none=True)
+    micro = collate_micro_batches(items, pad_token_id=PAD, micro_token_budget=60, max_seq_len=24)
+    assert len(micro) >= 3 and len({m.tensors["input_ids"].shape[1] for m in micro}) >= 3
+    for batch in micro:
+        (_loss_on(tiny_model, loss, batch.tensors) * micro_loss_scale(batch.num_items, len(items))).backward()
+    summed = _gradients(tiny_model)
+
+    assert macro.keys() == summed.keys() and macro
+    for key in macro:
+        torch.testing.assert_close(summed[key], macro[key], rtol=1e-9, atol=1e-12, msg=key)
+    assert any(g.abs().max() > 1e-6 for g in macro.values())
