@@ -1,0 +1,248 @@
+"""``--middleware ludic_vllm.routes.LudicRoutes``: the ``/ludic/*`` routes as a pure-ASGI middleware.
+
+A middleware is the one way to add routes that has stayed the same across vLLM 0.10.2 → 0.33: no fork
+of ``run_server``, no monkeypatching. It reaches the engine through ``scope["app"].state.engine_client``.
+Besides answering ``/ludic/*``, it stamps every ``/v1/*`` response with the policy version at arrival
+and at response time, and holds new generation requests while an update is being applied so that they
+start on the new weights.
+
+Weight-changing routes accept only loopback callers, unless a bearer token is configured
+(``LUDIC_VLLM_API_TOKEN`` in the server's environment; ``ludic-vllm serve --ludic-api-token``), in which
+case they require ``Authorization: Bearer <token>`` from every caller.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+import traceback
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs
+
+import structlog
+
+from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
+from ludic_vllm.service import ConflictError, UpdateService
+from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START, ROUTE_PREFIX
+
+__all__ = ["ENV_API_TOKEN", "ENV_INITIAL_VERSION", "LudicRoutes", "is_loopback"]
+
+log = structlog.get_logger("ludic_vllm.routes")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+ENV_API_TOKEN = "LUDIC_VLLM_API_TOKEN"
+ENV_INITIAL_VERSION = "LUDIC_VLLM_INITIAL_VERSION"
+
+# Routes that change weights or generation state: loopback-only unless a token is configured.
+PROTECTED = frozenset(
+    {
+        "/ludic/transport/init",
+        "/ludic/transport/close",
+        "/ludic/update",
+        "/ludic/update_from_path",
+        "/ludic/update_from_bytes",
+        "/ludic/pause",
+        "/ludic/resume",
+        "/ludic/reset_prefix_cache",
+        "/ludic/lora/load",
+    }
+)
+GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+MAX_UPLOAD_BYTES = 8 * 2**30
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LudicRoutes:
+    """Pure-ASGI middleware serving ``/ludic/*`` in front of vLLM's OpenAI app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._service: UpdateService | None = None
+        self._token = os.environ.get(ENV_API_TOKEN) or None
+        initial = os.environ.get(ENV_INITIAL_VERSION, "0")
+        try:
+            self._initial_version = int(initial)
+        except ValueError as exc:
+            raise ConfigError(f"{ENV_INITIAL_VERSION} must be an int, got {initial!r}") from exc
+
+    def service(self, scope: Scope) -> UpdateService:
+        if self._service is None:
+            engine = scope["app"].state.engine_client
+            self._service = UpdateService(engine=engine, version=self._initial_version)
+        return self._service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        if path.startswith(ROUTE_PREFIX):
+            await self._ludic(scope, receive, send)
+        elif path.startswith("/v1/"):
+            await self._stamped(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    # -- /v1/*: version stamps --------------------------------------------------------------------
+
+    async def _stamped(self, scope: Scope, receive: Receive, send: Send) -> None:
+        service = self.service(scope)
+        if scope["path"] in GENERATION_PATHS:
+            await service.wait_idle()
+        start = service.version
+
+        async def send_stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((HEADER_POLICY_VERSION_START.encode(), str(start).encode()))
+                headers.append((HEADER_POLICY_VERSION.encode(), str(service.version).encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_stamped)
+
+    # -- /ludic/* ---------------------------------------------------------------------------------
+
+    def _authorize(self, scope: Scope) -> None:
+        if scope["path"] not in PROTECTED:
+            return
+        if self._token is not None:
+            auth = ""
+            for key, value in scope.get("headers", []):
+                if key.lower() == b"authorization":
+                    auth = value.decode("latin-1")
+            expected = f"Bearer {self._token}"
+            if not hmac.compare_digest(auth.encode(), expected.encode()):
+                raise HttpError(401, f"{scope['path']} requires 'Authorization: Bearer <token>'")
+            return
+        client = scope.get("client")
+        host = client[0] if client else None
+        if not is_loopback(host):
+            raise HttpError(
+                403,
+                f"{scope['path']} changes weights and accepts only loopback callers (got {host!r}); "
+                f"set {ENV_API_TOKEN} on the server to allow authenticated remote callers",
+            )
+
+    @staticmethod
+    async def _body(receive: Receive, limit: int) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise HttpError(499, "client disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise HttpError(413, f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    @staticmethod
+    def _json(raw: bytes) -> dict[str, Any]:
+        if not raw:
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise HttpError(400, f"request body is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise HttpError(400, f"request body must be a JSON object, got {type(data).__name__}")
+        return data
+
+    async def _dispatch(self, scope: Scope, receive: Receive) -> tuple[int, dict[str, Any]]:
+        service = self.service(scope)
+        path, method = scope["path"], scope["method"]
+        params = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        if method == "GET":
+            if path == "/ludic/health":
+                return await service.health()
+            if path == "/ludic/version":
+                return 200, service.version_info()
+            if path == "/ludic/world_size":
+                from ludic_vllm._compat import world_size
+
+                return 200, {"world_size": world_size(service.engine)}
+            if path == "/ludic/updates":
+                if "update_id" not in params:
+                    raise HttpError(400, "/ludic/updates needs ?update_id=")
+                return 200, service.update_status(params["update_id"])
+            if path == "/ludic/is_paused":
+                return 200, await service.is_paused()
+        elif method == "POST":
+            if path == "/ludic/update_from_bytes":
+                payload = await self._body(receive, MAX_UPLOAD_BYTES)
+                return 200, await service.update_from_bytes(payload, params)
+            body = self._json(await self._body(receive, 64 * 2**20))
+            if path == "/ludic/update":
+                return 200, await service.update(body)
+            if path == "/ludic/update_from_path":
+                return 200, await service.update_from_path(body)
+            if path == "/ludic/transport/init":
+                return 200, await service.init_transport(body)
+            if path == "/ludic/transport/close":
+                return 200, await service.close_transport()
+            if path == "/ludic/pause":
+                return 200, await service.pause(body)
+            if path == "/ludic/resume":
+                return 200, await service.resume()
+            if path == "/ludic/reset_prefix_cache":
+                return 200, await service.reset_prefix_cache()
+            if path == "/ludic/lora/load":
+                return 200, await service.load_lora(scope["app"].state, body)
+        raise HttpError(404, f"no route {method} {path}")
+
+    async def _ludic(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            self._authorize(scope)
+            status, payload = await self._dispatch(scope, receive)
+        except HttpError as exc:
+            status, payload = exc.status, {"error": {"message": str(exc), "type": "HttpError"}}
+        except ConflictError as exc:
+            status, payload = 409, {"error": {"message": str(exc), "type": type(exc).__name__}}
+        except (ConfigError, DataError) as exc:
+            status, payload = 400, {"error": {"message": str(exc), "type": type(exc).__name__}}
+        except LudicTimeoutError as exc:
+            status, payload = 504, {"error": {"message": str(exc), "type": type(exc).__name__}}
+        except Exception as exc:
+            log.error("ludic route failed", path=scope["path"], error=repr(exc), tb=traceback.format_exc())
+            status, payload = (
+                500,
+                {"error": {"message": f"{type(exc).__name__}: {exc}", "type": type(exc).__name__}},
+            )
+        body = json.dumps(payload).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
