@@ -1,0 +1,649 @@
+"""A loopback fake of the Tinker service, for driving the unmodified ``tinker`` SDK in tests.
+
+Only what cannot run here is faked: the remote service. The SDK, its HTTP transport, its protobuf
+wire format and its futures are the real ones. The fake speaks the endpoints and wire formats the SDK
+uses (JSON for most requests, protobuf for ``forward_backward`` bodies and for sample and
+forward-backward results), parses every JSON request with the installed SDK's own strict pydantic
+request models, and is backed by :class:`~fake_tinker.model.TinyLM`, so sampling, logprobs,
+``forward_backward`` and ``optim_step`` are real computations.
+
+It also checks what it receives, beyond what the SDK checks client-side: every ``loss_fn_inputs``
+tensor has the datum's input length, each loss gets exactly the inputs it needs with the right dtypes,
+token ids are in the vocabulary, sampling requests carry ``max_tokens``, and training requests arrive
+in ``seq_id`` order. A violation fails the request (``RequestFailedError``, category user) and is
+recorded in :attr:`FakeTinkerService.violations`, which the test fixtures assert to be empty.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import random
+import threading
+import typing
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+from tinker import types
+from tinker.proto import tinker_public_pb2 as pb
+
+from .model import FakeTokenizer, TinyLM, datum_loss, sample_sequence, seed_from_name
+
+FAKE_BASE_MODEL = "fake/tiny-char-lm"
+
+_CLIP_KEYS = frozenset({"clip_low_threshold", "clip_high_threshold"})
+_RL_INPUTS = frozenset({"target_tokens", "logprobs", "advantages"})
+REQUIRED_INPUTS: dict[str, frozenset[str]] = {
+    "cross_entropy": frozenset({"target_tokens", "weights"}),
+    "importance_sampling": _RL_INPUTS,
+    "ppo": _RL_INPUTS,
+    "cispo": _RL_INPUTS,
+    "dro": _RL_INPUTS,
+    "gspo": _RL_INPUTS | {"sequence_ratio_mask"},
+}
+ALLOWED_CONFIG: dict[str, frozenset[str]] = {
+    "cross_entropy": frozenset(),
+    "importance_sampling": frozenset(),
+    "ppo": _CLIP_KEYS,
+    "cispo": _CLIP_KEYS,
+    "dro": frozenset({"beta"}),
+    "gspo": _CLIP_KEYS,
+}
+
+
+class Violation(Exception):
+    """Something a client sent that the real service would reject or misread."""
+
+
+@attrs.define
+class TrainingRun:
+    model_id: str
+    base_model: str
+    lora_rank: int
+    model: TinyLM
+    optimizer: torch.optim.AdamW
+    last_seq_id: int = 0
+    optim_steps: int = 0
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+
+@attrs.frozen
+class ForwardBackwardCall:
+    """One received ``forward_backward`` request, decoded, for assertions in tests."""
+
+    model_id: str
+    loss_fn: str
+    loss_fn_config: dict[str, float]
+    forward_only: bool
+    model_inputs: list[list[int]]
+    loss_fn_inputs: list[dict[str, np.ndarray]]
+
+
+@attrs.frozen
+class _Result:
+    body: bytes
+    content_type: str
+
+
+def _new_adamw(model: TinyLM) -> torch.optim.AdamW:
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
+
+
+def _known_loss_fns() -> frozenset[str]:
+    return frozenset(typing.get_args(types.LossFnType))
+
+
+class FakeTinkerService:
+    """Start with :meth:`start`; point the SDK at :attr:`base_url` with an api key ``tml-...``."""
+
+    def __init__(self, *, seed: int = 0, base_models: tuple[str, ...] = (FAKE_BASE_MODEL,)) -> None:
+        self.tokenizer = FakeTokenizer()
+        self.base_models = base_models
+        self.violations: list[str] = []
+        self.forward_backward_calls: list[ForwardBackwardCall] = []
+        self.optim_step_params: list[dict[str, Any]] = []
+        self.sample_requests: list[dict[str, Any]] = []
+        self.endpoint_counts: dict[str, int] = {}
+        self.fail_next: dict[str, str] = {}
+        """Endpoint path → error message: the next request to it fails with that user error."""
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._runs: dict[str, TrainingRun] = {}
+        self._samplers: dict[str, tuple[str, TinyLM]] = {}
+        self._saved: dict[str, dict[str, Any]] = {}
+        self._futures: dict[str, _Result] = {}
+        self._base_weights = {
+            name: TinyLM(self.tokenizer.vocab_size, seed=seed_from_name(name)).state_dict()
+            for name in base_models
+        }
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the fake Tinker service is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> FakeTinkerService:
+        service = self
+
+        class Handler(_Handler):
+            fake = service
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-tinker", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._server = None
+
+    def __enter__(self) -> FakeTinkerService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ introspection for tests
+
+    def training_run(self, model_id: str) -> TrainingRun:
+        return self._runs[model_id]
+
+    @property
+    def training_runs(self) -> list[TrainingRun]:
+        return list(self._runs.values())
+
+    @property
+    def saved_paths(self) -> list[str]:
+        return list(self._saved)
+
+    @property
+    def sampler_ids(self) -> list[str]:
+        return list(self._samplers)
+
+    def base_model_instance(self, name: str = FAKE_BASE_MODEL) -> TinyLM:
+        model = TinyLM(self.tokenizer.vocab_size, seed=0)
+        model.load_state_dict(self._base_weights[name])
+        return model
+
+    # ------------------------------------------------------------------ helpers
+
+    def _next_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    def _future(self, result: _Result) -> dict[str, Any]:
+        request_id = self._next_id("req")
+        with self._lock:
+            self._futures[request_id] = result
+        return {"request_id": request_id}
+
+    @staticmethod
+    def _json(obj: Any) -> _Result:
+        return _Result(json.dumps(obj).encode(), "application/json")
+
+    def _user_error(self, message: str) -> _Result:
+        return self._json({"error": message, "category": "user"})
+
+    def _violation(self, message: str) -> _Result:
+        with self._lock:
+            self.violations.append(message)
+        return self._user_error(message)
+
+    def _check_tokens(self, tokens: list[int], what: str) -> None:
+        bad = [t for t in tokens if not 0 <= t < self.tokenizer.vocab_size]
+        if bad:
+            raise Violation(
+                f"{what} holds token ids outside the vocabulary (size {self.tokenizer.vocab_size}): {bad[:5]}"
+            )
+
+    def _new_run(self, model_id: str, base_model: str, rank: int) -> TrainingRun:
+        if base_model not in self._base_weights:
+            raise Violation(f"unknown base_model {base_model!r}; the fake serves {list(self._base_weights)}")
+        model = TinyLM(self.tokenizer.vocab_size, seed=0)
+        model.load_state_dict(self._base_weights[base_model])
+        run = TrainingRun(model_id, base_model, rank, model, _new_adamw(model))
+        with self._lock:
+            self._runs[model_id] = run
+        return run
+
+    def _run(self, model_id: str) -> TrainingRun:
+        try:
+            return self._runs[model_id]
+        except KeyError:
+            raise Violation(f"unknown model_id {model_id!r}") from None
+
+    def _check_seq(self, run: TrainingRun, seq_id: int | None, what: str) -> None:
+        # Requests on one training client must be applied in the order they were submitted.
+        if seq_id is None:
+            raise Violation(f"{what} for {run.model_id} carries no seq_id")
+        if seq_id <= run.last_seq_id:
+            raise Violation(
+                f"{what} seq_id {seq_id} arrived after seq_id {run.last_seq_id} on {run.model_id}"
+            )
+        run.last_seq_id = seq_id
+
+    # ------------------------------------------------------------------ endpoints (JSON)
+
+    def create_session(self, body: dict[str, Any]) -> Any:
+        types.CreateSessionRequest.model_validate(body)
+        return {"session_id": self._next_id("session"), "type": "create_session"}
+
+    def create_model(self, body: dict[str, Any]) -> Any:
+        req = types.CreateModelRequest.model_validate(body)
+        model_id = f"{req.session_id}:train:{req.model_seq_id}"
+        rank = req.lora_config.rank if req.lora_config is not None else 32
+        try:
+            self._new_run(model_id, req.base_model, rank)
+        except Violation as exc:
+            return self._future(self._violation(str(exc)))
+        return self._future(self._json({"model_id": model_id, "type": "create_model"}))
+
+    def get_info(self, body: dict[str, Any]) -> Any:
+        req = types.GetInfoRequest.model_validate(body)
+        run = self._run(req.model_id)
+        return {
+            "model_id": run.model_id,
+            "model_data": {"arch": "tiny-char-lm", "model_name": run.base_model},
+            "is_lora": True,
+            "lora_rank": run.lora_rank,
+            "model_name": run.base_model,
+            "type": "get_info",
+        }
+
+    def optim_step(self, body: dict[str, Any]) -> Any:
+        req = types.OptimStepRequest.model_validate(body)
+        try:
+            run = self._run(req.model_id)
+            params = req.optim_params
+            if not isinstance(params, types.AdamParams):
+                raise Violation(f"optim_step got {type(params).__name__}, the fake run uses Adam")
+            with run.lock:
+                self._check_seq(run, req.seq_id, "optim_step")
+                self.optim_step_params.append(params.model_dump())
+                for group in run.optimizer.param_groups:
+                    group.update(
+                        lr=params.learning_rate,
+                        betas=(params.beta1, params.beta2),
+                        eps=params.eps,
+                        weight_decay=params.weight_decay,
+                    )
+                grads = [p.grad for p in run.model.parameters() if p.grad is not None]
+                grad_norm = (
+                    float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
+                )
+                if params.grad_clip_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(run.model.parameters(), params.grad_clip_norm)
+                run.optimizer.step()
+                run.optimizer.zero_grad(set_to_none=True)
+                run.optim_steps += 1
+        except Violation as exc:
+            return self._future(self._violation(str(exc)))
+        return self._future(self._json({"metrics": {"grad_norm:mean": grad_norm}}))
+
+    def _snapshot(self, run: TrainingRun) -> TinyLM:
+        model = TinyLM(self.tokenizer.vocab_size, seed=0)
+        model.load_state_dict(copy.deepcopy(run.model.state_dict()))
+        return model
+
+    def save_weights_for_sampler(self, body: dict[str, Any]) -> Any:
+        req = types.SaveWeightsForSamplerRequest.model_validate(body)
+        try:
+            run = self._run(req.model_id)
+            with run.lock:
+                self._check_seq(run, req.seq_id, "save_weights_for_sampler")
+                snapshot = self._snapshot(run)
+        except Violation as exc:
+            return self._future(self._violation(str(exc)))
+        if req.path is None:
+            sampler_id = f"{run.model_id}:sample:{req.sampling_session_seq_id}"
+            self._samplers[sampler_id] = (run.base_model, snapshot)
+            result = {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
+        else:
+            path = f"tinker://{run.model_id}/sampler_weights/{req.path}"
+            self._saved[path] = {"kind": "sampler", "base_model": run.base_model, "model": snapshot}
+            result = {"path": path, "type": "save_weights_for_sampler"}
+        return self._future(self._json(result))
+
+    def save_weights(self, body: dict[str, Any]) -> Any:
+        req = types.SaveWeightsRequest.model_validate(body)
+        try:
+            run = self._run(req.model_id)
+            if not req.path:
+                raise Violation("save_weights needs a name")
+            path = f"tinker://{run.model_id}/weights/{req.path}"
+            if path in self._saved and not req.overwrite:
+                raise Violation(f"checkpoint {path} exists and overwrite is false")
+            with run.lock:
+                self._check_seq(run, req.seq_id, "save_weights")
+                self._saved[path] = {
+                    "kind": "state",
+                    "base_model": run.base_model,
+                    "lora_rank": run.lora_rank,
+                    "weights": copy.deepcopy(run.model.state_dict()),
+                    "optimizer": copy.deepcopy(run.optimizer.state_dict()),
+                }
+        except Violation as exc:
+            return self._future(self._violation(str(exc)))
+        return self._future(self._json({"path": path, "type": "save_weights"}))
+
+    def load_weights(self, body: dict[str, Any]) -> Any:
+        req = types.LoadWeightsRequest.model_validate(body)
+        try:
+            saved = self._saved.get(req.path)
+            if saved is None or saved["kind"] != "state":
+                raise Violation(f"no training checkpoint at {req.path!r}")
+            if req.model_id is not None:
+                run = self._run(req.model_id)
+                with run.lock:
+                    self._check_seq(run, req.seq_id, "load_weights")
+            else:
+                if req.session_id is None or req.model_seq_id is None:
+                    raise Violation("load_weights needs model_id, or session_id and model_seq_id")
+                model_id = f"{req.session_id}:train:{req.model_seq_id}"
+                run = self._new_run(model_id, req.base_model or saved["base_model"], saved["lora_rank"])
+            with run.lock:
+                run.model.load_state_dict(copy.deepcopy(saved["weights"]))
+                run.optimizer = _new_adamw(run.model)
+                if req.optimizer:
+                    run.optimizer.load_state_dict(copy.deepcopy(saved["optimizer"]))
+        except Violation as exc:
+            return self._future(self._violation(str(exc)))
+        return self._future(self._json({"path": req.path, "model_id": run.model_id, "type": "load_weights"}))
+
+    def create_sampling_session(self, body: dict[str, Any]) -> Any:
+        req = types.CreateSamplingSessionRequest.model_validate(body)
+        sampler_id = f"{req.session_id}:sample:{req.sampling_session_seq_id}"
+        if req.model_path is not None:
+            saved = self._saved.get(req.model_path)
+            if saved is None or saved["kind"] != "sampler":
+                raise Violation(f"no sampler weights at {req.model_path!r}")
+            self._samplers[sampler_id] = (saved["base_model"], saved["model"])
+        elif req.base_model is not None:
+            if req.base_model not in self._base_weights:
+                raise Violation(f"unknown base_model {req.base_model!r}")
+            self._samplers[sampler_id] = (req.base_model, self.base_model_instance(req.base_model))
+        else:
+            raise Violation("create_sampling_session needs model_path or base_model")
+        return {"sampling_session_id": sampler_id, "type": "create_sampling_session"}
+
+    def asample(self, body: dict[str, Any]) -> Any:
+        req = types.SampleRequest.model_validate(body)
+        self.sample_requests.append(body)
+        n = req.num_samples
+        seq_ids = [self._next_id("seq") for _ in range(n)]
+        try:
+            result = self._sample(req)
+        except Violation as exc:
+            return {**self._future(self._violation(str(exc))), "sample_sequence_ids": seq_ids}
+        return {**self._future(result), "sample_sequence_ids": seq_ids}
+
+    def _sample(self, req: Any) -> _Result:
+        if req.sampling_session_id is None or req.sampling_session_id not in self._samplers:
+            raise Violation(f"unknown sampling_session_id {req.sampling_session_id!r}")
+        _, model = self._samplers[req.sampling_session_id]
+        prompt = req.prompt.to_ints()
+        if not prompt:
+            raise Violation("sample got an empty prompt")
+        self._check_tokens(prompt, "the prompt")
+        params = req.sampling_params
+        if params.max_tokens is None or params.max_tokens < 1:
+            raise Violation(f"sampling_params.max_tokens must be set and >= 1, got {params.max_tokens!r}")
+        if params.temperature < 0 or not 0 < params.top_p <= 1:
+            raise Violation(f"invalid temperature/top_p: {params.temperature!r}/{params.top_p!r}")
+        stop = params.stop
+        stop_ids: frozenset[int] = frozenset({self.tokenizer.eos_token_id})
+        stop_strings: list[str] = []
+        if stop is not None:
+            stop_list = [stop] if isinstance(stop, str) else list(stop)
+            if all(isinstance(s, int) for s in stop_list):
+                self._check_tokens(list(stop_list), "sampling_params.stop")
+                stop_ids = frozenset(int(s) for s in stop_list)
+            elif all(isinstance(s, str) for s in stop_list):
+                stop_ids, stop_strings = frozenset(), [str(s) for s in stop_list]
+            else:
+                raise Violation(f"sampling_params.stop mixes strings and token ids: {stop_list!r}")
+        seed = params.seed if params.seed is not None else self._rng.randrange(2**31)
+        gen = torch.Generator().manual_seed(seed)
+        out = pb.SampleResponse()
+        for _ in range(req.num_samples):
+            tokens, logprobs, reason = sample_sequence(
+                model,
+                prompt,
+                max_tokens=params.max_tokens,
+                temperature=params.temperature,
+                top_k=params.top_k,
+                top_p=params.top_p,
+                stop_token_ids=stop_ids,
+                stop_strings=stop_strings,
+                generator=gen,
+            )
+            seq = out.sequences.add()
+            seq.tokens = np.asarray(tokens, dtype=np.int32).tobytes()
+            seq.logprobs = np.asarray(logprobs, dtype=np.float32).tobytes()
+            seq.stop_reason = pb.STOP_REASON_STOP if reason == "stop" else pb.STOP_REASON_LENGTH
+        if req.prompt_logprobs:
+            with torch.no_grad():
+                lp = (
+                    model.token_logprobs(prompt[:-1], prompt[1:]).numpy() if len(prompt) > 1 else np.array([])
+                )
+            out.prompt_logprobs = np.concatenate([[np.nan], lp]).astype(np.float32).tobytes()
+        return _Result(out.SerializeToString(), "application/x-protobuf")
+
+    def retrieve_future(self, body: dict[str, Any]) -> _Result:
+        req = types.FutureRetrieveRequest.model_validate(body)
+        with self._lock:
+            result = self._futures.pop(req.request_id, None)
+        if result is None:
+            return self._user_error(f"unknown request_id {req.request_id!r}")
+        return result
+
+    # ------------------------------------------------------------------ forward_backward (protobuf)
+
+    def forward_backward(self, body: bytes) -> Any:
+        msg = pb.ForwardBackwardRequest()
+        msg.ParseFromString(body)
+        try:
+            run = self._run(msg.model_id)
+            call = self._decode_forward_backward(msg)
+            with run.lock:
+                self._check_seq(run, msg.seq_id, "forward_backward")
+                result = self._run_forward_backward(run, call)
+        except Violation as exc:
+            return self._future(self._violation(str(exc)))
+        self.forward_backward_calls.append(call)
+        return self._future(result)
+
+    def _decode_forward_backward(self, msg: Any) -> ForwardBackwardCall:
+        loss_fn = msg.loss_fn
+        if loss_fn not in _known_loss_fns():
+            raise Violation(
+                f"loss_fn {loss_fn!r} is not a LossFnType of this SDK version ({sorted(_known_loss_fns())})"
+            )
+        if loss_fn not in REQUIRED_INPUTS:
+            raise Violation(f"the fake service does not implement loss_fn {loss_fn!r}")
+        config = {k: float(v) for k, v in msg.loss_fn_config.items()}
+        unknown_config = set(config) - ALLOWED_CONFIG[loss_fn]
+        if unknown_config:
+            raise Violation(f"loss_fn_config keys {sorted(unknown_config)} are not used by {loss_fn!r}")
+        if not all(math.isfinite(v) for v in config.values()):
+            raise Violation(f"loss_fn_config has non-finite values: {config}")
+        if not msg.data:
+            raise Violation("forward_backward got no data")
+        model_inputs, inputs_list = [], []
+        for i, datum in enumerate(msg.data):
+            tokens: list[int] = []
+            for chunk in datum.model_input:
+                if chunk.WhichOneof("chunk") != "encoded_text":
+                    raise Violation(f"datum {i}: only encoded_text chunks are supported")
+                tokens.extend(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist())
+            if not tokens:
+                raise Violation(f"datum {i}: empty model_input")
+            self._check_tokens(tokens, f"datum {i} model_input")
+            names = set(datum.loss_fn_inputs.keys())
+            required = REQUIRED_INPUTS[loss_fn]
+            if names != required:
+                raise Violation(
+                    f"datum {i}: loss {loss_fn!r} needs loss_fn_inputs {sorted(required)}, got {sorted(names)}"
+                )
+            arrays: dict[str, np.ndarray] = {}
+            for name in sorted(names):
+                tensor = datum.loss_fn_inputs[name]
+                if tensor.WhichOneof("encoding") != "dense":
+                    raise Violation(f"datum {i}: {name} is not dense")
+                want = pb.DTYPE_INT64 if name == "target_tokens" else pb.DTYPE_FLOAT32
+                if tensor.dtype != want:
+                    raise Violation(f"datum {i}: {name} has dtype {tensor.dtype}, expected {want}")
+                arr = np.frombuffer(tensor.dense, dtype=np.int64 if want == pb.DTYPE_INT64 else np.float32)
+                if list(tensor.shape) not in ([len(arr)], []):
+                    raise Violation(f"datum {i}: {name} has shape {list(tensor.shape)} but {len(arr)} values")
+                if len(arr) != len(tokens):
+                    raise Violation(
+                        f"datum {i}: {name} has {len(arr)} entries but model_input has {len(tokens)} tokens"
+                    )
+                if arr.dtype == np.float32 and not np.all(np.isfinite(arr)):
+                    raise Violation(f"datum {i}: {name} has non-finite values")
+                arrays[name] = arr.copy()
+            self._check_tokens(arrays["target_tokens"].tolist(), f"datum {i} target_tokens")
+            model_inputs.append(tokens)
+            inputs_list.append(arrays)
+        return ForwardBackwardCall(msg.model_id, loss_fn, config, msg.forward_only, model_inputs, inputs_list)
+
+    def _run_forward_backward(self, run: TrainingRun, call: ForwardBackwardCall) -> _Result:
+        total = torch.zeros(())
+        per_datum: list[np.ndarray] = []
+        for tokens, arrays in zip(call.model_inputs, call.loss_fn_inputs, strict=True):
+            p = run.model.token_logprobs(tokens, arrays["target_tokens"].tolist())
+            tensors = {
+                k: torch.from_numpy(v.astype(np.float32)) for k, v in arrays.items() if k != "target_tokens"
+            }
+            total = total + datum_loss(call.loss_fn, p, tensors, call.loss_fn_config)
+            per_datum.append(p.detach().numpy().astype(np.float32))
+        if not call.forward_only:
+            total.backward()  # gradients accumulate until optim_step, as on the real service
+        out = pb.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn")
+        out.metrics["loss:sum"] = float(total.detach())
+        record = out.loss_fn_outputs.add(type_tag="TorchLossReturn", num_datums=len(per_datum))
+        field = record.fields["logprobs"]
+        field.dtype = pb.DTYPE_FLOAT32
+        field.data = b"".join(a.tobytes() for a in per_datum)
+        field.offsets = np.cumsum([0] + [a.nbytes for a in per_datum]).astype(np.int64).tobytes()
+        return _Result(out.SerializeToString(), "application/x-protobuf")
+
+
+_JSON_ROUTES: dict[str, Callable[[FakeTinkerService, dict[str, Any]], Any]] = {
+    "/api/v1/client/config": lambda s, b: {
+        **types.ClientConfigResponse().model_dump(),
+        # Let ≤0.36 SDKs create clients from checkpoints with one load_weights request, as 0.38 does.
+        "create_model_via_load_weights": True,
+    },
+    "/api/v1/client/dynamic_config": lambda s, b: {},
+    "/api/v1/create_session": FakeTinkerService.create_session,
+    "/api/v1/session_heartbeat": lambda s, b: {"type": "session_heartbeat"},
+    "/api/v1/telemetry": lambda s, b: {"status": "accepted"},
+    "/api/v1/create_model": FakeTinkerService.create_model,
+    "/api/v1/get_info": FakeTinkerService.get_info,
+    "/api/v1/optim_step": FakeTinkerService.optim_step,
+    "/api/v1/save_weights": FakeTinkerService.save_weights,
+    "/api/v1/save_weights_for_sampler": FakeTinkerService.save_weights_for_sampler,
+    "/api/v1/load_weights": FakeTinkerService.load_weights,
+    "/api/v1/create_sampling_session": FakeTinkerService.create_sampling_session,
+    "/api/v1/asample": FakeTinkerService.asample,
+    "/api/v1/retrieve_future": FakeTinkerService.retrieve_future,
+    "/api/v1/healthz": lambda s, b: {"status": "ok"},
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    fake: FakeTinkerService
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        return
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if self.headers.get("Content-Encoding") == "zstd":
+            import zstandard
+
+            body = zstandard.ZstdDecompressor().decompress(body)
+        return body
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        self.fake.endpoint_counts[path] = self.fake.endpoint_counts.get(path, 0) + 1
+        if path.startswith("/api/v1/samplers/"):
+            sampler_id = path.rsplit("/", 1)[1]
+            entry = self.fake._samplers.get(sampler_id)
+            if entry is None:
+                self._send(404, b'{"detail": "unknown sampler"}')
+                return
+            body = {"sampler_id": sampler_id, "base_model": entry[0], "model_path": None}
+            self._send(200, json.dumps(body).encode())
+            return
+        if path == "/api/v1/healthz":
+            self._send(200, b'{"status": "ok"}')
+            return
+        self._send(404, json.dumps({"detail": f"no route GET {path}"}).encode())
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0]
+        fake = self.fake
+        with fake._lock:
+            fake.endpoint_counts[path] = fake.endpoint_counts.get(path, 0) + 1
+        body = self._read_body()
+        if not (self.headers.get("X-API-Key") or "").startswith("tml-"):
+            self._send(HTTPStatus.UNAUTHORIZED, b'{"detail": "missing or invalid X-API-Key"}')
+            return
+        injected = fake.fail_next.pop(path, None)
+        try:
+            if injected is not None:
+                self._send(200, json.dumps(fake._future(fake._user_error(injected))).encode())
+                return
+            if path == "/api/v1/forward_backward":
+                self._send(200, json.dumps(fake.forward_backward(body)).encode())
+                return
+            if path.startswith("/api/v1/sessions/") and path.endswith("/finish"):
+                self._send(200, b"null")
+                return
+            route = _JSON_ROUTES.get(path)
+            if route is None:
+                fake.violations.append(f"the SDK called an endpoint the fake does not serve: POST {path}")
+                self._send(404, json.dumps({"detail": f"no route POST {path}"}).encode())
+                return
+            result = route(fake, json.loads(body or b"{}"))
+            if isinstance(result, _Result):
+                self._send(200, result.body, result.content_type)
+            else:
+                self._send(200, json.dumps(result).encode())
+        except Violation as exc:
+            fake.violations.append(str(exc))
+            self._send(400, json.dumps({"detail": str(exc)}).encode())
+        except Exception as exc:  # a pydantic validation error means the client sent a malformed request
+            fake.violations.append(f"POST {path}: {type(exc).__name__}: {exc}")
+            self._send(400, json.dumps({"detail": f"{type(exc).__name__}: {exc}"}).encode())
