@@ -13,9 +13,11 @@ resolves a CUDA build of torch. Hugging Face hubs are never contacted (``OFFLINE
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -218,10 +220,33 @@ def _run_pytest(session: nox.Session, *args: str) -> None:
     )
 
 
+def disposable_venv(session_function: Callable[..., None]) -> Callable[..., None]:
+    """Delete the session's virtualenv when the session ends, unless it was asked to be reused.
+
+    Every session that installs torch makes a venv of 1.5–3.5 GB; kept, the twenty sessions of a full run
+    fill about 30 GB, enough to exhaust a CI machine's disk halfway through. Deleting each one as soon as
+    its session ends keeps the peak at one venv. ``nox -r``/``-R`` (reuse) keeps them for fast local
+    iteration.
+    """
+
+    @functools.wraps(session_function)
+    def run_then_discard(session: nox.Session, *args: Any, **kwargs: Any) -> None:
+        try:
+            session_function(session, *args, **kwargs)
+        finally:
+            venv = session.virtualenv
+            if not getattr(venv, "reuse_existing", False) and venv.location:
+                os.chdir(ROOT)  # a session may have chdir'd into its own tmp dir inside the venv
+                shutil.rmtree(venv.location, ignore_errors=True)
+
+    return run_then_discard
+
+
 # --- sessions ------------------------------------------------------------------------------------------
 
 
 @nox.session(python=PYTHON)
+@disposable_venv
 def lint(session: nox.Session) -> None:
     """Ruff lint (including the import bans of ARCHITECTURE §4) and format check."""
     _prepare(session)
@@ -232,6 +257,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@disposable_venv
 def typecheck(session: nox.Session) -> None:
     """mypy over every package's src/ (configuration in the root pyproject.toml)."""
     _prepare(session)
@@ -242,6 +268,7 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 @nox.parametrize("package", PACKAGES, ids=PACKAGES)
+@disposable_venv
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests, with the siblings listed in TEST_SIBLINGS installed from the tree."""
     _prepare(session)
@@ -257,6 +284,7 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session(python=PYTHON)
 @nox.parametrize("package", PACKAGES, ids=PACKAGES)
+@disposable_venv
 def isolated(session: nox.Session, package: str) -> None:
     """The package's built wheel alone (plus its sibling wheels, no extras) in a fresh venv."""
     _prepare(session)
@@ -296,6 +324,7 @@ def isolated(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python=PYTHON)
+@disposable_venv
 def examples(session: nox.Session) -> None:
     """Repository-level tests in tests/: the examples' CPU smoke settings."""
     _prepare(session)
@@ -306,6 +335,7 @@ def examples(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@disposable_venv
 def bench(session: nox.Session) -> None:
     """Run every bench/*.py and check that each prints one JSON object (ARCHITECTURE §7)."""
     _prepare(session)
@@ -320,6 +350,7 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@disposable_venv
 def demo(session: nox.Session) -> None:
     """The README's CPU quick start: examples/demo.py."""
     _prepare(session)
@@ -341,6 +372,7 @@ TINKER_SDK_VERSIONS = ("0.38.0", "0.30.4")
 
 @nox.session(python=PYTHON)
 @nox.parametrize("sdk", TINKER_SDK_VERSIONS, ids=TINKER_SDK_VERSIONS)
+@disposable_venv
 def tinker(session: nox.Session, sdk: str) -> None:
     """ludic-tinker's tests with a pinned tinker SDK version (real SDK, loopback fake service)."""
     _prepare(session)
@@ -364,6 +396,7 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 @nox.session(python=PYTHON)
+@disposable_venv
 def vllm(session: nox.Session) -> None:
     """ludic-vllm's `vllm`-marked tests against a real vLLM server on the CPU."""
     _prepare(session)
@@ -393,6 +426,7 @@ def vllm(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+@disposable_venv
 def build(session: nox.Session) -> None:
     """Build every package's sdist and wheel into dist/ (for publishing; not part of CI)."""
     _prepare(session)
