@@ -1,13 +1,14 @@
 """Subprocess for the FSDP2 test: 2 CPU ranks over gloo train the tiny model with SFT.
 
 Usage: ``python fsdp_worker.py OUT_DIR PORT``. Rank r trains on its half of a fixed batch; the result
-(params after training, published tensor names, checkpoint) goes to OUT_DIR for the parent to compare
+(params after training, each rank's step metrics, checkpoint) goes to OUT_DIR for the parent to compare
 with a single-process run over the whole batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -33,7 +34,8 @@ def run(rank: int, out_dir: str, port: int) -> None:
         model = shard_model(tiny_causal_lm(bpe_tokenizer(), seed=1))
         manager = CheckpointManager(CheckpointConfig(Path(out_dir) / "ckpt", every_n_steps=STEPS))
         trainer = make_trainer(model, batches(rank=rank, world_size=2), checkpointer=manager)
-        asyncio.run(trainer.train(STEPS))
+        history = asyncio.run(trainer.train(STEPS))
+        (Path(out_dir) / f"metrics_rank{rank}.json").write_text(json.dumps([dict(r) for r in history]))
         full = merged_state_dict(model)  # every rank joins the gather
         if rank == 0:
             torch.save(full, Path(out_dir) / "fsdp_params.pt")

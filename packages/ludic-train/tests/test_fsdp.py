@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -36,12 +37,22 @@ def test_two_rank_fsdp2_matches_single_process_training(tmp_path: Path) -> None:
 
     reference_model = tiny_causal_lm(bpe_tokenizer(), seed=1)
     before = {k: v.clone() for k, v in reference_model.state_dict().items()}
-    make_trainer(reference_model, batches(rank=0, world_size=1)).train_sync(STEPS)
+    reference_history = make_trainer(reference_model, batches(rank=0, world_size=1)).train_sync(STEPS)
     reference = reference_model.state_dict()
     assert set(sharded) == set(reference)
     for name, value in reference.items():
         torch.testing.assert_close(sharded[name], value, rtol=1e-4, atol=1e-6, msg=name)
     assert any(not torch.equal(before[k], reference[k]) for k in reference)
+
+    # Every rank logs the whole macro-batch's stats (item-weighted means, summed counts, the global grad
+    # norm), equal to what the single process logs for the same batch.
+    for rank in (0, 1):
+        history = json.loads((tmp_path / f"metrics_rank{rank}.json").read_text())
+        assert len(history) == STEPS
+        for sharded_step, reference_step in zip(history, reference_history, strict=True):
+            for key in ("train/loss", "train/grad_norm", "train/num_samples", "train/num_action_tokens"):
+                assert sharded_step[key] == pytest.approx(reference_step[key], rel=1e-4), (rank, key)
+    assert reference_history[0]["train/grad_norm"] > 0.5  # clipping was active
 
     # The checkpoint written collectively by the two ranks loads into a plain (unsharded) model.
     manager = CheckpointManager(CheckpointConfig(tmp_path / "ckpt"))

@@ -253,29 +253,45 @@ class Trainer:
         self.step += 1
         t_train = time.perf_counter()
 
-        # One device→host transfer for every stat of the step.
-        keys = ["loss", *stat_sums]
-        values = [loss_sum, *stat_sums.values()]
-        if grad_norm is not None:
-            keys.append("grad_norm")
-            values.append(grad_norm.detach().float().to(self.device))
-        host = torch.stack([v.reshape(()).to(self.device) for v in values]).tolist()
-        metrics: dict[str, float] = {
-            f"train/{k}" if "/" not in k else k: v for k, v in zip(keys, host, strict=True)
-        }
-
         real_tokens = sum(m.num_tokens for m in micro_batches)
         # Truncation to max_seq_len happens inside collate_micro_batches, so count it there.
-        truncated = sum(m.num_truncated for m in micro_batches)
+        counts = {
+            "num_samples": float(total_items),
+            "num_micro_batches": float(len(micro_batches)),
+            "num_tokens": float(real_tokens),
+            "num_action_tokens": float(sum(i.num_action_tokens for i in batch.items)),
+            "num_truncated": float(sum(m.num_truncated for m in micro_batches)),
+        }
+        means = {"loss": loss_sum, **stat_sums}
+        # One device→host transfer for every stat of the step; sharded ranks first combine theirs in
+        # one collective, so every rank logs the whole macro-batch's numbers, not its own shard's.
+        replicated = {}
+        if grad_norm is not None:
+            # clip_grad_norm_ over sharded (DTensor) grads returns the norm of the whole model.
+            full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+            replicated["grad_norm"] = full_norm
+        host_means, host_counts, host_replicated = _combine_stats(
+            list(means.values()),
+            list(counts.values()),
+            list(replicated.values()),
+            weight=total_items,
+            device=self.device,
+            across_ranks=self._fsdp,
+        )
+        metrics: dict[str, float] = {
+            f"train/{k}" if "/" not in k else k: v
+            for k, v in [*zip(means, host_means, strict=True), *zip(replicated, host_replicated, strict=True)]
+        }
+        totals = dict(zip(counts, host_counts, strict=True))
         metrics.update(
             {
                 "train/step": float(self.step),
                 "train/lr": float(self.optimizer.param_groups[0]["lr"]),
-                "train/num_samples": float(total_items),
-                "train/num_micro_batches": float(len(micro_batches)),
-                "train/num_tokens": float(real_tokens),
-                "train/num_action_tokens": float(sum(i.num_action_tokens for i in batch.items)),
-                "train/seq_len_truncated_rate": truncated / total_items,
+                "train/num_samples": totals["num_samples"],
+                "train/num_micro_batches": totals["num_micro_batches"],
+                "train/num_tokens": totals["num_tokens"],
+                "train/num_action_tokens": totals["num_action_tokens"],
+                "train/seq_len_truncated_rate": totals["num_truncated"] / totals["num_samples"],
                 "train/stale_items_dropped": float(stale["dropped"]),
             }
         )
@@ -425,6 +441,45 @@ def _max_across_ranks(value: int, device: torch.device) -> int:
     tensor = torch.tensor([value], device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return int(tensor.item())
+
+
+def _combine_stats(
+    means: list[torch.Tensor],
+    counts: list[float],
+    replicated: list[torch.Tensor],
+    *,
+    weight: int,
+    device: torch.device,
+    across_ranks: bool,
+) -> tuple[list[float], list[float], list[float]]:
+    """Bring a step's stats to the host in one transfer, as floats.
+
+    ``means`` are averages over this rank's ``weight`` items; across ranks they become the item-weighted
+    average over every rank's items, ``counts`` become sums, and ``replicated`` values (the same on
+    every rank, e.g. the global grad norm) stay as they are. One ``all_reduce`` does all three.
+    """
+    import torch
+    import torch.distributed as dist
+
+    scalars = [
+        *(m.detach().float().reshape(()).to(device) * weight for m in means),
+        torch.tensor(float(weight), device=device),
+        torch.tensor(1.0, device=device),  # sums to the number of ranks
+        *(torch.tensor(c, device=device) for c in counts),
+        *(r.detach().float().reshape(()).to(device) for r in replicated),
+    ]
+    packed = torch.stack(scalars)
+    if across_ranks:
+        dist.all_reduce(packed, op=dist.ReduceOp.SUM)
+    host = packed.tolist()
+    n_means, n_counts = len(means), len(counts)
+    total_weight, ranks = host[n_means], host[n_means + 1]
+    rest = host[n_means + 2 :]
+    return (
+        [v / total_weight for v in host[:n_means]],
+        rest[:n_counts],
+        [v / ranks for v in rest[n_counts:]],
+    )
 
 
 def _memory_stats(device: torch.device) -> dict[str, float]:
