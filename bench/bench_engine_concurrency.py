@@ -23,31 +23,7 @@ import json
 import sys
 import time
 
-from ludic_core.engine import RolloutEngine
-from ludic_core.inference import InferenceSpec, ReturnSpec
-from ludic_core.protocols import SingleAgentProtocol
-from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic_core.testing import GuessNumberEnv, ScriptedAgent, ScriptedChatClient
-
-REPLIES = ["5", "3", "8", "1", "9", "2", "7", "4", "6", "10"]
-INFERENCE = InferenceSpec(return_=ReturnSpec.for_rl())
-
-
-def make_engine(latency_s: float) -> RolloutEngine:
-    client = ScriptedChatClient(REPLIES, cycle=True, latency_s=latency_s)
-    return RolloutEngine(
-        env_factories={"guess": GuessNumberEnv},
-        protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(client))},
-    )
-
-
-def requests(episodes: int) -> list[RolloutRequest]:
-    return [
-        RolloutRequest(
-            EnvSpec("guess"), ProtocolSpec("single"), env_seed=e, sampling_seed=e, inference=INFERENCE
-        )
-        for e in range(episodes)
-    ]
+from _guess_number import make_engine, requests
 
 
 async def run_engine(

@@ -19,21 +19,13 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from _guess_number import INFERENCE, make_client, make_engine, requests
+
 from ludic_core.credit import MonteCarloReturn
-from ludic_core.engine import RolloutEngine
-from ludic_core.inference import InferenceSpec, ReturnSpec, TokenCompletionRequest
-from ludic_core.protocols import SingleAgentProtocol
-from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic_core.testing import ByteTokenizer, GuessNumberEnv, ScriptedAgent, ScriptedChatClient
+from ludic_core.inference import TokenCompletionRequest
+from ludic_core.testing import ByteTokenizer, GuessNumberEnv
 from ludic_core.testing.agent import render_text_dialog
 from ludic_core.types import Message
-
-REPLIES = ["5", "3", "8", "1", "9", "2", "7", "4", "6", "10"]
-INFERENCE = InferenceSpec(return_=ReturnSpec.for_rl())
-
-
-def make_client() -> ScriptedChatClient:
-    return ScriptedChatClient(REPLIES, cycle=True)
 
 
 async def baseline(episodes: int, max_steps: int) -> int:
@@ -58,23 +50,6 @@ async def baseline(episodes: int, max_steps: int) -> int:
                 break
             messages.append({"role": "user", "content": outcome.obs})
     return steps
-
-
-def make_engine() -> RolloutEngine:
-    client = make_client()
-    return RolloutEngine(
-        env_factories={"guess": GuessNumberEnv},
-        protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(client))},
-    )
-
-
-def requests(episodes: int) -> list[RolloutRequest]:
-    return [
-        RolloutRequest(
-            EnvSpec("guess"), ProtocolSpec("single"), env_seed=e, sampling_seed=e, inference=INFERENCE
-        )
-        for e in range(episodes)
-    ]
 
 
 async def engine_rollouts(episodes: int, max_steps: int, concurrency: int) -> int:
