@@ -120,7 +120,7 @@ async def test_good_code_passes_and_reports_isolation(pool: SandboxPool) -> None
     iso = report.outcomes[0].result.isolation
     if AS_ROOT:
         assert iso.dedicated_uid and iso.uid is not None and iso.uid >= 61000
-        assert iso.network_isolated
+        assert iso.network_isolated and iso.network_method == "namespace"
         assert "/tmp" in iso.private_tmp
 
 
@@ -253,6 +253,59 @@ async def test_network_sockets_cannot_reach_anything(pool: SandboxPool) -> None:
     result = report.outcomes[0].result
     assert result.isolation.network_isolated
     assert ("connected" not in result.stdout and "OSError" in result.stderr) or "Error" in result.stderr
+
+
+SECCOMP_ARCHES = ("x86_64", "aarch64")
+
+
+@pytest.mark.skipif(os.uname().machine not in SECCOMP_ARCHES, reason="no seccomp socket filter for this arch")
+async def test_seccomp_fallback_denies_network_sockets_but_not_unix_ones() -> None:
+    """The fallback for hosts that refuse network namespaces, forced here: only the filter cuts the network."""
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    code = textwrap.dedent(
+        f"""
+        import socket
+        a, b = socket.socketpair()  # AF_UNIX: allowed
+        a.sendall(b'unix ok'); print(b.recv(16).decode())
+        for family in (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET, socket.AF_NETLINK):
+            try:
+                socket.socket(family, socket.SOCK_RAW if family == socket.AF_PACKET else socket.SOCK_STREAM)
+                print('opened', family)
+            except PermissionError:
+                print('denied', int(family))
+        try:
+            socket.create_connection(('127.0.0.1', {port}), timeout=1)
+            print('connected')
+        except PermissionError:
+            print('connect denied')
+        """
+    )
+    try:
+        with SandboxPool(max_concurrency=1, limits=LIMITS, network_methods=("seccomp",)) as seccomp_pool:
+            report = await seccomp_pool.run(code, [AssertTest("pass")])
+            good = await seccomp_pool.run(GOOD_CODE, GOOD_TESTS)
+    finally:
+        server.close()
+        await server.wait_closed()
+    result = report.outcomes[0].result
+    assert result.exit_code == 0, result.stderr
+    assert result.isolation.network_isolated and result.isolation.network_method == "seccomp"
+    import socket
+
+    families = (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET, socket.AF_NETLINK)
+    assert result.stdout.split("\n")[:6] == [
+        "unix ok",
+        *(f"denied {int(f)}" for f in families),
+        "connect denied",
+    ], result.stdout
+    assert good.all_passed, good.to_dict()  # ordinary programs run unhindered under the filter
+
+
+def test_network_methods_are_validated() -> None:
+    for bad in ((), "namespace", ("namespace", "firewall")):
+        with pytest.raises(ConfigError, match="network_methods"):
+            SandboxPool(max_concurrency=1, network_methods=bad)  # type: ignore[arg-type]
 
 
 async def test_background_process_is_killed_after_the_run(pool: SandboxPool, tmp_path: Path) -> None:

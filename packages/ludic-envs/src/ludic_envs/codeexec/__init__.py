@@ -2,6 +2,7 @@
 
 from ludic_envs.codeexec.env import CodeExecEnv, strip_code_fence
 from ludic_envs.codeexec.limits import SandboxLimits
+from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod
 from ludic_envs.codeexec.pool import SandboxPool, default_pool
 from ludic_envs.codeexec.process import ExecutionRequest
 from ludic_envs.codeexec.result import ExecutionResult, IsolationReport, LimitKind
@@ -16,6 +17,7 @@ from ludic_envs.codeexec.testcases import (
 )
 
 __all__ = [
+    "DEFAULT_NETWORK_METHODS",
     "AssertTest",
     "CodeExecEnv",
     "ExecutionRequest",
@@ -23,6 +25,7 @@ __all__ = [
     "IOTest",
     "IsolationReport",
     "LimitKind",
+    "NetworkMethod",
     "SandboxLimits",
     "SandboxPool",
     "TestCase",

@@ -4,7 +4,9 @@ Run as ``python -I -S _launcher.py CONFIG_JSON`` in a fresh session. It uses the
 only and is a fresh single-threaded process, so none of the fork-in-a-threaded-parent hazards of
 ``preexec_fn`` apply. Steps:
 
-1. unshare the network (and, as root, the mount namespace with private tmpfs over /tmp etc.);
+1. cut the network: a new network namespace or, where the kernel refuses one, a seccomp filter that
+   denies every socket but Unix ones (and io_uring, which can open sockets without ``socket()``); as
+   root, also a mount namespace with private tmpfs over /tmp etc.;
 2. become a child subreaper, so every orphan the program leaves is re-parented here and reaped here
    (not by the host's init, which may never reap it and leave zombies that count against limits);
 3. fork; the child sets the rlimits, enters the run directory, drops to the sandbox uid and execs;
@@ -17,9 +19,11 @@ The status descriptor is closed in the child before exec, so the program never s
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import resource
+import struct
 import sys
 from typing import Any
 
@@ -32,6 +36,24 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_SECCOMP = 22
+PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+AF_UNIX = 1
+# Per architecture: the audit arch seccomp reports, and the numbers of socket(2) and io_uring_setup(2).
+# x86_64 syscalls with bit 30 set are the x32 ABI (same audit arch, other numbers): all denied.
+_SECCOMP_ARCHES = {
+    "x86_64": (0xC000003E, 41, 425),
+    "aarch64": (0xC00000B7, 198, 425),
+}
+_X32_SYSCALL_BIT = 0x40000000
+# Classic BPF opcodes (linux/filter.h).
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_RET_K = 0x06
 
 
 def _libc() -> ctypes.CDLL:
@@ -82,6 +104,89 @@ def _private_tmp(libc: ctypes.CDLL, cfg: dict[str, Any], status: dict[str, Any])
         status["private_tmp_error"] = str(exc)
     finally:
         os.close(keep)
+
+
+def _socket_filter(machine: str) -> bytes | None:
+    """A seccomp program: ``socket()`` other than AF_UNIX and ``io_uring_setup()`` fail with EPERM,
+    as does any syscall made through a foreign ABI; everything else is allowed. None if ``machine``
+    is not an architecture listed in ``_SECCOMP_ARCHES``."""
+    if machine not in _SECCOMP_ARCHES:
+        return None
+    arch, nr_socket, nr_io_uring_setup = _SECCOMP_ARCHES[machine]
+    deny = SECCOMP_RET_ERRNO | errno.EPERM
+    # struct seccomp_data: int nr at offset 0, u32 arch at 4, u64 args[6] from 16 (little-endian: the
+    # low half of args[0], the socket family, is at 16).
+    program = [
+        (_LD_W_ABS, 0, 0, 4),  # A = arch
+        (_JEQ_K, 1, 0, arch),  # native ABI: skip the deny
+        (_RET_K, 0, 0, deny),
+        (_LD_W_ABS, 0, 0, 0),  # A = syscall number
+        (_JGE_K, 0, 1, _X32_SYSCALL_BIT),
+        (_RET_K, 0, 0, deny),
+        (_JEQ_K, 0, 1, nr_io_uring_setup),
+        (_RET_K, 0, 0, deny),
+        (_JEQ_K, 1, 0, nr_socket),
+        (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+        (_LD_W_ABS, 0, 0, 16),  # A = family
+        (_JEQ_K, 0, 1, AF_UNIX),
+        (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+        (_RET_K, 0, 0, deny),
+    ]
+    return b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in program)
+
+
+def _deny_network_sockets(libc: ctypes.CDLL) -> str | None:
+    """Install the socket filter on this process (inherited by every child and kept across exec).
+    Returns why it could not be installed, or None."""
+    machine = os.uname().machine
+    program = _socket_filter(machine)
+    if program is None:
+        return f"no seccomp socket filter for architecture {machine!r}"
+    if sys.byteorder != "little":
+        return "the seccomp socket filter assumes a little-endian machine"
+    count = len(program) // 8
+    filters = ctypes.create_string_buffer(program, len(program))
+
+    class _SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _SockFprog(count, ctypes.cast(filters, ctypes.c_void_p))
+    # no_new_privs is required to install a filter without CAP_SYS_ADMIN; it does not stop the
+    # child's own setuid() to the sandbox uid (only privilege gains through execve).
+    if libc.prctl(
+        PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
+    ):
+        return f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(ctypes.get_errno())}"
+    if libc.prctl(
+        PR_SET_SECCOMP,
+        ctypes.c_ulong(SECCOMP_MODE_FILTER),
+        ctypes.byref(fprog),
+        ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    ):
+        return f"prctl(PR_SET_SECCOMP): {os.strerror(ctypes.get_errno())}"
+    return None
+
+
+def _isolate_network(libc: ctypes.CDLL, methods: list[str], as_root: bool, status: dict[str, Any]) -> None:
+    """Try ``methods`` in order until one cuts the network; record which one (or why none could)."""
+    failures: list[str] = []
+    for method in methods:
+        if method == "namespace":
+            # As root a plain network namespace; otherwise one inside a new user namespace.
+            error = _unshare(libc, CLONE_NEWNET if as_root else CLONE_NEWUSER | CLONE_NEWNET)
+        elif method == "seccomp":
+            error = _deny_network_sockets(libc)
+        else:
+            error = "unknown method"
+        if error is None:
+            status["network_isolated"] = True
+            status["network_method"] = method
+            if failures:
+                status["network_note"] = f"network cut by {method} ({'; '.join(failures)})"
+            return
+        failures.append(f"{method}: {error}")
+    status["network_error"] = "network not isolated: " + "; ".join(failures)
 
 
 def _count_processes(uid: int) -> int:
@@ -138,15 +243,12 @@ def main() -> None:
     libc = _libc()
     as_root = os.geteuid() == 0
     try:
-        if cfg["isolate_network"]:
-            # As root a plain network namespace; otherwise one inside a new user namespace.
-            flags = CLONE_NEWNET if as_root else CLONE_NEWUSER | CLONE_NEWNET
-            error = _unshare(libc, flags)
-            status["network_isolated"] = error is None
-            if error is not None:
-                status["network_error"] = f"unshare: {error}"
+        # The mount namespace first: a seccomp filter installed before it would not hinder it, but
+        # keeping the filter last means nothing in setup runs under it.
         if cfg["private_tmp"] and as_root:
             _private_tmp(libc, cfg, status)
+        if cfg["isolate_network"]:
+            _isolate_network(libc, cfg["network_methods"], as_root, status)
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
         status["ok"] = True

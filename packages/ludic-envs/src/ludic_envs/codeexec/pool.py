@@ -19,6 +19,7 @@ import structlog
 from ludic_core.errors import ConfigError, LudicTimeoutError
 from ludic_envs.codeexec.identities import UidLease, claim_uids
 from ludic_envs.codeexec.limits import SandboxLimits
+from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod, check_network_methods
 from ludic_envs.codeexec.process import CLEANUP_GRACE_S, ExecutionRequest, SandboxIdentity, execute
 from ludic_envs.codeexec.result import ExecutionResult
 from ludic_envs.codeexec.testcases import TestCase, TestOutcome, TestReport, parse_tests
@@ -70,6 +71,7 @@ class SandboxPool:
         max_concurrency: int = 4,
         limits: SandboxLimits | None = None,
         isolate_network: bool = True,
+        network_methods: Sequence[NetworkMethod] = DEFAULT_NETWORK_METHODS,
         private_tmp: bool = True,
         drop_privileges: bool | None = None,
         python_executable: str | None = None,
@@ -80,6 +82,7 @@ class SandboxPool:
         self.max_concurrency = max_concurrency
         self.limits = limits or SandboxLimits()
         self.isolate_network = isolate_network
+        self.network_methods = check_network_methods(network_methods)
         self.private_tmp = private_tmp
         as_root = os.geteuid() == 0
         self.drop_privileges = as_root if drop_privileges is None else drop_privileges
@@ -125,6 +128,7 @@ class SandboxPool:
                 identity=identity,
                 base_dir=self._base_dir,
                 isolate_network=self.isolate_network,
+                network_methods=self.network_methods,
                 private_tmp=self.private_tmp,
             )
         finally:

@@ -23,6 +23,7 @@ import structlog
 
 from ludic_core.errors import ConfigError
 from ludic_envs.codeexec.limits import SandboxLimits
+from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod, check_network_methods
 from ludic_envs.codeexec.procscan import kill_pids, pids_of_uid, pids_with_marker
 from ludic_envs.codeexec.result import ExecutionResult, IsolationReport, LimitKind
 
@@ -359,9 +360,13 @@ async def execute(
     identity: SandboxIdentity,
     base_dir: str,
     isolate_network: bool = True,
+    network_methods: Sequence[NetworkMethod] = DEFAULT_NETWORK_METHODS,
     private_tmp: bool = True,
 ) -> ExecutionResult:
     """Run ``request`` once; never raises for anything the program does.
+
+    With ``isolate_network``, the ``network_methods`` are tried in order until one is in force (see
+    :data:`NetworkMethod`); the result's ``isolation`` says which one, or why none could be.
 
     On every way out (the program exits, a limit fires, the caller is cancelled) every process of
     the run is killed and reaped and every pipe and transport is closed before this returns.
@@ -379,6 +384,7 @@ async def execute(
         "env": _scrubbed_env(workdir, token),
         "status_fd": status_write,
         "isolate_network": isolate_network,
+        "network_methods": list(check_network_methods(network_methods)),
         "private_tmp": private_tmp,
         "uid": identity.uid,
         "gid": identity.gid,
@@ -425,12 +431,13 @@ async def execute(
     stdout = run.output[STDOUT].decode("utf-8", errors="replace")
     stderr = run.output[STDERR].decode("utf-8", errors="replace")
     setup_error = None if setup.get("ok") else str(setup.get("error", "the sandbox launcher did not report"))
-    notes = tuple(str(setup[k]) for k in ("network_error", "private_tmp_error") if k in setup)
+    notes = tuple(str(setup[k]) for k in ("network_error", "network_note", "private_tmp_error") if k in setup)
     uid = setup.get("uid")
     isolation = IsolationReport(
         uid=uid if isinstance(uid, int) else None,
         dedicated_uid=identity.uid is not None,
         network_isolated=bool(setup.get("network_isolated")),
+        network_method=setup.get("network_method"),
         private_tmp=tuple(str(d) for d in setup.get("private_tmp", ())),
         notes=(*notes, *run.notes),
     )

@@ -19,6 +19,7 @@ class IsolationReport:
     uid: int | None = None
     dedicated_uid: bool = False
     network_isolated: bool = False
+    network_method: str | None = None  # "namespace" or "seccomp" (ludic_envs.codeexec.network)
     private_tmp: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -27,6 +28,7 @@ class IsolationReport:
             "uid": self.uid,
             "dedicated_uid": self.dedicated_uid,
             "network_isolated": self.network_isolated,
+            "network_method": self.network_method,
             "private_tmp": list(self.private_tmp),
             "notes": list(self.notes),
         }
