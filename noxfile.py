@@ -104,6 +104,8 @@ FULL_STACK: tuple[str, ...] = (
 TYPECHECK_REQUIREMENTS = FULL_STACK
 EXAMPLES_REQUIREMENTS = (*FULL_STACK, "ludic-core[test]")
 BENCH_REQUIREMENTS = FULL_STACK
+# bench_grpo_vs_trl.py times the same GRPO step in TRL; pinned so the baseline does not move between runs.
+TRL = "trl==1.16.0"
 # The CPU demo runs what a user of the quick start installs.
 DEMO_REQUIREMENTS = ("ludic-core", "ludic-envs", "ludic-agents[hf]", "ludic-train")
 
@@ -343,7 +345,7 @@ def bench(session: nox.Session) -> None:
     if not scripts:
         session.log("no benchmarks in bench/ yet: nothing to run")
         return
-    _install_local(session, BENCH_REQUIREMENTS, editable=False)
+    _install_local(session, (*BENCH_REQUIREMENTS, TRL), editable=False)
     out = ROOT / "runs" / "bench" / "latest.json"
     session.run("python", "tools/run_bench.py", "--out", str(out), *session.posargs)
     session.log(f"benchmark results written to {out.relative_to(ROOT)}")
