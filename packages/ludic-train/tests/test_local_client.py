@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 import torch
@@ -55,6 +56,27 @@ async def test_concurrent_requests_are_batched_and_logprobs_match_a_full_forward
         ref = reference_logprobs(model, r.prompt_token_ids, r.completion_token_ids, 0.7)
         assert r.completion_logprobs == pytest.approx(ref, abs=1e-4)
         assert r.policy_version == 0
+
+
+async def test_unbatched_sampling_is_bit_reproducible_whatever_the_arrival_order(tok, model) -> None:  # type: ignore[no-untyped-def]
+    prompts = ["hello", "Natalia has 48 clips", "Board: X . O", "x" * 20, "a b c d e f"]
+
+    async def run(jitter_seed: int) -> list[tuple[tuple[int, ...], tuple[float, ...] | None]]:
+        client = LocalPolicyClient(model, tok, max_batch_size=1)
+        jitter = random.Random(jitter_seed)
+
+        async def one(i: int, prompt: str) -> tuple[tuple[int, ...], tuple[float, ...] | None]:
+            await asyncio.sleep(jitter.random() * 0.02)  # a different arrival order on every run
+            r = await client.complete_tokens(req(tok, prompt, seed=10 + i, max_tokens=12))
+            return r.completion_token_ids, r.completion_logprobs
+
+        results = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+        assert client.stats["batches"] == len(prompts)
+        return results
+
+    first = await run(0)
+    for jitter_seed in (1, 2):
+        assert await run(jitter_seed) == first  # exact equality, logprobs included
 
 
 async def test_same_seed_same_completion_different_seed_differs(tok, model) -> None:  # type: ignore[no-untyped-def]

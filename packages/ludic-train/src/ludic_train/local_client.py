@@ -8,7 +8,9 @@ weights at once. Its policy version is the trainer step (the trainer reports eac
 Concurrent requests are batched: the first request opens a short collection window
 (``batch_window_s``), everything that arrives in it (up to ``max_batch_size``) is left-padded into one
 batch and decoded together with a KV cache. Each request keeps its own sampling parameters, its own
-``torch.Generator`` (seeded from the request's seed) and its own stop tokens.
+``torch.Generator`` (seeded from the request's seed) and its own stop tokens. Batch composition depends
+on arrival timing and nudges the numerics (a row's logits differ in the last bits between batches), so
+only ``max_batch_size=1`` makes seeded sampling bit-reproducible across runs.
 
 Logprobs are the chosen tokens' log-probabilities under ``softmax(logits / temperature)`` — after
 temperature, before top-k / top-p / min-p filtering (the distribution a ratio-based loss recomputes).
