@@ -265,7 +265,7 @@ class Trainer:
         means = {"loss": loss_sum, **stat_sums}
         # One device→host transfer for every stat of the step; sharded ranks first combine theirs in
         # one collective, so every rank logs the whole macro-batch's numbers, not its own shard's.
-        replicated = {}
+        replicated: dict[str, torch.Tensor] = {}
         if grad_norm is not None:
             # clip_grad_norm_ over sharded (DTensor) grads returns the norm of the whole model.
             full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
@@ -461,14 +461,14 @@ def _combine_stats(
     import torch
     import torch.distributed as dist
 
-    scalars = [
-        *(m.detach().float().reshape(()).to(device) * weight for m in means),
-        torch.tensor(float(weight), device=device),
-        torch.tensor(1.0, device=device),  # sums to the number of ranks
-        *(torch.tensor(c, device=device) for c in counts),
-        *(r.detach().float().reshape(()).to(device) for r in replicated),
+    parts = [
+        torch.stack([m.detach().float().reshape(()).to(device) for m in means]) * weight,
+        # The host-side numbers go to the device in one copy; the 1.0 sums to the number of ranks.
+        torch.tensor([float(weight), 1.0, *counts], device=device),
     ]
-    packed = torch.stack(scalars)
+    if replicated:
+        parts.append(torch.stack([r.detach().float().reshape(()).to(device) for r in replicated]))
+    packed = torch.cat(parts)
     if across_ranks:
         dist.all_reduce(packed, op=dist.ReduceOp.SUM)
     host = packed.tolist()
