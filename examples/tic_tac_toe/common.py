@@ -1,14 +1,28 @@
-"""Pieces shared by the Tic-Tac-Toe examples: the agent, the engine, requests and eval metrics."""
+"""Pieces shared by the Tic-Tac-Toe examples: the agent, the engine, requests and eval metrics.
+
+The setup is chosen so that reinforcement learning has something to learn and nothing to exploit:
+
+* **board-only prompts** (:class:`~ludic_agents.context.LatestObservation`): the game is Markov, so the
+  model sees the system prompt and the current board, never its own earlier replies (which a small
+  model otherwise copies) or the opponent's last move spelled out (which it otherwise echoes);
+* **a strict parser**: the reply must be exactly ``<move>B2</move>``; generation stops at
+  ``</move>``, so nothing after the move is sampled, rewarded or trained on;
+* **outcome rewards only**: win 1, draw 0.5, loss 0, an illegal move or a malformed reply -1. No bonus
+  per move, which would pay for winning slowly;
+* **both sides**: ``agent_mark="random"`` draws X or O per game from the env seed, so a GRPO group
+  (one env seed) always plays the same side.
+"""
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ludic_agents.agent import Agent
 from ludic_agents.chat_template import ChatTemplate
-from ludic_agents.context import FullDialog
+from ludic_agents.context import LatestObservation
 from ludic_core.engine import RolloutEngine
 from ludic_core.evaluation import Reducer
 from ludic_core.inference import ChatClient, InferenceSpec, ReturnSpec, SamplingParams
@@ -17,61 +31,72 @@ from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
-from ludic_envs.tictactoe import TicTacToeEnv
+from ludic_envs.tictactoe import Board, TicTacToeEnv
 
-SYSTEM_PROMPT = (
-    "You play Tic-Tac-Toe. Cells are A1..C3 (letter = column, number = row). "
-    "Reply with one free cell inside move tags, for example <move>B2</move>, and nothing else."
-)
+SYSTEM_PROMPT = "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>."
 
-_TAGGED = re.compile(r"<move>\s*([ABCabc][123])\s*</move>")
-_BARE = re.compile(r"\b([ABCabc][123])\b")
+REWARDS = {"win": 1.0, "forced_draw": 0.5, "unforced_draw": 0.5, "loss": 0.0, "illegal_move": -1.0}
+"""Outcome rewards. A draw pays the same whether or not a win was available: against a random
+opponent, "could have won" is already paid for by the wins."""
+
+MOVE_STOP = "</move>"
+MAX_MOVE_TOKENS = 10  # "<move>B2</move>" is 8 SmolLM2 tokens; two spare for a leading space or newline
+
+_STRICT_MOVE = re.compile(r"\s*<move>([ABC][123])</move>\s*")
+_LEGAL_LIST = re.compile(r"Your move \(([A-C1-3, ]+)\)")
 
 
 def move_parser(text: str) -> ParseResult:
-    """``<move>B2</move>`` earns a +0.2 format bonus; a bare cell name (the first one in the text) is
-    accepted with +0.1; no cell name at all is a parse failure (-1). Lenient on purpose: a 135M
-    model rarely follows the tag format at first, and the reward should teach it to."""
-    tagged = _TAGGED.search(text)
-    if tagged:
-        return ParseResult(action=tagged.group(1).upper(), reward=0.2)
-    bare = _BARE.search(text)
-    if bare:
-        return ParseResult(action=bare.group(1).upper(), reward=0.1)
+    """Exactly one tagged cell (surrounding whitespace allowed) is a move; anything else is a parse
+    failure with reward -1, which ends the game (``stop_on_parse_error``)."""
+    match = _STRICT_MOVE.fullmatch(text)
+    if match:
+        return ParseResult(action=match.group(1), reward=0.0)
     return ParseResult(action=None, reward=-1.0, obs="Reply with one free cell such as <move>B2</move>.")
 
 
 OUTCOMES = ("win", "draw", "loss", "illegal", "parse_error", "unfinished")
 
 
+def make_env(opponent: str = "random", agent_mark: str = "random", start_board: str | None = None) -> TicTacToeEnv:
+    return TicTacToeEnv(
+        opponent=opponent,
+        agent_mark=agent_mark,  # type: ignore[arg-type]
+        rewards=REWARDS,
+        show_opponent_move=False,
+        start_board=start_board,
+    )
+
+
 def make_engine(
     client: ChatClient,
     *,
     opponent: str = "random",
-    agent_mark: str = "X",
+    agent_mark: str = "random",
     seed: int = 0,
     system_prompt: str = SYSTEM_PROMPT,
     rollout_log: str | None = None,
-    step_reward: float = 0.2,
     chat_template: ChatTemplate | None = None,
+    concurrency: int = 256,
 ) -> RolloutEngine:
-    """An engine whose episodes pit an ``Agent`` (``<move>..</move>`` parser, full dialog) against a bot.
+    """An engine whose episodes pit an ``Agent`` (strict ``<move>..</move>`` parser, board-only
+    prompts) against a bot. Requests name the env ``"tictactoe"``; an ``EnvSpec`` may pass
+    ``start_board`` to play from a fixed position (see :func:`position_requests`).
 
-    ``chat_template`` renders and tokenizes the dialog; by default the client's own tokenizer does
-    (``LocalPolicyClient`` and ``TinkerChatClient`` carry one; a ``VLLMClient`` does not)."""
+    ``chat_template`` renders and tokenizes the prompt; by default the client's own tokenizer does
+    (``LocalPolicyClient`` and ``TinkerChatClient`` carry one; a ``VLLMClient`` or a scripted teacher
+    does not)."""
 
-    def env() -> TicTacToeEnv:
-        # A small reward for every legal move that does not end the game: with a weak model most games
-        # end in a parse error, and this keeps "one more legal move" distinguishable from "none".
-        return TicTacToeEnv(opponent=opponent, agent_mark=agent_mark, rewards={"step": step_reward})  # type: ignore[arg-type]
+    def env(start_board: str | None = None) -> TicTacToeEnv:
+        return make_env(opponent, agent_mark, start_board)
 
     def protocol() -> SingleAgentProtocol:
         agent = Agent(
             client=client,
             parser=move_parser,
             chat_template=chat_template,
-            context=FullDialog(system_prompt=system_prompt),
-            # A move cut by max_tokens still counts if it names a cell: the parser decides.
+            context=LatestObservation(system_prompt=system_prompt),
+            # A reply cut by max_tokens is malformed anyway; the strict parser says so.
             reject_incomplete_completions=False,
         )
         return SingleAgentProtocol(agent, stop_on_parse_error=True)
@@ -81,22 +106,24 @@ def make_engine(
         protocol_factories={"ttt_agent": protocol},
         base_seed=seed,
         rollout_log=rollout_log,
+        concurrency=concurrency,
     )
 
 
-def inference_spec(*, temperature: float, max_tokens: int, logprobs: bool) -> InferenceSpec:
+def inference_spec(*, temperature: float, logprobs: bool, max_tokens: int = MAX_MOVE_TOKENS) -> InferenceSpec:
     return InferenceSpec(
-        sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens),
+        sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, stop=(MOVE_STOP,)),
         return_=ReturnSpec(return_chosen_logprobs=logprobs),
     )
 
 
 def grpo_requests(
-    *, group_size: int, groups_per_step: int, temperature: float, max_tokens: int, seed: int
+    *, group_size: int, groups_per_step: int, temperature: float, seed: int, max_tokens: int = MAX_MOVE_TOKENS
 ) -> Callable[[int], list[RolloutRequest]]:
     """``step -> requests``: ``groups_per_step`` games, each played ``group_size`` times (same env seed,
-    different sampling seeds). A pure function of the step, so resumed runs replay the same requests."""
-    spec = inference_spec(temperature=temperature, max_tokens=max_tokens, logprobs=True)
+    so the same side and the same opponent dice; different sampling seeds). A pure function of the
+    step, so resumed runs replay the same requests."""
+    spec = inference_spec(temperature=temperature, logprobs=True, max_tokens=max_tokens)
 
     def requests(step: int) -> list[RolloutRequest]:
         strategy = GRPORequestStrategy(group_size=group_size, seed=derive_seed(seed, "train", step))
@@ -106,9 +133,12 @@ def grpo_requests(
     return requests
 
 
-def eval_requests(*, episodes: int, temperature: float, max_tokens: int, seed: int) -> list[RolloutRequest]:
-    """Fixed env and sampling seeds: the before/after evals play the same games."""
-    spec = inference_spec(temperature=temperature, max_tokens=max_tokens, logprobs=False)
+def eval_requests(
+    *, episodes: int, temperature: float = 0.0, seed: int, max_tokens: int = MAX_MOVE_TOKENS
+) -> list[RolloutRequest]:
+    """Fixed env and sampling seeds: evaluations of different checkpoints play against the same
+    opponent dice, so their per-game outcomes can be compared pair by pair."""
+    spec = inference_spec(temperature=temperature, logprobs=False, max_tokens=max_tokens)
     return [
         RolloutRequest(
             env=EnvSpec("tictactoe"),
@@ -119,6 +149,51 @@ def eval_requests(*, episodes: int, temperature: float, max_tokens: int, seed: i
         )
         for i in range(episodes)
     ]
+
+
+def sample_positions(count: int, *, seed: int) -> list[str]:
+    """``count`` distinct undecided positions (either side to move) reached by random play from the
+    empty board, in a seeded order: a fixed test set for scoring single decisions against the solver."""
+    rng = random.Random(seed)
+    seen: dict[str, None] = {}
+    attempts = 0
+    while len(seen) < count:
+        attempts += 1
+        if attempts > 100_000:
+            raise ValueError(f"could not find {count} distinct positions (found {len(seen)})")
+        board = Board()
+        for _ in range(rng.randrange(0, 8)):
+            moves = board.legal_moves()
+            if not moves:
+                break
+            board = board.play(rng.choice(moves))
+        if not board.over:
+            seen.setdefault(board.compact())
+    return list(seen)
+
+
+def position_requests(positions: Sequence[str], *, seed: int, max_tokens: int = MAX_MOVE_TOKENS) -> list[RolloutRequest]:
+    """One greedy decision per position (run with ``max_steps=1``); the env's ``move_was_optimal``
+    says whether the move keeps the best outcome perfect play can reach."""
+    spec = inference_spec(temperature=0.0, logprobs=False, max_tokens=max_tokens)
+    return [
+        RolloutRequest(
+            env=EnvSpec("tictactoe", kwargs={"start_board": position}),
+            protocol=ProtocolSpec("ttt_agent"),
+            env_seed=derive_seed(seed, "position-env", i),
+            sampling_seed=derive_seed(seed, "position-sampling", i),
+            inference=spec,
+        )
+        for i, position in enumerate(positions)
+    ]
+
+
+def legal_moves_in_prompt(prompt: str) -> list[str]:
+    """The free cells listed in the last board of a rendered prompt (``Your move (A1, B2, ...)``)."""
+    found = _LEGAL_LIST.findall(prompt)
+    if not found:
+        raise ValueError(f"no 'Your move (...)' list in the prompt: {prompt[-200:]!r}")
+    return [cell.strip() for cell in found[-1].split(",") if cell.strip()]
 
 
 def outcome(record: dict[str, Any]) -> str:
@@ -133,10 +208,32 @@ def outcome(record: dict[str, Any]) -> str:
     return result if result in ("win", "draw", "loss") else "unfinished"
 
 
+def game_points(record: dict[str, Any]) -> float:
+    """Win 1, draw 0.5, anything else 0: the score compared pair by pair between evaluations."""
+    return {"win": 1.0, "draw": 0.5}.get(outcome(record), 0.0)
+
+
 def outcome_reducers() -> Sequence[Reducer]:
     reducers = [Reducer(f"{name}_rate", _is(name), "rate", "rollouts") for name in OUTCOMES]
     reducers.append(Reducer("reward_mean", "total_reward", "mean", "rollouts"))
     return reducers
+
+
+def position_reducers() -> Sequence[Reducer]:
+    """Legal-move and optimal-move rates over single decisions (a malformed reply counts as neither)."""
+    return [
+        Reducer("legal_move_rate", _legal_move, "rate", "rollouts"),
+        Reducer("optimal_move_rate", _optimal_move, "rate", "rollouts"),
+        Reducer("parse_error_rate", "parse_error", "rate", "rollouts"),
+    ]
+
+
+def _legal_move(record: dict[str, Any]) -> bool:
+    return bool(record.get("reached_env")) and not record.get("illegal_reason")
+
+
+def _optimal_move(record: dict[str, Any]) -> bool:
+    return _legal_move(record) and bool(record.get("move_was_optimal"))
 
 
 def _is(name: str) -> Callable[[dict[str, Any]], bool]:

@@ -2,7 +2,7 @@
 
 * :class:`Agent`, :class:`ToolAgent`, :class:`ReActAgent` — implementations of
   :class:`ludic_core.agent.AgentHarness` whose prompts extend token for token within a turn;
-* context strategies :class:`FullDialog`, :class:`TruncatedThinkingContext` (and the
+* context strategies :class:`FullDialog`, :class:`LatestObservation`, :class:`TruncatedThinkingContext` (and the
   :class:`ContextStrategy` base for your own);
 * parsers with intrinsic format rewards (:mod:`ludic_agents.parsers`);
 * chat templates (:class:`HFChatTemplate`) and tool-call parsers (``"hermes"``, ``"qwen3_coder"``);
@@ -20,7 +20,7 @@ from ludic_agents.chat_template import (
     normalize_messages,
     renders_tool_calls,
 )
-from ludic_agents.context import ContextStrategy, FullDialog, TruncatedThinkingContext
+from ludic_agents.context import ContextStrategy, FullDialog, LatestObservation, TruncatedThinkingContext
 from ludic_agents.extension import TurnPrompt, assistant_closing, divergence_report
 from ludic_agents.parsers import (
     boxed_parser,
@@ -51,6 +51,7 @@ __all__ = [
     "ChatTemplate",
     "ContextStrategy",
     "FullDialog",
+    "LatestObservation",
     "HFChatTemplate",
     "HermesToolParser",
     "Qwen3CoderToolParser",

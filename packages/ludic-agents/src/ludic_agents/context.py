@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from ludic_core.errors import ConfigError
 from ludic_core.types import Info, Message, ToolResult
 
-__all__ = ["ContextStrategy", "FullDialog", "TruncatedThinkingContext"]
+__all__ = ["ContextStrategy", "FullDialog", "LatestObservation", "TruncatedThinkingContext"]
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
@@ -110,6 +110,22 @@ class FullDialog(ContextStrategy):
 
     def prompt_messages(self) -> list[Message]:
         return copy.deepcopy(self._messages)
+
+
+class LatestObservation(ContextStrategy):
+    """Shows the system prompt and the latest user message only (the newest observation, or the
+    feedback after a parse failure).
+
+    For envs whose observation is the whole state (a board game, a puzzle), earlier turns add nothing
+    the model needs: every prompt stays as short as the first, and the policy cannot pick up habits
+    from its own earlier replies (such as repeating a cell named in an earlier turn). The full history
+    is still kept in ``messages``.
+    """
+
+    def prompt_messages(self) -> list[Message]:
+        system = [m for m in self._messages[:1] if m["role"] == "system"]
+        latest = next((m for m in reversed(self._messages) if m["role"] == "user"), None)
+        return copy.deepcopy(system + ([latest] if latest is not None else []))
 
 
 # Strict form: optional leading whitespace, a think block, then a non-empty answer.

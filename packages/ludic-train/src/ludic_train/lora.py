@@ -23,23 +23,29 @@ def apply_lora(
     dropout: float = 0.0,
     target_modules: str | Sequence[str] = "all-linear",
     include_lm_head: bool = False,
+    layers: Sequence[int] | None = None,
 ) -> Any:
     """Wrap ``model`` in a PEFT LoRA model (``alpha`` defaults to ``2 * rank``).
 
     ``target_modules="all-linear"`` targets every linear layer except the output head;
     ``include_lm_head=True`` adds the head (useful for tiny models whose layers barely move the output).
+    ``layers`` adapts only these decoder layers (indices from 0). Backpropagation then stops at the
+    lowest adapted layer, so adapting the top layers only makes a training step much cheaper, which is
+    what makes RL on a CPU practical.
     """
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ConfigError(f"apply_lora: rank must be an int >= 1, got {rank!r}")
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"apply_lora: dropout must be in [0, 1), got {dropout!r}")
+    layer_indices = _check_layers(model, layers)
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise missing_extra("ludic-train", "lora", "peft") from exc
     targets: str | list[str]
     if isinstance(target_modules, str) and target_modules == "all-linear":
-        if include_lm_head:
+        if include_lm_head or layer_indices is not None:
+            # PEFT's "all-linear" shorthand cannot be combined with layers_to_transform: name the layers.
             import torch
 
             targets = sorted(
@@ -47,6 +53,7 @@ def apply_lora(
                     name.rsplit(".", 1)[-1]
                     for name, module in model.named_modules()
                     if isinstance(module, torch.nn.Linear)
+                    and (include_lm_head or name.rsplit(".", 1)[-1] != "lm_head")
                 }
             )
         else:
@@ -60,6 +67,25 @@ def apply_lora(
         lora_alpha=alpha if alpha is not None else 2 * rank,  # type: ignore[arg-type]  # floats work
         lora_dropout=dropout,
         target_modules=targets,
+        layers_to_transform=layer_indices,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
+
+
+def _check_layers(model: Any, layers: Sequence[int] | None) -> list[int] | None:
+    if layers is None:
+        return None
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence):
+        raise ConfigError(f"apply_lora: layers must be a sequence of layer indices, got {layers!r}")
+    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    indices = list(layers)
+    bad = [
+        i
+        for i in indices
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0 or (count is not None and i >= count)
+    ]
+    if not indices or bad:
+        limit = f" in [0, {count})" if count is not None else ""
+        raise ConfigError(f"apply_lora: layers must be non-empty ints{limit}; got {layers!r}")
+    return sorted(set(indices))

@@ -6,9 +6,9 @@ import random
 from typing import Any, Literal
 
 from ludic_core.env import SingleAgentEnv
-from ludic_core.errors import ConfigError, ProtocolError
+from ludic_core.errors import ConfigError, DataError, ProtocolError
 from ludic_core.types import Info, StepOutcome
-from ludic_envs.tictactoe.board import Mark, check_mark, coordinate_of, index_of, other_mark
+from ludic_envs.tictactoe.board import Board, Mark, check_mark, coordinate_of, index_of, other_mark
 from ludic_envs.tictactoe.game import TicTacToeGame
 from ludic_envs.tictactoe.opponents import Opponent, make_opponent
 from ludic_envs.tictactoe.prompts import SYSTEM_PROMPT, board_prompt, ending_text
@@ -28,6 +28,11 @@ class TicTacToeEnv(SingleAgentEnv):
       episode from the env's RNG);
     * ``rewards``: a :class:`TicTacToeRewards` or a dict of overrides;
     * ``show_opponent_move``: say in the observation which cell the opponent just took;
+    * ``start_board``: start every episode from this position instead of the empty board (nine cells
+      ``X``/``O``/``.`` in ``A1 B1 C1 A2 … C3`` order, e.g. ``"X...O...."``); the agent plays the side to
+      move, so ``agent_mark`` must be that side or ``"random"``. With ``max_steps=1`` each episode scores
+      one decision, which is how a fixed set of positions is evaluated against the solver
+      (``info["move_was_optimal"]``);
     * ``seed``: seeds the env's own RNG; ``reset(seed=...)`` reseeds it for that episode.
     """
 
@@ -39,6 +44,7 @@ class TicTacToeEnv(SingleAgentEnv):
         agent_mark: Literal["X", "O", "random"] = "X",
         rewards: TicTacToeRewards | dict[str, float] | None = None,
         show_opponent_move: bool = True,
+        start_board: str | None = None,
         seed: int | None = None,
         agent_id: str = "agent_0",
     ) -> None:
@@ -46,6 +52,7 @@ class TicTacToeEnv(SingleAgentEnv):
         self.opponent = make_opponent(opponent, optimal_prob=optimal_prob)
         if agent_mark not in ("X", "O", "random"):
             raise ConfigError(f"agent_mark must be 'X', 'O' or 'random', got {agent_mark!r}")
+        self.start_board = self._check_start_board(start_board, agent_mark)
         self.agent_mark_option = agent_mark
         self.rewards = TicTacToeRewards.coerce(rewards)
         self.show_opponent_move = show_opponent_move
@@ -70,14 +77,18 @@ class TicTacToeEnv(SingleAgentEnv):
     def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
         if seed is not None:
             self._rng = random.Random(seed)
-        if self.agent_mark_option == "random":
-            self._mark = self._rng.choice(("X", "O"))
-        else:
-            self._mark = check_mark(self.agent_mark_option, "agent_mark")
-        self._game = TicTacToeGame()
         opponent_move = None
-        if self._mark == "O":
-            opponent_move = self._opponent_plays()
+        if self.start_board is not None:
+            self._game = TicTacToeGame(board=self.start_board)
+            self._mark = self.start_board.to_move
+        else:
+            if self.agent_mark_option == "random":
+                self._mark = self._rng.choice(("X", "O"))
+            else:
+                self._mark = check_mark(self.agent_mark_option, "agent_mark")
+            self._game = TicTacToeGame()
+            if self._mark == "O":
+                opponent_move = self._opponent_plays()
         header = self._opponent_header(opponent_move)
         info = {
             **self._game.summary_for(self._mark),
@@ -132,6 +143,25 @@ class TicTacToeEnv(SingleAgentEnv):
         }
         obs = f"Illegal move {action.strip()!r}: {reason}. The game is over."
         return StepOutcome(obs=obs, reward=self.rewards.illegal_move, terminated=True, info=info)
+
+    @staticmethod
+    def _check_start_board(start_board: str | None, agent_mark: str) -> Board | None:
+        if start_board is None:
+            return None
+        if not isinstance(start_board, str):
+            raise ConfigError(f"start_board must be a string of 9 cells, got {start_board!r}")
+        try:
+            board = Board.from_string(start_board)
+        except DataError as exc:
+            raise ConfigError(f"start_board={start_board!r} is not a valid position: {exc}") from None
+        if board.over:
+            raise ConfigError(f"start_board={start_board!r} is already decided; the agent would have no move")
+        if agent_mark not in ("random", board.to_move):
+            raise ConfigError(
+                f"start_board={start_board!r} has {board.to_move} to move, but agent_mark={agent_mark!r}; "
+                f"pass agent_mark={board.to_move!r} or 'random'"
+            )
+        return board
 
     def _opponent_plays(self) -> str:
         game = self.game

@@ -1,0 +1,52 @@
+"""Scripted players that answer in the agent's exact format, for teacher games and yardsticks.
+
+They are ordinary :class:`~ludic_core.inference.ChatClient` s: they read the board from the rendered
+prompt (decoded from the prompt token ids), pick a cell and reply ``<move>B2</move>`` as real tokenizer
+ids. So teacher games run through the same engine, agent, parser and SAW builder as the model's games,
+and a yardstick is scored by the very evaluation that scores the model.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from common import legal_moves_in_prompt
+from ludic_core.inference import TokenCompletionRequest
+from ludic_core.testing import ScriptedChatClient
+from ludic_envs.tictactoe import Board, coordinate_of, optimal_moves
+
+_ROW = re.compile(r"^([123]) \| ([XO.]) ([XO.]) ([XO.])$", re.MULTILINE)
+
+
+def board_in_prompt(prompt: str) -> Board:
+    """The last board drawn in a rendered prompt."""
+    rows = _ROW.findall(prompt)[-3:]
+    if [r[0] for r in rows] != ["1", "2", "3"]:
+        raise ValueError(f"no complete board in the prompt: {prompt[-200:]!r}")
+    return Board(tuple(cell for row in rows for cell in row[1:]))
+
+
+def _client(tokenizer: Any, choose: Any) -> ScriptedChatClient:
+    def reply(request: TokenCompletionRequest, _call_index: int) -> str:
+        prompt = tokenizer.decode(list(request.prompt_token_ids))
+        return f"<move>{choose(prompt, random.Random(request.seed))}</move>"
+
+    return ScriptedChatClient(
+        reply,
+        encode=lambda text: tokenizer.encode(text, add_special_tokens=False),
+        decode=lambda ids: tokenizer.decode(list(ids)),
+    )
+
+
+def random_legal_player(tokenizer: Any) -> ScriptedChatClient:
+    """Plays a uniformly random free cell (seeded by the request): knows the rules, not the game."""
+    return _client(tokenizer, lambda prompt, rng: rng.choice(legal_moves_in_prompt(prompt)))
+
+
+def perfect_player(tokenizer: Any) -> ScriptedChatClient:
+    """Plays a random move among those the minimax solver rates best: the ceiling."""
+    return _client(
+        tokenizer, lambda prompt, rng: coordinate_of(rng.choice(optimal_moves(board_in_prompt(prompt))))
+    )
