@@ -43,6 +43,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
 
 MAX_MOVES = 5  # X moves at most five times; an episode never needs more steps
+TRAIN_TEMPERATURE = 1.0
 
 # Sizes: the default fits 10 minutes on 2 CPU cores; --full is the longer run.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -75,14 +76,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-batch", type=int, default=32, help="moves per warm-start step")
     p.add_argument("--sft-lr", type=float, default=1e-3)
     p.add_argument("--grpo-steps", type=int, help="GRPO optimiser steps")
-    p.add_argument("--group-size", type=int, default=8, help="games per GRPO group (same game, different samples)")
+    p.add_argument(
+        "--group-size", type=int, default=8, help="games per GRPO group (same game, different samples)"
+    )
     p.add_argument("--groups-per-step", type=int, help="GRPO groups per step")
     p.add_argument("--grpo-lr", type=float, default=5e-4)
-    p.add_argument("--eval-positions", type=int, help="positions scored against the solver at each evaluation")
+    p.add_argument(
+        "--eval-positions", type=int, help="positions scored against the solver at each evaluation"
+    )
     p.add_argument("--eval-games", type=int, help="games against the random opponent at each evaluation")
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument(
-        "--lora-layers", type=int, default=12, help="adapt the top N of the 30 decoder layers (backward stops below)"
+        "--lora-layers",
+        type=int,
+        default=12,
+        help="adapt the top N of the 30 decoder layers (backward stops below)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch CPU threads")
@@ -102,7 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def paired_interval(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
     """Mean of ``after - before`` over paired items with a 95% normal interval (``n`` large)."""
     if len(before) != len(after) or len(before) < 2:
-        raise ValueError(f"paired_interval needs two equal-length samples of >= 2, got {len(before)}, {len(after)}")
+        raise ValueError(
+            f"paired_interval needs two equal-length samples of >= 2, got {len(before)}, {len(after)}"
+        )
     diffs = [a - b for a, b in zip(after, before, strict=True)]
     mean = statistics.fmean(diffs)
     half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs))
@@ -120,16 +130,23 @@ def interval(values: Sequence[float]) -> tuple[float, float]:
 
 
 class Evaluation:
-    """The same positions and games for every stage; results keyed by env seed for pairing."""
+    """The same positions and games for every stage; results keyed by env seed for pairing.
 
-    def __init__(self, *, positions: int, games: int, seed: int) -> None:
+    Positions are scored greedily. Games are played greedily and, with the same opponent and sampling
+    seeds, at the training temperature: GRPO optimises the sampled policy, and greedy play shows
+    only the changes that move a position's most likely move."""
+
+    def __init__(self, *, positions: int, games: int, seed: int, sampled_temperature: float) -> None:
         from common import eval_requests, position_requests, sample_positions
 
         from ludic_core.seeding import derive_seed
 
         self.positions = sample_positions(positions, seed=derive_seed(seed, "eval-positions"))
         self.position_requests = position_requests(self.positions, seed=seed)
-        self.game_requests = eval_requests(episodes=games, seed=seed)
+        self.game_requests = {
+            "greedy": eval_requests(episodes=games, seed=seed),
+            "sampled": eval_requests(episodes=games, seed=seed, temperature=sampled_temperature),
+        }
 
     async def run(self, engine: Any, *, games: bool = True) -> dict[str, Any]:
         from common import game_points, outcome, outcome_reducers, position_reducers
@@ -141,23 +158,29 @@ class Evaluation:
         pos = await run_eval(engine, self.position_requests, position_reducers(), max_steps=1)
         result["positions"] = {k: v for k, v in pos.metrics.items() if k.endswith("_rate")}
         by_seed = {r["env_seed"]: r for r in pos.rollouts}
-        result["optimal_by_position"] = [
-            float(bool(by_seed[q.env_seed].get("move_was_optimal")) and not by_seed[q.env_seed].get("illegal_reason")
-                  and bool(by_seed[q.env_seed].get("reached_env")))
-            for q in self.position_requests
-        ]
-        if games:
-            played = await run_eval(engine, self.game_requests, outcome_reducers(), max_steps=MAX_MOVES)
-            result["games"] = {k: v for k, v in played.metrics.items() if k.endswith(("_rate", "_mean"))}
+        result["paired"] = {
+            "optimal_move": [
+                float(
+                    bool(by_seed[q.env_seed].get("reached_env"))
+                    and not by_seed[q.env_seed].get("illegal_reason")
+                    and bool(by_seed[q.env_seed].get("move_was_optimal"))
+                )
+                for q in self.position_requests
+            ]
+        }
+        for mode, requests in self.game_requests.items() if games else ():
+            played = await run_eval(engine, requests, outcome_reducers(), max_steps=MAX_MOVES)
+            metrics = {k: v for k, v in played.metrics.items() if k.endswith(("_rate", "_mean"))}
             by_seed = {r["env_seed"]: r for r in played.rollouts}
-            records = [by_seed[q.env_seed] for q in self.game_requests]
-            result["points_by_game"] = [game_points(r) for r in records]
-            result["games"]["points_mean"] = statistics.fmean(result["points_by_game"])
+            records = [by_seed[q.env_seed] for q in requests]
+            result["paired"][f"{mode}_game_points"] = [game_points(r) for r in records]
+            metrics["points_mean"] = statistics.fmean(result["paired"][f"{mode}_game_points"])
             for mark in ("X", "O"):
                 mine = [r for r in records if r.get("mark") == mark]
-                if mine:
-                    for name in ("win", "draw"):
-                        result["games"][f"{name}_rate_as_{mark}"] = sum(outcome(r) == name for r in mine) / len(mine)
+                for name in ("win", "draw"):
+                    if mine:
+                        metrics[f"{name}_rate_as_{mark}"] = sum(outcome(r) == name for r in mine) / len(mine)
+            result[f"{mode}_games"] = metrics
         result["seconds"] = time.perf_counter() - t0
         return result
 
@@ -177,7 +200,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from ludic_core.saw_builder import build_saw_items
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.loggers.console import PrintLogger, RichConsoleLogger
     from ludic_train.loggers.jsonl import JsonlLogger
     from ludic_train.loggers.tee import TeeLogger
     from ludic_train.lora import apply_lora
@@ -206,23 +228,38 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     client = LocalPolicyClient(model, tokenizer, batch_window_s=0.05, max_batch_size=256, seed=args.seed)
     engine = make_engine(client, seed=args.seed, rollout_log=str(args.out / "rollouts.jsonl"))
     template = HFChatTemplate(tokenizer)
-    evaluation = Evaluation(positions=args.eval_positions, games=args.eval_games, seed=args.seed)
+    evaluation = Evaluation(
+        positions=args.eval_positions,
+        games=args.eval_games,
+        seed=args.seed,
+        sampled_temperature=TRAIN_TEMPERATURE,
+    )
     evals: dict[str, dict[str, Any]] = {}
     timeline: list[tuple[str, float]] = []
 
     async def evaluate(label: str, run_engine: Any, *, games: bool = True) -> None:
-        with console.status(f"[bold]Evaluating {label}[/]: {len(evaluation.positions)} positions"
-                            + (f", {len(evaluation.game_requests)} games" if games else "")):
+        with console.status(
+            f"[bold]Evaluating {label}[/]: {len(evaluation.positions)} positions"
+            + (f", {len(evaluation.game_requests['greedy'])} games greedy and sampled" if games else "")
+        ):
             evals[label] = await evaluation.run(run_engine, games=games)
-        summary = {**evals[label]["positions"], **evals[label].get("games", {})}
+        e = evals[label]
         console.print(
-            f"[bold]{label}[/] ({evals[label]['seconds']:.0f} s): "
-            + ", ".join(f"{k}={summary[k]:.3f}" for k in SHOWN if k in summary)
+            f"[bold]{label}[/] ({e['seconds']:.0f} s): "
+            + ", ".join(f"{k}={e['positions'][k]:.3f}" for k in ("legal_move_rate", "optimal_move_rate"))
+            + "".join(
+                f"; {mode} games: "
+                + ", ".join(f"{k}={e[mode + '_games'][k]:.3f}" for k in SHOWN if k in e[mode + "_games"])
+                for mode in ("greedy", "sampled")
+                if mode + "_games" in e
+            )
         )
         timeline.append((label, time.perf_counter() - started))
 
     # Yardsticks: scripted players through the same evaluation (seconds; no model involved).
-    await evaluate("random legal", make_engine(random_legal_player(tokenizer), chat_template=template, seed=args.seed))
+    await evaluate(
+        "random legal", make_engine(random_legal_player(tokenizer), chat_template=template, seed=args.seed)
+    )
     await evaluate("perfect", make_engine(perfect_player(tokenizer), chat_template=template, seed=args.seed))
     await evaluate("base model", engine, games=False)
 
@@ -230,19 +267,30 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from common import grpo_requests as teacher_requests
 
     teacher_engine = make_engine(random_legal_player(tokenizer), chat_template=template, seed=args.seed + 1)
-    requests = teacher_requests(group_size=1, groups_per_step=args.teacher_games, temperature=1.0, seed=args.seed + 1)(0)
+    requests = teacher_requests(
+        group_size=1, groups_per_step=args.teacher_games, temperature=1.0, seed=args.seed + 1
+    )(0)
     played = await teacher_engine.generate_rollouts(requests, max_steps=MAX_MOVES)
     rollouts = list(played.rollouts)
     items = build_saw_items(rollouts, ConstantCredit().compute(rollouts), require_actor_logps=False)
     console.print(f"Teacher: {len(rollouts)} games, {len(items)} moves for the warm start")
     metrics_log = JsonlLogger(args.out / "metrics.jsonl")
-    base_config = dict(pad_token_id=tokenizer, device=args.device, max_grad_norm=1.0, max_seq_len=256, micro_token_budget=4096)
+    base_config: dict[str, Any] = {
+        "pad_token_id": tokenizer,
+        "device": args.device,
+        "max_grad_norm": 1.0,
+        "max_seq_len": 256,
+        "micro_token_budget": 4096,
+    }
     sft = Trainer(
         model=model,
         algorithm=make_sft(),
         batch_source=OfflineBatchSource(items, batch_size=args.sft_batch, seed=args.seed),
         config=TrainerConfig(lr=args.sft_lr, publish_every_steps=0, **base_config),  # type: ignore[arg-type]
-        logger=TeeLogger(live := _live(args, console, args.sft_steps, "Warm start (SFT on teacher games)", SFT_KEYS), metrics_log),
+        logger=TeeLogger(
+            live := _live(args, console, args.sft_steps, "Warm start (SFT on teacher games)", SFT_KEYS),
+            metrics_log,
+        ),
     )
     await sft.train(args.sft_steps)
     live.close()
@@ -254,7 +302,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
         requests=grpo_requests(
-            group_size=args.group_size, groups_per_step=args.groups_per_step, temperature=1.0, seed=args.seed
+            group_size=args.group_size,
+            groups_per_step=args.groups_per_step,
+            temperature=TRAIN_TEMPERATURE,
+            seed=args.seed,
         ),
         max_steps=MAX_MOVES,
     )
@@ -264,7 +315,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         batch_source=source,
         config=TrainerConfig(lr=args.grpo_lr, **base_config),  # type: ignore[arg-type]
         publisher=client.as_publisher(),
-        logger=TeeLogger(live := _live(args, console, args.grpo_steps, "GRPO + LoRA on Tic-Tac-Toe", GRPO_KEYS), metrics_log),
+        logger=TeeLogger(
+            live := _live(args, console, args.grpo_steps, "GRPO + LoRA on Tic-Tac-Toe", GRPO_KEYS),
+            metrics_log,
+        ),
     )
     results = await trainer.train(args.grpo_steps)
     live.close()
@@ -272,15 +326,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     await evaluate("GRPO", engine)
 
     gains = {
-        "optimal_move_rate": paired_interval(
-            evals["warm start"]["optimal_by_position"], evals["GRPO"]["optimal_by_position"]
-        ),
-        "game_points": paired_interval(evals["warm start"]["points_by_game"], evals["GRPO"]["points_by_game"]),
+        name: paired_interval(evals["warm start"]["paired"][name], evals["GRPO"]["paired"][name])
+        for name in evals["GRPO"]["paired"]
     }
     summary: dict[str, Any] = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "wall_s": time.perf_counter() - started,
-        "evaluations": {k: {n: v for n, v in e.items() if not n.endswith(("_by_position", "_by_game"))} for k, e in evals.items()},
+        "evaluations": {k: {n: v for n, v in e.items() if n != "paired"} for k, e in evals.items()},
         "grpo_gain_over_warm_start": gains,
         "train_reward": [r.get("train/avg_total_reward") for r in results],
         "client_stats": dict(client.stats),
@@ -291,16 +343,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     plotted = _plot(evals, timeline, summary["train_reward"], args.out / "eval_curve.png")
     console.print(
         f"Wall time {summary['wall_s']:.0f} s. Files in {args.out}/: summary.json, evaluations.json, "
-        "metrics.jsonl, rollouts.jsonl" + (", eval_curve.png" if plotted else " (install matplotlib for a plot)")
+        "metrics.jsonl, rollouts.jsonl"
+        + (", eval_curve.png" if plotted else " (install matplotlib for a plot)")
     )
     return summary
 
 
-SHOWN = ("legal_move_rate", "optimal_move_rate", "parse_error_rate", "win_rate", "draw_rate", "loss_rate",
-         "illegal_rate", "points_mean")
+SHOWN = ("win_rate", "draw_rate", "loss_rate", "illegal_rate", "parse_error_rate", "points_mean")
 SFT_KEYS = ["train/loss", "train/grad_norm", "train/num_samples", "perf/step_s", "perf/tokens_per_s"]
-GRPO_KEYS = ["train/avg_total_reward", "train/loss", "train/grad_norm", "train/clip_frac", "perf/step_s",
-             "perf/batch_wait_s", "perf/train_s", "perf/tokens_per_s"]
+GRPO_KEYS = [
+    "train/avg_total_reward",
+    "train/loss",
+    "train/grad_norm",
+    "train/clip_frac",
+    "perf/step_s",
+    "perf/batch_wait_s",
+    "perf/train_s",
+    "perf/tokens_per_s",
+]
 
 
 def _live(args: argparse.Namespace, console: Any, steps: int, title: str, keys: list[str]) -> Any:
@@ -320,14 +380,14 @@ def _table(console: Any, evals: dict[str, dict[str, Any]], gains: dict[str, dict
     for c in columns:
         t.add_column(c, justify="right")
     keys = [("positions", k) for k in ("legal_move_rate", "optimal_move_rate", "parse_error_rate")]
-    keys += [("games", k) for k in ("win_rate", "draw_rate", "loss_rate", "illegal_rate", "parse_error_rate",
-                                    "points_mean", "win_rate_as_X", "win_rate_as_O")]
+    for mode in ("greedy", "sampled"):
+        keys += [(f"{mode}_games", k) for k in (*SHOWN, "win_rate_as_X", "win_rate_as_O")]
     for group, key in keys:
         row = []
         for c in columns:
             value = evals.get(c, {}).get(group, {}).get(key)
             row.append("—" if value is None else f"{value:.3f}")
-        t.add_row(f"{group[:-1]} {key}", *row)
+        t.add_row(f"{group.replace('_', ' ')}: {key}", *row)
     console.print(t)
     for name, g in gains.items():
         console.print(
@@ -336,7 +396,9 @@ def _table(console: Any, evals: dict[str, dict[str, Any]], gains: dict[str, dict
         )
 
 
-def _plot(evals: dict[str, dict[str, Any]], timeline: list[tuple[str, float]], rewards: list[Any], path: Path) -> bool:
+def _plot(
+    evals: dict[str, dict[str, Any]], timeline: list[tuple[str, float]], rewards: list[Any], path: Path
+) -> bool:
     try:
         import matplotlib
 
@@ -347,10 +409,16 @@ def _plot(evals: dict[str, dict[str, Any]], timeline: list[tuple[str, float]], r
     stages = [s for s in ("base model", "warm start", "GRPO") if s in evals]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for key in ("legal_move_rate", "optimal_move_rate"):
-        left.plot(stages, [evals[s]["positions"][key] for s in stages], marker="o", label=key.replace("_", " "))
+        left.plot(
+            stages, [evals[s]["positions"][key] for s in stages], marker="o", label=key.replace("_", " ")
+        )
     for yard, style in (("random legal", ":"), ("perfect", "--")):
-        left.axhline(evals[yard]["positions"]["optimal_move_rate"], linestyle=style, color="grey",
-                     label=f"{yard}: optimal-move rate")
+        left.axhline(
+            evals[yard]["positions"]["optimal_move_rate"],
+            linestyle=style,
+            color="grey",
+            label=f"{yard}: optimal-move rate",
+        )
     left.set_ylim(0, 1.05)
     left.set_title("Positions scored by the solver")
     left.legend(fontsize=7, loc="lower right")

@@ -58,7 +58,9 @@ def move_parser(text: str) -> ParseResult:
 OUTCOMES = ("win", "draw", "loss", "illegal", "parse_error", "unfinished")
 
 
-def make_env(opponent: str = "random", agent_mark: str = "random", start_board: str | None = None) -> TicTacToeEnv:
+def make_env(
+    opponent: str = "random", agent_mark: str = "random", start_board: str | None = None
+) -> TicTacToeEnv:
     return TicTacToeEnv(
         opponent=opponent,
         agent_mark=agent_mark,  # type: ignore[arg-type]
@@ -172,7 +174,9 @@ def sample_positions(count: int, *, seed: int) -> list[str]:
     return list(seen)
 
 
-def position_requests(positions: Sequence[str], *, seed: int, max_tokens: int = MAX_MOVE_TOKENS) -> list[RolloutRequest]:
+def position_requests(
+    positions: Sequence[str], *, seed: int, max_tokens: int = MAX_MOVE_TOKENS
+) -> list[RolloutRequest]:
     """One greedy decision per position (run with ``max_steps=1``); the env's ``move_was_optimal``
     says whether the move keeps the best outcome perfect play can reach."""
     spec = inference_spec(temperature=0.0, logprobs=False, max_tokens=max_tokens)

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from common import legal_moves_in_prompt
+
 from ludic_core.inference import TokenCompletionRequest
 from ludic_core.testing import ScriptedChatClient
 from ludic_envs.tictactoe import Board, coordinate_of, optimal_moves
