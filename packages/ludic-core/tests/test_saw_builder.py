@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 from core_data_builders import agent_step, env_step, trace
 
@@ -137,6 +138,28 @@ def test_two_env_steps_in_one_turn_and_mixed_logprobs_are_errors() -> None:
     )
     with pytest.raises(DataError, match="no completion logprobs"):
         rollout_to_saw_items(mixed, ConstantCredit().compute([mixed]))
+
+
+def test_items_carry_the_temperature_their_calls_sampled_with() -> None:
+    def rollout(first_t: float | None, second_t: float | None) -> Rollout:
+        first = attrs.evolve(trace([1], [2], [-0.1]), sampling_temperature=first_t)
+        second = attrs.evolve(trace([1, 2, 3], [4], [-0.2]), sampling_temperature=second_t)
+        return Rollout(
+            steps=[
+                agent_step(0, "T", first, target="internal"),
+                agent_step(1, "T", second),
+                env_step(2, "T", second),
+            ]
+        )
+
+    same = rollout(0.7, 0.7)
+    [item] = rollout_to_saw_items(same, ConstantCredit().compute([same]))
+    assert item.sampling_temperature == 0.7
+    unknown = rollout(None, None)
+    assert rollout_to_saw_items(unknown, ConstantCredit().compute([unknown]))[0].sampling_temperature is None
+    for mixed in (rollout(0.7, 1.0), rollout(None, 1.0)):
+        with pytest.raises(DataError, match=r"different temperatures \{0: (0\.7|None), 1: 1\.0\}"):
+            rollout_to_saw_items(mixed, ConstantCredit().compute([mixed]))
 
 
 def test_missing_logprobs_and_missing_weight_and_failed_rollouts_raise() -> None:

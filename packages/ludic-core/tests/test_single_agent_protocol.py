@@ -4,6 +4,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 
+import attrs
 import pytest
 
 from ludic_core.errors import ConfigError
@@ -11,7 +12,7 @@ from ludic_core.inference import InferenceSpec, SamplingParams, TokenCompletionR
 from ludic_core.parsing import ParseResult
 from ludic_core.protocols import SingleAgentProtocol
 from ludic_core.testing import ByteTokenizer, GuessNumberEnv, ScriptedAgent, ScriptedChatClient
-from ludic_core.types import AgentStep, EnvironmentStep, StepOutcome, ToolCall, ToolResult
+from ludic_core.types import AgentStep, ChatResponse, EnvironmentStep, StepOutcome, ToolCall, ToolResult
 
 SECRET_SEED = 3  # GuessNumberEnv(max_number=10) with seed 3 hides 4
 
@@ -255,6 +256,31 @@ async def test_sampling_seeds_differ_per_turn_and_are_reproducible() -> None:
     first = await seeds()
     assert len(set(first)) == 4 and all(s is not None for s in first)
     assert first == await seeds()
+
+
+async def test_traces_record_the_temperature_the_calls_sampled_with() -> None:
+    secret = secret_for(SECRET_SEED)
+    spec = InferenceSpec(sampling=SamplingParams(temperature=0.6))
+    protocol = SingleAgentProtocol(
+        ScriptedAgent(ScriptedChatClient(["garbage", f"<n>{secret}</n>"]), parser=tagged_parser)
+    )
+    [rollout] = await protocol.run(env=GuessNumberEnv(), max_steps=5, env_seed=SECRET_SEED, inference=spec)
+    assert [s.trace.sampling_temperature for s in rollout.steps] == [0.6, 0.6, 0.6]  # the env step too
+
+    class ReportingClient(ScriptedChatClient):
+        async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
+            response = await super().complete_tokens(request)
+            return attrs.evolve(response, sampling_temperature=1.0)
+
+    protocol = SingleAgentProtocol(ScriptedAgent(ReportingClient([f"<n>{secret}</n>"]), parser=tagged_parser))
+    [rollout] = await protocol.run(env=GuessNumberEnv(), max_steps=5, env_seed=SECRET_SEED, inference=spec)
+    assert {s.trace.sampling_temperature for s in rollout.steps} == {1.0}  # what the client reported wins
+    # Without a spec the agent samples with its own; the protocol cannot know it.
+    protocol = SingleAgentProtocol(
+        ScriptedAgent(ScriptedChatClient([f"<n>{secret}</n>"]), parser=tagged_parser)
+    )
+    [rollout] = await protocol.run(env=GuessNumberEnv(), max_steps=5, env_seed=SECRET_SEED)
+    assert {s.trace.sampling_temperature for s in rollout.steps} == {None}
 
 
 async def test_env_with_two_agents_is_rejected() -> None:

@@ -156,6 +156,33 @@ def test_saw_item_validation_and_round_trip() -> None:
         SAWItem.from_dict({**item.to_dict(), "schema_version": 99})
 
 
+def test_sampling_temperature_is_validated_and_round_trips() -> None:
+    tr = TokenTrace(prompt_token_ids=[1], completion_token_ids=[2], sampling_temperature=1)
+    assert tr.sampling_temperature == 1.0 and isinstance(tr.sampling_temperature, float)
+    assert TokenTrace.from_dict(tr.to_dict()) == tr
+    old = {k: v for k, v in tr.to_dict().items() if k != "sampling_temperature"}
+    assert TokenTrace.from_dict(old).sampling_temperature is None  # traces written before the field
+    response = ChatResponse(text="", prompt_token_ids=[1], completion_token_ids=[2], sampling_temperature=0.7)
+    assert response.to_trace().sampling_temperature == 0.7
+    item = SAWItem(
+        input_ids=[5, 6], attention_mask=[1, 1], action_mask=[0, 1], weight=1, sampling_temperature=0.7
+    )
+    assert SAWItem.from_dict(item.to_dict()) == item
+    old_item = {k: v for k, v in item.to_dict().items() if k != "sampling_temperature"}
+    assert SAWItem.from_dict(old_item).sampling_temperature is None
+    for bad in (-0.5, math.nan, math.inf, "0.7", True):
+        with pytest.raises(DataError, match=r"SAWItem\.sampling_temperature must be None or a finite"):
+            SAWItem(
+                input_ids=[5, 6],
+                attention_mask=[1, 1],
+                action_mask=[0, 1],
+                weight=1,
+                sampling_temperature=bad,
+            )
+        with pytest.raises(DataError, match=r"TokenTrace\.sampling_temperature"):
+            TokenTrace(prompt_token_ids=[1], completion_token_ids=[2], sampling_temperature=bad)
+
+
 def test_derive_seed_is_stable_distinct_and_bounded() -> None:
     assert derive_seed(1, "a", 2) == derive_seed(1, "a", 2)
     assert derive_seed(1, "a", 2) != derive_seed(1, "a", 3)

@@ -111,7 +111,10 @@ class AgentHarness(Protocol):
         inference: InferenceSpec | None = None,
         sampling_seed: int | None = None,
         timeout_s: float | None = None,
-    ) -> AgentActResult: ...
+    ) -> AgentActResult:
+        """One decision. With ``inference`` given, every model call samples with it: the protocol
+        records ``inference.sampling.temperature`` on the traces whose client reported none."""
+        ...
 
     def on_after_step(self, obs: str, info: Info) -> None:
         """Feed the next observation (an env obs or the synthetic feedback after a parse failure)."""

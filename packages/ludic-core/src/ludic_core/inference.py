@@ -167,7 +167,10 @@ class ChatClient(Protocol):
     * ``len(completion_token_ids) <= sampling.max_tokens``; ``finish_reason == "length"`` when the
       limit cut the completion;
     * when ``return_.return_chosen_logprobs`` is set, one logprob per completion token (after
-      temperature); otherwise logprobs may be omitted;
+      temperature: ``log softmax(logits / temperature)``; at temperature 0, greedy decoding, the
+      untempered ``log softmax(logits)``); otherwise logprobs may be omitted;
+    * ``ChatResponse.sampling_temperature``, when set, is the temperature those logprobs are under
+      (trainers score the same distribution); ``None`` lets the protocol record the request's;
     * the same ``seed`` and request give the same completion wherever the backend can promise it;
     * failures raise :class:`~ludic_core.errors.LudicError` subclasses, never return placeholders.
     """

@@ -14,7 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ludic_core.errors import DataError
-from ludic_core.types import check_floats, check_ints, to_float_tuple_or_none, to_tuple
+from ludic_core.types import (
+    check_floats,
+    check_ints,
+    check_temperature,
+    to_float_or_none,
+    to_float_tuple_or_none,
+    to_tuple,
+)
 
 __all__ = ["SAW_SCHEMA_VERSION", "BatchSource", "SAWBatch", "SAWItem"]
 
@@ -35,6 +42,12 @@ class SAWItem:
     ``actor_logps`` (behaviour-policy logprob per action token, in order) and ``teacher_logps`` (for
     distillation) have one entry per ``action_mask`` one, or are ``None``. ``meta`` holds scalars and
     short lists only — never prompt token lists.
+
+    ``sampling_temperature`` is the temperature the turn's model calls sampled with: ``actor_logps`` are
+    logprobs under ``softmax(logits / sampling_temperature)``, and a trainer must score the same
+    distribution for its importance ratios to be right. 0 is greedy decoding, whose logprobs clients
+    return untempered, so a trainer treats it as 1; ``None`` (unknown, e.g. items written before the
+    field existed or built by hand) is treated as 1 too.
     """
 
     input_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
@@ -47,6 +60,9 @@ class SAWItem:
     )
     teacher_logps: tuple[float, ...] | None = attrs.field(
         default=None, converter=to_float_tuple_or_none, validator=check_floats
+    )
+    sampling_temperature: float | None = attrs.field(
+        default=None, converter=to_float_or_none, validator=check_temperature
     )
 
     def __attrs_post_init__(self) -> None:
@@ -83,6 +99,7 @@ class SAWItem:
             "meta": self.meta,
             "actor_logps": None if self.actor_logps is None else list(self.actor_logps),
             "teacher_logps": None if self.teacher_logps is None else list(self.teacher_logps),
+            "sampling_temperature": self.sampling_temperature,
         }
 
     @classmethod
@@ -103,6 +120,8 @@ class SAWItem:
             meta=dict(data.get("meta") or {}),
             actor_logps=data.get("actor_logps"),
             teacher_logps=data.get("teacher_logps"),
+            # Absent from items serialised before the field existed: unknown.
+            sampling_temperature=data.get("sampling_temperature"),
         )
 
 

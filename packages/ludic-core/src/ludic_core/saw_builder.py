@@ -14,6 +14,10 @@ training on a sequence the model never saw would be silently wrong.
 
 Weight and reward come from the turn's final step: the env step, or the last agent step when the turn
 ended without one (a parse failure, an internal-only attempt).
+
+The item's ``sampling_temperature`` is the one its calls' traces record. Calls of one turn sampled at
+different temperatures raise :class:`~ludic_core.errors.DataError`: the item's ``actor_logps`` would mix
+two distributions and one item carries one temperature.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class TurnTokens:
     action_mask: tuple[int, ...]
     actor_logps: tuple[float, ...] | None
     completion_length: int
+    sampling_temperature: float | None = None
 
 
 def split_turns(rollout: Rollout) -> list[Turn]:
@@ -108,6 +113,14 @@ def concat_turn_tokens(agent_steps: Sequence[AgentStep], *, where: str = "turn")
         raise DataError(
             f"{where}: steps {missing} have no completion logprobs but other calls of the turn do"
         )
+    temperatures = {s.trace.sampling_temperature for s in agent_steps}
+    if len(temperatures) > 1:
+        per_step = {s.index: s.trace.sampling_temperature for s in agent_steps}
+        raise DataError(
+            f"{where}: its model calls sampled at different temperatures {per_step} (step index: "
+            "temperature); one SAW item carries one sampling_temperature, so sample every call of a turn "
+            "at the same temperature"
+        )
     input_ids: list[int] = []
     action_mask: list[int] = []
     logps: list[float] | None = [] if all(with_logps) else None
@@ -140,6 +153,7 @@ def concat_turn_tokens(agent_steps: Sequence[AgentStep], *, where: str = "turn")
         action_mask=tuple(action_mask),
         actor_logps=None if logps is None else tuple(logps),
         completion_length=completion_length,
+        sampling_temperature=temperatures.pop(),
     )
 
 
@@ -251,6 +265,7 @@ def rollout_to_saw_items(
                 weight=weights[key],
                 meta=_turn_meta(rollout, turn, tokens),
                 actor_logps=tokens.actor_logps,
+                sampling_temperature=tokens.sampling_temperature,
             )
         )
     return items

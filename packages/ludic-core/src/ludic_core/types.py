@@ -127,6 +127,21 @@ def to_str_tuple(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(values)
 
 
+def to_float_or_none(value: Any) -> Any:
+    """attrs converter: ints become floats; anything else is left for the validator."""
+    return float(value) if is_strict_int(value) else value
+
+
+def check_temperature(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """A sampling temperature: ``None`` (unknown) or a finite float ``>= 0``."""
+    if value is None:
+        return
+    if not isinstance(value, float) or not math.isfinite(value) or value < 0:
+        raise DataError(
+            f"{type(instance).__name__}.{attribute.name} must be None or a finite number >= 0, got {value!r}"
+        )
+
+
 def _check_logprobs_length(instance: Any, _attr: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and len(value) != len(instance.completion_token_ids):
         raise DataError(
@@ -141,6 +156,10 @@ class TokenTrace:
 
     ``completion_logprobs`` are the behaviour policy's chosen-token logprobs (after temperature),
     one per completion token, or ``None`` when the backend was not asked for them.
+    ``sampling_temperature`` is the temperature the call sampled with, so the logprobs are those of
+    ``softmax(logits / sampling_temperature)``; 0 means greedy decoding, whose logprobs are untempered
+    (``softmax(logits)``). ``None``: unknown (the protocol records the request's temperature on traces
+    whose client did not report one).
     """
 
     prompt_token_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
@@ -149,6 +168,9 @@ class TokenTrace:
         default=None, converter=to_float_tuple_or_none, validator=[check_floats, _check_logprobs_length]
     )
     finish_reason: str | None = None
+    sampling_temperature: float | None = attrs.field(
+        default=None, converter=to_float_or_none, validator=check_temperature
+    )
 
     @property
     def has_logprobs(self) -> bool:
@@ -162,6 +184,7 @@ class TokenTrace:
             if self.completion_logprobs is None
             else list(self.completion_logprobs),
             "finish_reason": self.finish_reason,
+            "sampling_temperature": self.sampling_temperature,
         }
 
     @classmethod
@@ -174,6 +197,8 @@ class TokenTrace:
             completion_token_ids=data["completion_token_ids"],
             completion_logprobs=data.get("completion_logprobs"),
             finish_reason=data.get("finish_reason"),
+            # Absent in traces written before the field existed: unknown.
+            sampling_temperature=data.get("sampling_temperature"),
         )
 
 
@@ -183,7 +208,9 @@ class ChatResponse:
 
     ``policy_version_start``/``_end`` are the weights version the server reported when the request
     started and finished (``None`` for unversioned clients). If they differ, the completion may mix
-    policies (a weight update landed mid-generation).
+    policies (a weight update landed mid-generation). ``sampling_temperature``: the temperature the
+    completion was sampled with and its logprobs computed under (see :class:`TokenTrace`), or ``None``
+    when the client does not report it.
     """
 
     text: str
@@ -196,6 +223,9 @@ class ChatResponse:
     policy_version_start: int | None = None
     policy_version_end: int | None = None
     info: Mapping[str, Any] = attrs.field(factory=dict)
+    sampling_temperature: float | None = attrs.field(
+        default=None, converter=to_float_or_none, validator=check_temperature
+    )
 
     @property
     def policy_version(self) -> int | None:
@@ -210,6 +240,7 @@ class ChatResponse:
             completion_token_ids=self.completion_token_ids,
             completion_logprobs=self.completion_logprobs,
             finish_reason=self.finish_reason,
+            sampling_temperature=self.sampling_temperature,
         )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 
+import attrs
+
 from ludic_core.agent import AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.errors import LudicTimeoutError, ProtocolError, TransportError
 from ludic_core.inference import InferenceSpec
@@ -59,7 +61,22 @@ async def _call_agent(
         raise EpisodeStageError(
             "agent", ProtocolError(f"agent.act must return an AgentActResult, got {type(result).__name__}")
         )
-    return result
+    return result if inference is None else _record_temperature(result, inference.sampling.temperature)
+
+
+def _record_temperature(result: AgentActResult, temperature: float) -> AgentActResult:
+    # The agent sampled with the spec the protocol passed it; a trainer needs that temperature to score
+    # the distribution the logprobs came from. A temperature the client reported itself is kept.
+    if all(step.trace.sampling_temperature is not None for step in result.steps):
+        return result
+    return AgentActResult(
+        steps=[
+            step
+            if step.trace.sampling_temperature is not None
+            else attrs.evolve(step, trace=attrs.evolve(step.trace, sampling_temperature=temperature))
+            for step in result.steps
+        ]
+    )
 
 
 async def _run_handler(handler: ExternalToolHandler, step: AgentActStep) -> list[ToolResult]:
