@@ -4,7 +4,8 @@
 One prompt per HTTP request: seeds stay independent (one seed on a multi-prompt request correlates the
 samples) and failures and retries stay per sample. Prompt ids go in as-is and the completion's ids,
 chosen-token logprobs (after temperature when the server runs ``--logprobs-mode processed_logprobs``,
-which ``ludic-vllm serve`` sets) and finish reason come back.
+which ``ludic-vllm serve`` sets) and finish reason come back. Responses report the request's
+temperature as ``sampling_temperature``; at temperature 0 vLLM's processed logprobs are untempered.
 
 Policy versions come from the Ludic routes: the server stamps every ``/v1/*`` response with the version
 it held when the request arrived and when the response started (``x-ludic-policy-version-start`` /
@@ -329,6 +330,7 @@ class VLLMClient:
             policy_version_start=_header_version(headers, HEADER_POLICY_VERSION_START),
             policy_version_end=_header_version(headers, HEADER_POLICY_VERSION),
             info=info,
+            sampling_temperature=request.sampling.temperature,
         )
 
     async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
