@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import torch
 from fake_tinker import FakeTinkerService
@@ -187,6 +188,24 @@ async def test_bad_batches_are_rejected_before_sending(training_client, fake_ser
     with pytest.raises(DataError, match="actor_logps"):
         await trainer.train(1)
     assert fake_service.forward_backward_calls == []
+
+
+async def test_ratio_losses_refuse_items_sampled_at_another_temperature(training_client, fake_service):
+    def at(temperature: float | None) -> list[SAWItem]:
+        return [attrs.evolve(item, sampling_temperature=temperature) for item in _items()]
+
+    for loss in (TinkerLoss.ppo(), TinkerLoss.importance_sampling(), TinkerLoss.cispo()):
+        trainer = TinkerTrainer(training_client, ListSource([SAWBatch(at(0.7))]), loss)
+        with pytest.raises(
+            DataError, match=r"SAW item 0: sampled at temperature 0\.7.*sample at temperature 1\.0"
+        ):
+            await trainer.train(1)
+    assert fake_service.forward_backward_calls == []  # refused before anything was sent
+    # Temperature 1, greedy (untempered logprobs) and unknown train; SFT compares no logprobs.
+    batches = [SAWBatch(at(1.0)), SAWBatch(at(0.0)), SAWBatch(at(None))]
+    await TinkerTrainer(training_client, ListSource(batches), TinkerLoss.ppo()).train(3)
+    await TinkerTrainer(training_client, ListSource([SAWBatch(at(0.7))]), TinkerLoss.cross_entropy()).train(1)
+    assert len(fake_service.forward_backward_calls) == 4
 
 
 @pytest.mark.slow

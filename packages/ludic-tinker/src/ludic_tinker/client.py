@@ -208,4 +208,5 @@ class TinkerChatClient:
             policy_version_start=version,
             policy_version_end=version,
             info=info,
+            sampling_temperature=request.sampling.temperature,
         )

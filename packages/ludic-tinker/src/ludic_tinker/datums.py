@@ -10,6 +10,11 @@ are non-zero only where the target is an action token (``action_mask[i+1] == 1``
 * ``sequence_ratio_mask[i]`` (``gspo``): 1.
 
 Every tensor has length ``model_input.length``.
+
+Tinker computes the learner's logprobs from untempered logits (``forward_backward`` takes no
+temperature), so a loss that compares them with the sampler's logprobs (every loss with a ``logprobs``
+input) is only on-policy for items sampled at temperature 1 (or 0, greedy, whose logprobs are
+untempered); items sampled at any other temperature are refused.
 """
 
 from __future__ import annotations
@@ -24,7 +29,14 @@ from ludic_core.errors import DataError
 from ludic_core.saw import SAWItem
 from ludic_tinker.losses import Normalization, TinkerLoss
 
-__all__ = ["DatumParts", "item_to_datum", "items_to_datums", "normalization_scale", "trim_padding"]
+__all__ = [
+    "DatumParts",
+    "check_untempered",
+    "item_to_datum",
+    "items_to_datums",
+    "normalization_scale",
+    "trim_padding",
+]
 
 
 @attrs.frozen
@@ -88,8 +100,22 @@ def normalization_scale(normalization: Normalization, *, batch_size: int, num_ac
     return 1.0 / (batch_size * max(1, num_actions))
 
 
+def check_untempered(item: SAWItem, loss: TinkerLoss, index: int = 0) -> None:
+    """Raise :class:`DataError` if ``loss`` compares logprobs and ``item`` was sampled at a temperature
+    other than 1 (or 0): Tinker's learner logprobs are untempered, so every ratio would be off-policy."""
+    temperature = item.sampling_temperature
+    if loss.needs_sampler_logprobs and temperature is not None and temperature not in (0.0, 1.0):
+        raise DataError(
+            f"SAW item {index}: sampled at temperature {temperature!r}, but Tinker's {loss.loss_fn!r} loss "
+            "compares its logprobs with the learner's, which Tinker computes at temperature 1 "
+            "(forward_backward takes no temperature), so every importance ratio would be off-policy; "
+            "sample at temperature 1.0 for Tinker training"
+        )
+
+
 def item_to_datum(item: SAWItem, loss: TinkerLoss, *, batch_size: int, index: int = 0) -> tinker.Datum:
     """The Tinker datum for one SAW item under ``loss``."""
+    check_untempered(item, loss, index)
     parts = datum_parts(item, index, need_logprobs=loss.needs_sampler_logprobs)
     n = len(parts.model_input)
     scale = normalization_scale(

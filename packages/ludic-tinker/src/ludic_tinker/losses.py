@@ -158,7 +158,9 @@ class CustomLoss:
     ``fn(items, action_logprobs)`` gets the SAW items and, for each, a 1-D tensor (with grad) of the
     learner's logprobs of that item's action tokens, in order; it returns ``(scalar_loss, metrics)``.
     Tinker then backpropagates ``dLoss/dlogprobs`` server-side (about 1.5× the cost of a built-in
-    loss). Needs torch: ``pip install "ludic-tinker[torch]"``.
+    loss). Needs torch: ``pip install "ludic-tinker[torch]"``. The learner's logprobs are untempered
+    (``softmax(logits)``); a ``fn`` that compares them with ``item.actor_logps`` must account for
+    ``item.sampling_temperature`` itself.
     """
 
     fn: CustomLossFn
