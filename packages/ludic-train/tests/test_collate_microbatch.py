@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import attrs
 import pytest
 import torch
 
@@ -97,7 +98,35 @@ def test_collate_pads_right_and_scatters_logps_onto_action_positions() -> None:
 def test_collate_without_logps_has_no_logp_keys() -> None:
     rng = random.Random(0)
     batch = collate_saw_items([make_item(rng, 5, logps=False)], pad_token_id=PAD)
-    assert set(batch) == {"input_ids", "attention_mask", "action_mask", "weight"}
+    assert set(batch) == {
+        "input_ids",
+        "attention_mask",
+        "action_mask",
+        "weight",
+        "temperature",
+        "logit_positions",
+    }
+
+
+def test_collate_gives_each_row_its_temperature_and_the_positions_that_predict_actions() -> None:
+    def item(action_mask: list[int], temperature: float | None) -> SAWItem:
+        n = len(action_mask)
+        return SAWItem(
+            input_ids=list(range(1, n + 1)),
+            attention_mask=[1] * n,
+            action_mask=action_mask,
+            weight=1.0,
+            sampling_temperature=temperature,
+        )
+
+    items = [item([0, 0, 1, 1], 0.7), item([0, 1], None), item([0, 0, 0, 0, 0, 1], 0.0), item([0, 1, 0], 1.3)]
+    batch = collate_saw_items(items, pad_token_id=PAD)
+    # Unknown and greedy (0) rows are scored untempered: that is what their logprobs are.
+    assert batch["temperature"].tolist() == pytest.approx([0.7, 1.0, 1.0, 1.3])
+    assert batch["temperature"].dtype == torch.float32
+    # Logits at t score token t+1: the union over rows of {t : action_mask[t+1] == 1}, sorted.
+    assert batch["logit_positions"].tolist() == [0, 1, 2, 4]
+    assert batch["logit_positions"].dtype == torch.long
 
 
 def test_collate_errors() -> None:
@@ -278,3 +307,89 @@ def test_macro_batch_gradient_equals_sum_of_scaled_micro_batch_gradients(
     for key in macro:
         torch.testing.assert_close(summed[key], macro[key], rtol=1e-9, atol=1e-12, msg=key)
     assert any(g.abs().max() > 1e-6 for g in macro.values())
+
+
+# --- logits only at the positions the loss reads ------------------------------------------------------
+
+
+class _NoLogitsToKeep(torch.nn.Module):
+    """A model whose forward takes no ``logits_to_keep``: the trainer must fall back to full logits."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+def _float32_copy(model: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return copy.deepcopy(model).float()
+
+
+@pytest.mark.parametrize("name", sorted(GRADIENT_LOSSES))
+def test_logits_at_action_positions_give_the_full_logits_loss_and_gradient(
+    tiny_model: torch.nn.Module, name: str
+) -> None:
+    from ludic_core.credit import ConstantCredit
+    from ludic_train.algorithm import RLAlgorithm, accepts_logits_to_keep
+
+    model = _float32_copy(tiny_model)
+    algorithm = RLAlgorithm(name=name, credit_assigner=ConstantCredit(), loss=GRADIENT_LOSSES[name])
+    items = [
+        attrs.evolve(item, sampling_temperature=t)
+        for item, t in zip(
+            make_items(6, seed=3, lengths=(12, 24)), [0.7, 1.0, 0.0, None, 0.5, 0.7], strict=True
+        )
+    ]
+    batch = collate_saw_items(items, pad_token_id=PAD)
+    seen: list[tuple[int, ...]] = []
+    hook = model.lm_head.register_forward_hook(lambda _m, args, _out: seen.append(tuple(args[0].shape)))
+    try:
+        results = []
+        for forward in (model, _NoLogitsToKeep(model)):
+            model.zero_grad(set_to_none=True)
+            loss, stats = algorithm.compute_loss(forward, batch)
+            loss.backward()
+            results.append((loss.detach(), stats, _gradients(model)))
+    finally:
+        hook.remove()
+    assert accepts_logits_to_keep(model) and not accepts_logits_to_keep(_NoLogitsToKeep(model))
+    num_positions = batch["logit_positions"].numel()
+    assert num_positions < batch["input_ids"].shape[1] - 1  # the prompt positions really are skipped
+    assert seen == [(6, num_positions, 32), (6, batch["input_ids"].shape[1], 32)]
+    (kept, kept_stats, kept_grads), (full, full_stats, full_grads) = results
+    # Not bit-identical: the lm-head matmul runs on fewer rows, which may change its blocking.
+    torch.testing.assert_close(kept, full, rtol=0, atol=1e-6)
+    for key in full_stats:
+        torch.testing.assert_close(kept_stats[key], full_stats[key], rtol=1e-5, atol=1e-6, msg=key)
+    assert kept_grads.keys() == full_grads.keys()
+    for key in full_grads:
+        torch.testing.assert_close(kept_grads[key], full_grads[key], rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_lora_models_get_logits_at_action_positions_too(tiny_model: torch.nn.Module) -> None:
+    pytest.importorskip("peft")
+    from peft import LoraConfig, PrefixTuningConfig, get_peft_model
+
+    from ludic_train.algorithm import accepts_logits_to_keep
+    from ludic_train.presets import make_grpo
+
+    lora = get_peft_model(_float32_copy(tiny_model), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    assert accepts_logits_to_keep(lora)
+    batch = collate_saw_items(make_items(4, seed=5, lengths=(10, 20)), pad_token_id=PAD)
+    seen: list[int] = []
+    lm_head = lora.get_base_model().lm_head
+    hook = lm_head.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[1]))
+    try:
+        make_grpo(group_size=2).compute_loss(lora, batch)[0].backward()
+    finally:
+        hook.remove()
+    assert seen == [batch["logit_positions"].numel()]
+    # Virtual tokens would shift every position: such adapters get full logits (and the loss's shape check).
+    prefix = get_peft_model(
+        _float32_copy(tiny_model), PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=2)
+    )
+    assert not accepts_logits_to_keep(prefix)

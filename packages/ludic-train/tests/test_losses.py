@@ -610,3 +610,88 @@ def test_composite_accepts_protocol_only_losses_and_shares_the_context(
     assert "mine/custom" in stats
     with pytest.raises(ConfigError, match="only implement compute"):
         TruncatedISCorrection(composite, level="sequence").compute(logits, batch)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Temperature and logits at some positions only
+
+
+def _positions(batch: dict[str, Tensor]) -> Tensor:
+    mask = batch["action_mask"]
+    return (mask[:, 1:] > 0).any(dim=0).nonzero().squeeze(1)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_logits_at_the_action_positions_give_the_same_loss_and_gradient(case: str) -> None:
+    """What a model returns for ``logits_to_keep=logit_positions`` scores exactly like the full logits."""
+    loss, _ = CASES[case]
+    for seed, shape in enumerate(SHAPES):
+        batch = make_batch(*shape, seed=seed)
+        batch["temperature"] = torch.rand(shape[0], generator=torch.Generator().manual_seed(seed)) + 0.5
+        full = leaf_logits(batch)
+        value, stats = loss.compute(full, batch)
+        value.backward()
+        positions = _positions(batch)
+        kept = full.detach()[:, positions].clone().requires_grad_(True)
+        kept_value, kept_stats = loss.compute(kept, {**batch, "logit_positions": positions})
+        kept_value.backward()
+        # The same rows in the same order go through the same operations: equal to the last bit.
+        assert torch.equal(kept_value.detach(), value.detach()), case
+        assert torch.equal(kept.grad, full.grad[:, positions]), case
+        assert full.grad[:, [t for t in range(shape[1]) if t not in positions.tolist()]].abs().max() == 0
+        assert stats_to_host(kept_stats) == stats_to_host(stats)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_row_is_scored_at_its_temperature(case: str) -> None:
+    """A row at temperature τ scores ``softmax(logits / τ)``: the loss equals the untempered loss on
+    logits divided row by row, value and gradient (chain rule: the gradient is divided by τ too)."""
+    loss, _ = CASES[case]
+    batch = make_batch(5, 12, 17, seed=21)
+    temperature = torch.tensor([0.7, 1.0, 0.3, 1.6, 0.7])
+    tempered = leaf_logits(batch)
+    value, _ = loss.compute(tempered, {**batch, "temperature": temperature})
+    value.backward()
+    divided = leaf_logits(batch)
+    reference, _ = loss.compute(divided / temperature.double()[:, None, None], batch)
+    reference.backward()
+    torch.testing.assert_close(value.detach(), reference.detach(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(tempered.grad, divided.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_on_policy_ratios_are_one_at_any_temperature() -> None:
+    batch = make_batch(4, 10, 13, seed=8)
+    temperature = torch.tensor([0.7, 0.7, 1.0, 0.4])
+    logits = batch["_logits"]
+    tempered = torch.log_softmax(logits / temperature.double()[:, None, None], dim=-1)
+    on_policy = torch.zeros(4, 10)
+    on_policy[:, 1:] = tempered[:, :-1].gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+    on_policy *= batch["action_mask"]
+    batch = {**batch, "actor_logps": on_policy, "temperature": temperature}
+    host = stats_to_host(TokenClippedSurrogateLoss().compute(logits, batch)[1])
+    assert host["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert host["clip_frac"] == 0.0
+    untempered = stats_to_host(TokenClippedSurrogateLoss().compute(logits, {**batch, "temperature": None})[1])
+    assert abs(untempered["ratio_mean"] - 1.0) > 0.05  # without the temperature the ratios are off
+
+
+def test_bad_positions_and_temperatures_are_data_errors() -> None:
+    batch = make_batch(3, 7, 11, seed=1)
+    logits = batch["_logits"]
+    positions = _positions(batch)
+    with pytest.raises(DataError, match=r"logits shape .*nor \[B, K, V\].* absent"):
+        ReinforceLoss().compute(logits[:, positions], batch)
+    with pytest.raises(DataError, match=r"has 3 positions"):
+        ReinforceLoss().compute(logits[:, :2], {**batch, "logit_positions": torch.tensor([0, 1, 2])})
+    missing = positions[1:]
+    with pytest.raises(DataError, match="include every position whose next token is an action token"):
+        ReinforceLoss().compute(logits[:, missing], {**batch, "logit_positions": missing})
+    backwards = positions.flip(0)
+    with pytest.raises(DataError, match="strictly increasing"):
+        ReinforceLoss().compute(logits[:, backwards], {**batch, "logit_positions": backwards})
+    with pytest.raises(DataError, match="1-D long tensor"):
+        ReinforceLoss().compute(logits[:, positions], {**batch, "logit_positions": positions.float()})
+    # Full logits are scored as they are: third-party callers need not know about positions.
+    ReinforceLoss().compute(logits, {**batch, "logit_positions": missing})
+    with pytest.raises(DataError, match=r"batch\['temperature'\] has shape \(2,\)"):
+        ReinforceLoss().compute(logits, {**batch, "temperature": torch.ones(2)})

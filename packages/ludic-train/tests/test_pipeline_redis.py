@@ -132,6 +132,7 @@ def make_item(i: int, *, version: int | None = 0, rollout: str | None = None) ->
         weight=0.1 * i - 0.3333333333333333,
         meta=meta,
         actor_logps=[-0.5, -1.25 - i / 7],
+        sampling_temperature=0.7 if i % 2 else None,
     )
 
 
@@ -192,6 +193,7 @@ def test_message_round_trip_is_exact() -> None:
     assert header["policy_version"] == 7 and header["num_rollouts"] == 4
     decoded = decode_message(payload)
     assert decoded == original  # floats (weights, logprobs) round-trip bit for bit
+    assert [item.sampling_temperature for item in decoded.items] == [None, 0.7, None, 0.7]
 
 
 def test_policy_version_is_the_oldest_and_rollouts_are_counted_once() -> None:

@@ -314,10 +314,13 @@ async def test_evaluator_runs_on_schedule_and_logs_under_eval(tmp_path: Path) ->
 
 
 async def test_sft_from_saw_jsonl_lowers_the_loss(tmp_path: Path) -> None:
-    items = [attrs.evolve(i, weight=1.0) for i in make_items(8, seed=5)]
+    items = [attrs.evolve(i, weight=1.0, sampling_temperature=0.7) for i in make_items(8, seed=5)]
     path = tmp_path / "sft.jsonl"
     write_saw_jsonl(path, items)
-    assert len(load_sft_items(path)) == 8
+    loaded = load_sft_items(path)
+    assert len(loaded) == 8
+    # SFT fits the untempered distribution whatever temperature the data was sampled at.
+    assert {i.sampling_temperature for i in loaded} == {None}
     source = sft_batch_source(path, batch_size=8, seed=0)
     assert isinstance(source, OfflineBatchSource)
     model = tiny_causal_lm(bpe_tokenizer(), seed=0)

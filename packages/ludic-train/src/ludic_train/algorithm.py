@@ -8,6 +8,8 @@ describes the whole method.
 
 from __future__ import annotations
 
+import inspect
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,7 +23,7 @@ from ludic_core.saw import SAWBatch
 from ludic_train.losses.base import Loss, Stats
 from ludic_train.preprocess import Preprocess
 
-__all__ = ["KNOWN_INPUTS", "RLAlgorithm"]
+__all__ = ["KNOWN_INPUTS", "RLAlgorithm", "accepts_logits_to_keep"]
 
 KNOWN_INPUTS: Mapping[str, str] = {
     "actor_logps": "behaviour-policy logprobs of every action token from the sampler "
@@ -29,6 +31,37 @@ KNOWN_INPUTS: Mapping[str, str] = {
     "teacher_logps": "teacher logprobs of every action token (annotate the batch with a teacher scorer)",
 }
 """Optional SAW item fields an algorithm can require, with what they are and where they come from."""
+
+
+_ACCEPTS_LOGITS_TO_KEEP: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` as a tensor of sequence positions (HF causal
+    LMs do, directly or behind a PEFT adapter). Inspected once per model."""
+    known = _ACCEPTS_LOGITS_TO_KEEP.get(model)
+    if known is None:
+        known = _inspect_logits_to_keep(model)
+        _ACCEPTS_LOGITS_TO_KEEP[model] = known
+    return known
+
+
+def _inspect_logits_to_keep(model: torch.nn.Module) -> bool:
+    get_base_model = getattr(model, "get_base_model", None)
+    if callable(get_base_model):
+        # A PEFT wrapper forwards **kwargs to the base model. Prompt-learning adapters prepend virtual
+        # tokens, which would shift every position; the full logits then fail the loss's shape check.
+        config = getattr(model, "active_peft_config", None)
+        if config is None or getattr(config, "is_prompt_learning", True):
+            return False
+        base = get_base_model()
+        return isinstance(base, torch.nn.Module) and base is not model and accepts_logits_to_keep(base)
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    # Only an explicit parameter counts: a forward that swallows **kwargs may ignore it.
+    return "logits_to_keep" in parameters
 
 
 def _input_names(values: Iterable[str]) -> frozenset[str]:
@@ -85,8 +118,18 @@ class RLAlgorithm:
     def compute_loss(
         self, model: torch.nn.Module, batch: Mapping[str, Tensor], *, cast_logits_to_fp32: bool = False
     ) -> tuple[Tensor, Stats]:
-        """One forward pass on a collated micro-batch, then the loss (a mean over its sequences)."""
-        output: Any = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        """One forward pass on a collated micro-batch, then the loss (a mean over its sequences).
+
+        When the batch has ``logit_positions`` (collated batches do) and the model takes
+        ``logits_to_keep``, the lm-head runs only at those positions: the loss reads no other logits, and
+        with long prompts and a large vocabulary the full ``[B, T, V]`` logits are most of the step's
+        time and memory. Other models return full logits, which the loss handles the same way.
+        """
+        kwargs: dict[str, Tensor] = {}
+        positions = batch.get("logit_positions")
+        if positions is not None and accepts_logits_to_keep(model):
+            kwargs["logits_to_keep"] = positions
+        output: Any = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
         logits = output if isinstance(output, Tensor) else output.logits
         if cast_logits_to_fp32:
             logits = logits.float()

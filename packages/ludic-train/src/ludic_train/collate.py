@@ -3,6 +3,11 @@
 Right padding to the longest item. Per-token logprobs carried by the items (``actor_logps`` from the
 sampler, ``teacher_logps`` for distillation) have one entry per action token; they are scattered onto
 the action positions of a ``[B, T]`` tensor with 0 elsewhere, so they line up with ``input_ids``.
+
+Two more entries tell the loss what to score: ``temperature`` (each item's
+:func:`logprob_temperature`, the temperature its behaviour logprobs were computed under; the loss divides
+that row's logits by it) and ``logit_positions`` (the positions whose logits the loss reads, so a trainer
+can have the model compute only those; see :class:`~ludic_train.losses.base.TokenLogpContext`).
 """
 
 from __future__ import annotations
@@ -15,10 +20,28 @@ from torch import Tensor
 from ludic_core.errors import DataError
 from ludic_core.saw import SAWItem
 
-__all__ = ["PER_TOKEN_FIELDS", "collate_saw_items"]
+__all__ = ["PER_TOKEN_FIELDS", "collate_saw_items", "logit_positions", "logprob_temperature"]
 
 PER_TOKEN_FIELDS = ("actor_logps", "teacher_logps")
 """Optional per-action-token fields of :class:`SAWItem`, collated to ``[B, T]`` tensors."""
+
+
+def logprob_temperature(item: SAWItem) -> float:
+    """The temperature ``item``'s behaviour logprobs were computed under: its ``sampling_temperature``,
+    or 1.0 when it has none (unknown) or it is 0 (greedy decoding, whose logprobs clients return
+    untempered)."""
+    temperature = item.sampling_temperature
+    return 1.0 if temperature is None or temperature == 0.0 else temperature
+
+
+def logit_positions(items: Sequence[SAWItem]) -> list[int]:
+    """Sorted positions ``t`` at which some item's next token ``t + 1`` is an action token: the only
+    logits any loss reads (logits at ``t`` score token ``t + 1``)."""
+    positions: set[int] = set()
+    for item in items:
+        mask = item.action_mask
+        positions.update(t - 1 for t in range(1, len(mask)) if mask[t])
+    return sorted(positions)
 
 
 def _check_first_token_is_context(items: Sequence[SAWItem]) -> None:
@@ -51,7 +74,9 @@ def collate_saw_items(
     items: Sequence[SAWItem], *, pad_token_id: int, device: torch.device | str | None = None
 ) -> dict[str, Tensor]:
     """Collate items into ``input_ids``/``attention_mask`` ``[B,T]`` long, ``action_mask`` ``[B,T]``
-    float, ``weight`` ``[B]`` float, and when the items carry them ``actor_logps`` ``[B,T]`` with
+    float, ``weight`` ``[B]`` float, ``temperature`` ``[B]`` float (:func:`logprob_temperature`: 1.0
+    for items without a sampling temperature and for greedy ones), ``logit_positions`` ``[K]`` long
+    (:func:`logit_positions`), and when the items carry them ``actor_logps`` ``[B,T]`` with
     ``old_logp_action`` ``[B]`` (their per-item sum) and ``teacher_logps`` ``[B,T]``.
     """
     if not items:
@@ -69,6 +94,9 @@ def collate_saw_items(
         "attention_mask": torch.tensor([padded(i.attention_mask, 0) for i in items], dtype=torch.long),
         "action_mask": torch.tensor([padded(i.action_mask, 0) for i in items], dtype=torch.float32),
         "weight": torch.tensor([i.weight for i in items], dtype=torch.float32),
+        "temperature": torch.tensor([logprob_temperature(i) for i in items], dtype=torch.float32),
+        # Computed here from the host-side masks, so selecting the positions costs no device sync.
+        "logit_positions": torch.tensor(logit_positions(items), dtype=torch.long),
     }
     for field in PER_TOKEN_FIELDS:
         per_token = _scatter_per_token(items, field, length)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import attrs
 import structlog
 
 from ludic_core.batch_sources import OfflineBatchSource
@@ -71,7 +72,12 @@ def load_sft_items(
     kind: JsonlKind = "auto",
     min_reward: float | None = None,
 ) -> list[SAWItem]:
-    """SAW items for SFT from rollout logs or SAW files (``min_reward`` applies to rollouts only)."""
+    """SAW items for SFT from rollout logs or SAW files (``min_reward`` applies to rollouts only).
+
+    The items' ``sampling_temperature`` is dropped: SFT fits the model's own distribution,
+    ``softmax(logits)``, to the data, whatever temperature the data was sampled at (a loss would
+    otherwise score ``softmax(logits / τ)``, see :mod:`ludic_train.losses.base`).
+    """
     items: list[SAWItem] = []
     for path in _as_paths(paths):
         file_kind = detect_jsonl_kind(path) if kind == "auto" else kind
@@ -100,7 +106,10 @@ def load_sft_items(
         items.extend(build_saw_items(kept, weights, require_actor_logps=False))
     if not items:
         raise DataError(f"no SFT items in {[str(p) for p in _as_paths(paths)]} (min_reward={min_reward})")
-    return items
+    return [
+        item if item.sampling_temperature is None else attrs.evolve(item, sampling_temperature=None)
+        for item in items
+    ]
 
 
 def sft_batch_source(

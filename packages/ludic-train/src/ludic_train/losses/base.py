@@ -4,8 +4,18 @@ Conventions (one place, so every loss agrees):
 
 * A collated micro-batch (see :mod:`ludic_train.collate`) holds ``input_ids [B,T]``,
   ``attention_mask [B,T]``, ``action_mask [B,T]`` (float), ``weight [B]`` (the advantage or sample
-  weight) and, when the items carry them, ``actor_logps [B,T]`` / ``old_logp_action [B]`` (behaviour
-  policy) and ``teacher_logps [B,T]``; per-token logprobs sit on the action positions, 0 elsewhere.
+  weight), ``temperature [B]``, ``logit_positions [K]`` and, when the items carry them,
+  ``actor_logps [B,T]`` / ``old_logp_action [B]`` (behaviour policy) and ``teacher_logps [B,T]``;
+  per-token logprobs sit on the action positions, 0 elsewhere.
+* **Temperature.** The policy being scored is the one the sampler drew from, ``softmax(logits / τ_b)``
+  with ``τ_b = batch["temperature"][b]`` (the item's sampling temperature; 1 for greedy items and items
+  without one). Every per-token quantity — ``token_logp``, ``entropy``, hence every ratio against
+  ``actor_logps`` — is of that distribution, so on-policy ratios are 1 at any sampling temperature. A
+  batch without ``temperature`` is scored at τ = 1.
+* **Logits at some positions only.** ``logits`` may be ``[B, T, V]`` or ``[B, K, V]``: the logits at
+  the ``K`` positions ``batch["logit_positions"]`` (sorted; they must include every ``t`` with
+  ``action_mask[:, t+1] == 1``), as a model's ``logits_to_keep`` returns them. Both give the same
+  values; the second skips the lm-head on prompt positions.
 * **Causal shift.** The logits at position ``t`` score token ``t+1``. Every per-token quantity lives on
   the shifted grid ``[B, T-1]``: ``token_logp[b, t] = log_softmax(logits[b, t])[input_ids[b, t+1]]`` and
   the mask is ``action_mask[:, 1:]`` — the entropy bonus included (the original masked its entropy with
@@ -81,9 +91,11 @@ class TokenLogpContext:
     """Per-forward-pass quantities shared by every loss term computed on the same logits.
 
     ``token_logp`` and ``entropy`` are computed lazily, once, and only at action positions: the rows of
-    ``logits`` that score a sampled completion token are gathered and upcast to float32 before the
-    log-softmax, so long prompts cost nothing and bf16 logits do not lose precision in the
-    normaliser (float32 and float64 logits keep their dtype). Both tensors are ``[B, T-1]`` with zeros off the action positions.
+    ``logits`` that score a sampled completion token are gathered, upcast to float32 and divided by
+    their sequence's temperature before the log-softmax, so long prompts cost nothing and bf16 logits
+    do not lose precision in the normaliser (float32 and float64 logits keep their dtype). Both tensors
+    are ``[B, T-1]`` with zeros off the action positions. ``logits`` is ``[B, T, V]``, or ``[B, K, V]``
+    at ``batch["logit_positions"]`` (see the module docstring).
     """
 
     def __init__(self, logits: Tensor, batch: Mapping[str, Tensor]) -> None:
@@ -91,10 +103,6 @@ class TokenLogpContext:
         action_mask = require_key(batch, "action_mask", who="TokenLogpContext")
         if logits.dim() != 3:
             raise DataError(f"logits must be [B, T, V]; got shape {tuple(logits.shape)}")
-        if tuple(logits.shape[:2]) != tuple(input_ids.shape):
-            raise DataError(
-                f"logits shape {tuple(logits.shape)} does not match input_ids shape {tuple(input_ids.shape)}"
-            )
         if tuple(action_mask.shape) != tuple(input_ids.shape):
             raise DataError(
                 f"action_mask shape {tuple(action_mask.shape)} does not match input_ids {tuple(input_ids.shape)}"
@@ -111,16 +119,67 @@ class TokenLogpContext:
         self.mask_bool = self.mask > 0
         self.token_counts = self.mask.sum(dim=1).clamp(min=1.0)
         """``n_b``: action tokens per sequence (at least 1, so empty sequences contribute 0, not NaN)."""
+        self.positions = self._logit_positions(logits, batch)
+        """The sequence positions of ``logits``' second dimension, or None when it covers all ``T``."""
+        self.temperature = self._temperature(batch)
         self._token_logp: Tensor | None = None
         self._entropy: Tensor | None = None
+
+    def _logit_positions(self, logits: Tensor, batch: Mapping[str, Tensor]) -> Tensor | None:
+        batch_size, length = self.input_ids.shape
+        positions = batch.get("logit_positions")
+        if logits.shape[0] == batch_size and logits.shape[1] == length:
+            return None
+        if positions is not None and (positions.dim() != 1 or positions.dtype != torch.long):
+            raise DataError(
+                f"batch['logit_positions'] must be a 1-D long tensor, got {positions.dtype} {tuple(positions.shape)}"
+            )
+        if positions is None or tuple(logits.shape[:2]) != (batch_size, positions.shape[0]):
+            shown = "absent" if positions is None else f"has {positions.shape[0]} positions"
+            raise DataError(
+                f"logits shape {tuple(logits.shape)} does not match input_ids shape {tuple(self.input_ids.shape)} "
+                f"(nor [B, K, V] for the batch's logit_positions, which is {shown})"
+            )
+        covered = torch.zeros(length - 1, dtype=torch.bool, device=self.mask_bool.device)
+        covered[positions.clamp(0, length - 2)] = True
+        bad = (self.mask_bool & ~covered).any()  # an action position without its logits
+        bad |= (positions[1:] <= positions[:-1]).any()  # rows are gathered in increasing position order
+        bad |= ((positions < 0) | (positions > length - 2)).any()
+        # One host sync for all three checks, as cheap as the one the boolean gather of the rows makes.
+        if bool(bad):
+            needed = sorted(set((self.mask_bool.nonzero()[:, 1]).tolist()))
+            raise DataError(
+                "batch['logit_positions'] must be strictly increasing positions in "
+                f"[0, {length - 2}] that include every position whose next token is an action token "
+                f"({needed[:20]}); got {positions.tolist()[:20]}"
+            )
+        return positions
+
+    def _temperature(self, batch: Mapping[str, Tensor]) -> Tensor | None:
+        temperature = batch.get("temperature")
+        if temperature is None:
+            return None
+        if tuple(temperature.shape) != (self.batch_size,):
+            raise DataError(
+                f"batch['temperature'] has shape {tuple(temperature.shape)}; expected ({self.batch_size},)"
+            )
+        return temperature
 
     @property
     def batch_size(self) -> int:
         return int(self.input_ids.shape[0])
 
     def _action_rows(self) -> Tensor:
+        if self.positions is None:
+            rows = self.logits[:, :-1][self.mask_bool]
+        else:
+            rows = self.logits[self.mask_bool[:, self.positions]]
         # Half-precision logits lose digits in the normaliser; only the action rows are upcast.
-        return self.logits[:, :-1][self.mask_bool].to(self.dtype)
+        rows = rows.to(self.dtype)
+        if self.temperature is None:
+            return rows
+        per_row = self.temperature.to(self.dtype)[:, None].expand(self.mask_bool.shape)[self.mask_bool]
+        return rows / per_row[:, None]
 
     def _scatter(self, values: Tensor) -> Tensor:
         out = torch.zeros(self.mask.shape, dtype=values.dtype, device=values.device)
