@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 
-from ludic_core.errors import ConfigError
+from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_core.testing import check_client
-from ludic_train.local_client import LocalPolicyClient
+from ludic_train.local_client import LocalPolicyClient, _BatchSampler, _filter_rows
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
 
@@ -149,3 +152,247 @@ async def test_top_k_one_is_greedy(tok, model) -> None:  # type: ignore[no-untyp
 async def test_passes_the_ludic_client_conformance_checks(tok, model) -> None:  # type: ignore[no-untyped-def]
     client = LocalPolicyClient(model, tok)
     await check_client(client, prompt_token_ids=tok.encode("hello there"))
+
+
+# --- shared prompts, batched sampling, canonical order, timeouts ---------------------------------------
+
+SYSTEM = "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>."
+BOARDS = ["X . .\n. O .\n. . .", "Board:\n. . .\n. . .", "O X O\nX . .\n. . X", "Your move", "X X . O O ."]
+
+
+def chat(tok, board: str) -> list[int]:  # type: ignore[no-untyped-def]
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": board}]
+    return list(
+        tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)[
+            "input_ids"
+        ]
+    )
+
+
+def chat_requests(tok, *, temperature: float, **sampling: Any) -> list[TokenCompletionRequest]:  # type: ignore[no-untyped-def]
+    """Prompts sharing a system prompt, of different lengths, one of them twice (another seed)."""
+    prompts = [chat(tok, b) for b in BOARDS] + [chat(tok, BOARDS[0])]
+    return [
+        TokenCompletionRequest(
+            prompt_token_ids=p,
+            sampling=SamplingParams(temperature=temperature, max_tokens=10, **sampling),
+            return_=ReturnSpec.for_rl(),
+            seed=100 + i,
+        )
+        for i, p in enumerate(prompts)
+    ]
+
+
+async def complete_all(client: LocalPolicyClient, requests: list[TokenCompletionRequest]) -> list[Any]:
+    responses = await asyncio.gather(*(client.complete_tokens(r) for r in requests))
+    return [(r.completion_token_ids, r.completion_logprobs, r.finish_reason) for r in responses]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+async def test_shared_prefix_and_repeated_prompts_run_once_and_match_the_unshared_path(
+    tok, model, temperature
+) -> None:  # type: ignore[no-untyped-def]
+    requests = chat_requests(tok, temperature=temperature)
+    shared = LocalPolicyClient(model, tok, eos_token_ids=[10**6], batch_window_s=0.05)
+    alone = LocalPolicyClient(model, tok, eos_token_ids=[10**6], batch_window_s=0.05, share_prefix=False)
+    a, b = await complete_all(shared, requests), await complete_all(alone, requests)
+    assert shared.stats["batches"] == alone.stats["batches"] == 1
+    prefix = len(chat(tok, ""))  # the system prompt and the user header, at least
+    assert shared.stats["prefill_tokens"] <= shared.stats["prompt_tokens"] - prefix * (len(requests) - 2)
+    assert alone.stats["prefill_tokens"] == alone.stats["prompt_tokens"]
+    for request, (ids_a, logps_a, _), (ids_b, logps_b, _) in zip(requests, a, b, strict=True):
+        assert ids_a == ids_b
+        assert logps_a == pytest.approx(logps_b, abs=1e-4)
+        ref = reference_logprobs(model, request.prompt_token_ids, ids_a, temperature)
+        assert logps_a == pytest.approx(ref, abs=1e-4)
+
+
+async def test_batched_sampling_is_bit_identical_whatever_the_arrival_order(tok, model) -> None:  # type: ignore[no-untyped-def]
+    requests = chat_requests(tok, temperature=1.0) + chat_requests(tok, temperature=0.0)
+    requests += [req(tok, "hello", seed=None), req(tok, "Board: X", seed=3, top_p=0.9, top_k=20)]
+
+    async def run(order: list[int]) -> dict[int, Any]:
+        client = LocalPolicyClient(model, tok, batch_window_s=0.05, seed=7)
+        results = await complete_all(client, [requests[i] for i in order])
+        assert client.stats["batches"] == 1
+        return dict(zip(order, results, strict=True))
+
+    first = await run(list(range(len(requests))))
+    for shuffle_seed in (1, 2):
+        order = list(range(len(requests)))
+        random.Random(shuffle_seed).shuffle(order)
+        assert await run(order) == first  # exact equality, logprobs included
+
+
+async def test_a_seeded_request_draws_the_same_tokens_whatever_shares_its_batch(tok, model) -> None:  # type: ignore[no-untyped-def]
+    target = req(tok, "Natalia has 48 clips", seed=11, max_tokens=12)
+    alone = await LocalPolicyClient(model, tok).complete_tokens(target)
+    client = LocalPolicyClient(model, tok, batch_window_s=0.05)
+    others = [req(tok, p, seed=i) for i, p in enumerate(["hello", "Board:", "x" * 25])]
+    together = (await asyncio.gather(client.complete_tokens(target), *map(client.complete_tokens, others)))[0]
+    assert client.stats["batches"] == 1
+    assert together.completion_token_ids == alone.completion_token_ids
+    assert together.completion_logprobs == pytest.approx(alone.completion_logprobs, abs=1e-5)
+
+
+class _OpaqueCache:
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+
+
+class _PlainLM(torch.nn.Module):
+    """A causal LM whose forward takes no ``logits_to_keep`` and whose cache is no transformers Cache."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__()
+        self.inner = inner
+        self.generation_config = inner.generation_config
+
+    def forward(self, input_ids, attention_mask, position_ids, past_key_values=None, use_cache=True):  # type: ignore[no-untyped-def]
+        cache = None if past_key_values is None else past_key_values.cache
+        out = self.inner(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=use_cache,
+        )
+        return SimpleNamespace(logits=out.logits, past_key_values=_OpaqueCache(out.past_key_values))
+
+
+async def test_models_without_logits_to_keep_or_a_shareable_cache_still_work(tok, model) -> None:  # type: ignore[no-untyped-def]
+    requests = chat_requests(tok, temperature=0.0)
+    plain = LocalPolicyClient(_PlainLM(model), tok, batch_window_s=0.05)
+    assert not plain._keeps_last_logits_only
+    fast = LocalPolicyClient(model, tok, batch_window_s=0.05)
+    assert fast._keeps_last_logits_only
+    a, b = await complete_all(plain, requests), await complete_all(fast, requests)
+    assert plain._cache_shareable is False and plain.stats["prefill_tokens"] > plain.stats["prompt_tokens"]
+    assert [x[0] for x in a] == [x[0] for x in b]
+    for (_, logps_a, _), (_, logps_b, _) in zip(a, b, strict=True):
+        assert logps_a == pytest.approx(logps_b, abs=1e-4)
+
+
+async def test_a_lora_wrapped_model_keeps_last_logits_only(tok) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("peft")
+    from ludic_train.lora import apply_lora
+
+    base = tiny_causal_lm(tok, seed=0)
+    peft_model = apply_lora(base, rank=4)
+    client = LocalPolicyClient(peft_model, tok, batch_window_s=0.05)
+    assert client._keeps_last_logits_only
+    requests = chat_requests(tok, temperature=0.0)
+    for request, (ids, logps, _) in zip(requests, await complete_all(client, requests), strict=True):
+        ref = reference_logprobs(peft_model, request.prompt_token_ids, ids, 0.0)
+        assert logps == pytest.approx(ref, abs=1e-4)
+
+
+def _filter_one_row(logits: torch.Tensor, *, top_k: int | None, top_p: float, min_p: float) -> torch.Tensor:
+    """The per-row filter the batched one replaced: the reference."""
+    out = logits
+    if top_k is not None and top_k < out.numel():
+        kth = torch.topk(out, top_k).values[-1]
+        out = out.masked_fill(out < kth, float("-inf"))
+    if min_p > 0:
+        probs = torch.softmax(out, dim=-1)
+        out = out.masked_fill(probs < min_p * probs.max(), float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(out, descending=True)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+        drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+def test_batched_filters_keep_what_the_per_row_filters_keep() -> None:
+    gen = torch.Generator().manual_seed(0)
+    params = [
+        (None, 1.0, 0.0),
+        (5, 1.0, 0.0),
+        (None, 0.8, 0.0),
+        (None, 1.0, 0.05),
+        (40, 0.9, 0.01),
+        (1, 0.5, 0.2),
+    ]
+    logits = torch.randn(len(params), 300, generator=gen) * 3
+    batched = _filter_rows(
+        logits,
+        top_k=[k or 0 for k, _, _ in params],
+        top_p=[p for _, p, _ in params],
+        min_p=[m for _, _, m in params],
+    )
+    assert batched is not None
+    for row, (k, p, m) in enumerate(params):
+        expected = _filter_one_row(logits[row], top_k=k, top_p=p, min_p=m)
+        assert torch.equal(torch.isinf(batched[row]), torch.isinf(expected)), (k, p, m)
+    assert _filter_rows(logits, top_k=[0] * 6, top_p=[1.0] * 6, min_p=[0.0] * 6) is None
+
+
+def test_batched_sampler_draws_from_the_filtered_distribution() -> None:
+    n = 20000
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -8.0]).repeat(n, 1)
+    for sampling, allowed in (
+        (SamplingParams(temperature=1.0), 6),
+        (SamplingParams(temperature=0.5, top_k=3), 3),
+    ):
+        requests = [TokenCompletionRequest(prompt_token_ids=[1], sampling=sampling, seed=i) for i in range(n)]
+        generators = [torch.Generator().manual_seed(i) for i in range(n)]
+        tokens, logps = _BatchSampler(requests, generators, torch.device("cpu")).sample(logits.clone())
+        scaled = logits[0] / sampling.temperature
+        expected = torch.softmax(_filter_one_row(scaled, top_k=sampling.top_k, top_p=1.0, min_p=0.0), -1)
+        counts = torch.bincount(torch.tensor(tokens), minlength=6).float() / n
+        assert counts[allowed:].sum() == 0
+        assert torch.allclose(counts, expected, atol=0.015), (counts, expected)
+        full = torch.log_softmax(scaled, -1)  # logprobs after temperature, before filtering
+        assert logps == pytest.approx([full[t].item() for t in tokens], abs=1e-6)
+
+
+def _slow_generate(seconds: float):  # type: ignore[no-untyped-def]
+    def generate(requests):  # type: ignore[no-untyped-def]
+        time.sleep(seconds)
+        return [([5], [-0.5], "length") for _ in requests]
+
+    return generate
+
+
+async def test_timeout_counts_generation_not_time_queued_behind_other_batches(
+    tok, model, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    client = LocalPolicyClient(model, tok, max_batch_size=1, batch_window_s=0, timeout_s=0.5)
+    monkeypatch.setattr(client, "_generate", _slow_generate(0.2))
+    # The last request waits ~0.6 s behind the others (more than timeout_s), then generates in 0.2 s.
+    responses = await asyncio.gather(*(client.complete_tokens(req(tok, "hi", seed=i)) for i in range(4)))
+    assert [r.completion_token_ids for r in responses] == [(5,)] * 4
+    assert client.stats["batches"] == 4
+
+
+async def test_generation_and_queue_timeouts_each_name_their_bound(tok, model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    client = LocalPolicyClient(
+        model, tok, max_batch_size=1, batch_window_s=0, timeout_s=0.2, queue_timeout_s=0.3
+    )
+    monkeypatch.setattr(client, "_generate", _slow_generate(0.6))
+    running, queued = await asyncio.gather(
+        client.complete_tokens(req(tok, "first")),
+        client.complete_tokens(req(tok, "second")),
+        return_exceptions=True,
+    )
+    assert isinstance(running, LudicTimeoutError) and "generation not finished within timeout_s=0.2" in str(
+        running
+    )
+    assert isinstance(queued, LudicTimeoutError) and "still queued after queue_timeout_s=0.3" in str(queued)
+    assert client._worker is not None
+    await client._worker  # the request that gave up while queued is never generated
+    assert client.stats["batches"] == 1
+    with pytest.raises(ConfigError, match="queue_timeout_s"):
+        LocalPolicyClient(model, tok, queue_timeout_s=0)
+
+
+async def test_aclose_fails_the_batch_in_flight(tok, model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    client = LocalPolicyClient(model, tok, batch_window_s=0)
+    monkeypatch.setattr(client, "_generate", _slow_generate(0.3))
+    task = asyncio.create_task(client.complete_tokens(req(tok, "hi")))
+    await asyncio.sleep(0.1)
+    await client.aclose()
+    with pytest.raises(TransportError, match="closed while the request ran"):
+        await asyncio.wait_for(task, 1.0)

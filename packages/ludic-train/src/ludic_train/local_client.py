@@ -6,11 +6,33 @@ weights at once. Its policy version is the trainer step (the trainer reports eac
 :meth:`LocalPolicyClient.as_publisher`).
 
 Concurrent requests are batched: the first request opens a short collection window
-(``batch_window_s``), everything that arrives in it (up to ``max_batch_size``) is left-padded into one
-batch and decoded together with a KV cache. Each request keeps its own sampling parameters, its own
-``torch.Generator`` (seeded from the request's seed) and its own stop tokens. Batch composition depends
-on arrival timing and nudges the numerics (a row's logits differ in the last bits between batches), so
-only ``max_batch_size=1`` makes seeded sampling bit-reproducible across runs.
+(``batch_window_s``), everything that arrives in it (up to ``max_batch_size``) is decoded together with
+a KV cache. Each request keeps its own sampling parameters, its own ``torch.Generator`` (seeded from the
+request's seed) and its own stop tokens.
+
+How a batch is decoded, and why:
+
+* **Canonical row order.** The rows of a batch are sorted by (seed, prompt ids, sampling parameters)
+  before anything runs, so the order in which the same requests arrived does not change the numerics.
+* **Shared prefix, run once.** When the prompts of a batch share a token prefix (a system prompt and the
+  chat template's header), the prefix runs once at batch size 1 and its KV cache is copied to every row;
+  only the suffixes (left-padded between prefix and suffix, the pads masked, positions continuing from
+  the prefix) run at full batch size.
+* **Last position only.** Prefill asks the model for the last position's logits only
+  (``logits_to_keep=1`` where the model's forward takes it): the vocabulary projection of every prompt
+  position costs as much as several transformer layers and is thrown away.
+* **Batched sampling.** One decode step samples every row with batched tensor ops. A sampled row draws
+  one uniform number from its own generator per token and inverts its cumulative distribution, so a
+  seeded request draws the same random stream whatever else shares its batch. Finished rows leave the
+  batch (and its KV cache) at once.
+
+Reproducibility: a request's tokens are a function of its logits and its own generator, and its logits
+are a function of the batch it is decoded in. The same set of requests in one batch gives bit-identical
+tokens and logprobs whatever their arrival order. A different set (other batch mates, a different
+shared-prefix length or padding width, rows finishing at other steps) changes the logits in the last
+bits (SmolLM2-135M in fp32 on CPU: up to ~1e-5 in a logprob), which can flip a sampled token now and
+then. Which requests share a batch depends on arrival timing, so only ``max_batch_size=1`` makes seeded
+sampling bit-reproducible across runs whose timing differs.
 
 Logprobs are the chosen tokens' log-probabilities under ``softmax(logits / temperature)`` — after
 temperature, before top-k / top-p / min-p filtering (the distribution a ratio-based loss recomputes).
@@ -21,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,12 +67,18 @@ log = structlog.get_logger(__name__)
 # Sampling fields this backend implements; the others must stay at their defaults (checked per request).
 _UNSUPPORTED_SAMPLING = ("frequency_penalty", "presence_penalty", "repetition_penalty")
 
+# A shared prefix shorter than this is not worth its own forward pass and cache copy.
+_MIN_SHARED_PREFIX = 8
+
 
 @attrs.define
 class _Pending:
     request: TokenCompletionRequest
     future: asyncio.Future[ChatResponse]
+    # Resolves to the event-loop time at which the request's batch starts generating.
+    started: asyncio.Future[float]
     version_start: int
+    batch_size: int = 0
 
 
 class LocalPolicyClient:
@@ -62,12 +91,17 @@ class LocalPolicyClient:
         eos_token_ids: token ids that end a completion with ``finish_reason="stop"`` (defaults to the
             model's ``generation_config.eos_token_id`` and the tokenizer's eos). Request
             ``stop_token_ids`` are added per request. The stop token is kept in the completion.
-        pad_token_id: the id used for left padding (defaults to the tokenizer's pad, then eos).
+        pad_token_id: the id used for padding (defaults to the tokenizer's pad, then eos).
         device: where inputs go (defaults to the model's parameters' device).
         batch_window_s: how long the first request waits for others to batch with.
         max_batch_size: the most requests decoded together.
         seed: seeds the generator used for requests that carry no seed.
-        timeout_s: the longest a request may wait for its result (queueing included); ``None`` waits.
+        timeout_s: the longest a request's generation may take, counted from the moment its batch
+            starts decoding (time spent queueing behind other batches is not counted); ``None`` waits.
+        queue_timeout_s: the longest a request may wait in the queue for its batch to start; ``None``
+            waits. A bound on a stuck or overloaded sampler, not on a slow one.
+        share_prefix: run the token prefix shared by every prompt of a batch once and copy its KV cache
+            to the rows (off: every row runs its whole prompt).
     """
 
     def __init__(
@@ -82,12 +116,17 @@ class LocalPolicyClient:
         max_batch_size: int = 64,
         seed: int = 0,
         timeout_s: float | None = 600.0,
+        queue_timeout_s: float | None = 3600.0,
+        share_prefix: bool = True,
         initial_version: int = 0,
     ) -> None:
         if batch_window_s < 0:
             raise ConfigError(f"LocalPolicyClient.batch_window_s must be >= 0, got {batch_window_s!r}")
         if max_batch_size < 1:
             raise ConfigError(f"LocalPolicyClient.max_batch_size must be >= 1, got {max_batch_size!r}")
+        for name, value in (("timeout_s", timeout_s), ("queue_timeout_s", queue_timeout_s)):
+            if value is not None and not value > 0:
+                raise ConfigError(f"LocalPolicyClient.{name} must be > 0 or None, got {value!r}")
         self.model = model
         self.tokenizer = tokenizer
         self._eos = self._resolve_eos(model, tokenizer, eos_token_ids)
@@ -96,12 +135,25 @@ class LocalPolicyClient:
         self.batch_window_s = batch_window_s
         self.max_batch_size = max_batch_size
         self.timeout_s = timeout_s
+        self.queue_timeout_s = queue_timeout_s
+        self.share_prefix = share_prefix
         self._seed_rng = random.Random(seed)
         self._version = initial_version
         self._queue: list[_Pending] = []
         self._worker: asyncio.Task[None] | None = None
         self._compute_lock = asyncio.Lock()
-        self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "generate_s": 0.0}
+        self._keeps_last_logits_only = _forward_takes(model, "logits_to_keep")
+        self._cache_shareable: bool | None = None  # known after the first batch
+        self.stats: dict[str, float] = {
+            "requests": 0,
+            "batches": 0,
+            "generated_tokens": 0,
+            "generate_s": 0.0,
+            # Prompt tokens asked for, and those the model actually ran (shared prefixes and repeated
+            # prompts run once per batch).
+            "prompt_tokens": 0,
+            "prefill_tokens": 0,
+        }
 
     # --- versioning ---------------------------------------------------------------------------------
 
@@ -127,18 +179,51 @@ class LocalPolicyClient:
     async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
         self._validate(request)
         loop = asyncio.get_running_loop()
-        pending = _Pending(request=request, future=loop.create_future(), version_start=self._version)
+        pending = _Pending(
+            request=request,
+            future=loop.create_future(),
+            started=loop.create_future(),
+            version_start=self._version,
+        )
         self._queue.append(pending)
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._drain())
         try:
-            if self.timeout_s is None:
-                return await asyncio.shield(pending.future)
-            return await asyncio.wait_for(asyncio.shield(pending.future), self.timeout_s)
+            return await self._await_result(pending)
+        finally:
+            # The caller is gone (timed out or cancelled): a queued request is skipped, a running
+            # one's result dropped.
+            if not pending.future.done():
+                pending.future.cancel()
+
+    async def _await_result(self, pending: _Pending) -> ChatResponse:
+        loop = asyncio.get_running_loop()
+        request = pending.request
+        what = f"prompt of {len(request.prompt_token_ids)} tokens, max_tokens={request.sampling.max_tokens}"
+        if not pending.started.done():
+            # asyncio.wait leaves both futures running on timeout; a failure before the start (aclose)
+            # resolves `future` without `started`.
+            waiters: set[asyncio.Future[Any]] = {pending.started, pending.future}
+            done, _ = await asyncio.wait(
+                waiters, timeout=self.queue_timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                raise LudicTimeoutError(
+                    f"LocalPolicyClient: request still queued after queue_timeout_s={self.queue_timeout_s} "
+                    f"({len(self._queue)} requests queued, a batch at most max_batch_size="
+                    f"{self.max_batch_size}; {what})"
+                )
+        if pending.future.done() or self.timeout_s is None:
+            return await asyncio.shield(pending.future)
+        remaining = self.timeout_s - (loop.time() - pending.started.result())
+        try:
+            return await asyncio.wait_for(asyncio.shield(pending.future), max(remaining, 0.0))
         except TimeoutError as exc:
+            if pending.future.done():  # finished as the timer fired, or failed with a TimeoutError
+                return pending.future.result()
             raise LudicTimeoutError(
-                f"LocalPolicyClient: no completion within timeout_s={self.timeout_s} "
-                f"(prompt of {len(request.prompt_token_ids)} tokens, max_tokens={request.sampling.max_tokens})"
+                f"LocalPolicyClient: generation not finished within timeout_s={self.timeout_s} after its "
+                f"batch of {pending.batch_size} requests started ({what})"
             ) from exc
 
     async def aclose(self) -> None:
@@ -154,19 +239,33 @@ class LocalPolicyClient:
     # --- batching -----------------------------------------------------------------------------------
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._queue:
-            if self.batch_window_s > 0:
+            # A full batch is already waiting (requests pile up while the previous batch decodes).
+            if self.batch_window_s > 0 and len(self._queue) < self.max_batch_size:
                 await asyncio.sleep(self.batch_window_s)
-            batch, self._queue = self._queue[: self.max_batch_size], self._queue[self.max_batch_size :]
-            batch = [p for p in batch if not p.future.done()]
+            live = [p for p in self._queue if not p.future.done()]
+            batch, self._queue = live[: self.max_batch_size], live[self.max_batch_size :]
             if not batch:
                 continue
             try:
                 async with self._compute_lock:
+                    now = loop.time()
+                    for p in batch:
+                        p.batch_size = len(batch)
+                        if not p.started.done():
+                            p.started.set_result(now)
                     t0 = time.perf_counter()
                     # Off the event loop: decoding is seconds of compute, and timeouts elsewhere must fire.
                     results = await asyncio.to_thread(self._generate, [p.request for p in batch])
                     self.stats["generate_s"] += time.perf_counter() - t0
+            except asyncio.CancelledError:  # aclose() while a batch decodes
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(
+                            TransportError("LocalPolicyClient closed while the request ran")
+                        )
+                raise
             except Exception as exc:
                 log.warning("local_client.generate_failed", error=repr(exc), batch=len(batch))
                 err = TransportError(f"LocalPolicyClient generation failed: {type(exc).__name__}: {exc}")
@@ -200,20 +299,24 @@ class LocalPolicyClient:
     def _generate(
         self, requests: Sequence[TokenCompletionRequest]
     ) -> list[tuple[list[int], list[float], str]]:
+        """Decode ``requests`` as one batch; results in the order of ``requests``."""
+        order = sorted(range(len(requests)), key=lambda i: _canonical_key(requests[i]))
+        decoded = self._generate_canonical([requests[i] for i in order])
+        results: list[tuple[list[int], list[float], str]] = [([], [], "length")] * len(requests)
+        for row, i in enumerate(order):
+            results[i] = decoded[row]
+        return results
+
+    def _generate_canonical(
+        self, requests: Sequence[TokenCompletionRequest]
+    ) -> list[tuple[list[int], list[float], str]]:
         import torch
 
         model = self.model
         device = torch.device(self._device) if self._device is not None else next(model.parameters()).device
         n = len(requests)
-        prompt_lens = [len(r.prompt_token_ids) for r in requests]
-        width = max(prompt_lens)
-        input_ids = torch.full((n, width), self._pad, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for i, r in enumerate(requests):
-            input_ids[i, width - prompt_lens[i] :] = torch.tensor(r.prompt_token_ids, dtype=torch.long)
-            attention[i, width - prompt_lens[i] :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-
+        # Unseeded requests draw their seeds in canonical order, so a batch's seeds do not depend on
+        # arrival order either.
         generators = []
         for r in requests:
             g = torch.Generator(device="cpu")
@@ -221,7 +324,6 @@ class LocalPolicyClient:
             generators.append(g)
         stop_ids = [set(self._eos) | set(r.sampling.stop_token_ids) for r in requests]
         max_new = [r.sampling.max_tokens for r in requests]
-
         outputs: list[list[int]] = [[] for _ in requests]
         logps: list[list[float]] = [[] for _ in requests]
         reasons: list[str | None] = [None] * n
@@ -229,45 +331,135 @@ class LocalPolicyClient:
         was_training = model.training
         model.eval()
         try:
-            with torch.no_grad():
-                positions = (attention.cumsum(-1) - 1).clamp(min=0)
-                out = model(
-                    input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True
+            with torch.inference_mode():
+                cache, logits, attention, next_pos = self._prefill(
+                    [r.prompt_token_ids for r in requests], device
                 )
-                cache = out.past_key_values
-                logits = out.logits[:, -1, :].float()
-                next_pos = positions[:, -1:] + 1
+                sampler = _BatchSampler(requests, generators, device)
+                # Rows leave the batch when they finish, where the cache can be re-indexed.
+                prunable = _can_copy_rows(cache)
+                rows = list(range(n))  # the request behind each row of the batch
                 for _step in range(max(max_new)):
-                    chosen = torch.full((n,), self._pad, dtype=torch.long)
-                    for i, r in enumerate(requests):
+                    tokens, chosen_logps = sampler.sample(logits)
+                    for j, i in enumerate(rows):
                         if reasons[i] is not None:
                             continue
-                        token, logp = _sample_row(logits[i], r, generators[i])
+                        token = tokens[j]
                         outputs[i].append(token)
-                        logps[i].append(logp)
-                        chosen[i] = token
-                        if token in stop_ids[i] or self._hit_stop_string(outputs[i], r.sampling.stop):
+                        logps[i].append(chosen_logps[j])
+                        if token in stop_ids[i] or self._hit_stop_string(
+                            outputs[i], requests[i].sampling.stop
+                        ):
                             reasons[i] = "stop"
                         elif len(outputs[i]) >= max_new[i]:
                             reasons[i] = "length"
-                    if all(reason is not None for reason in reasons):
+                    keep = [j for j, i in enumerate(rows) if reasons[i] is None]
+                    if not keep:
                         break
-                    attention = torch.cat(
-                        [attention, torch.ones((n, 1), dtype=attention.dtype, device=device)], 1
-                    )
-                    out = model(
-                        input_ids=chosen.view(n, 1).to(device),
+                    if prunable and len(keep) < len(rows):
+                        index = torch.tensor(keep, dtype=torch.long, device=device)
+                        cache.batch_select_indices(index)
+                        attention, next_pos = attention[index], next_pos[index]
+                        sampler.select(keep)
+                        rows, tokens = [rows[j] for j in keep], [tokens[j] for j in keep]
+                    chosen = [
+                        t if reasons[i] is None else self._pad for t, i in zip(tokens, rows, strict=True)
+                    ]
+                    attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
+                    logits, cache = self._forward_last(
+                        input_ids=torch.tensor(chosen, dtype=torch.long, device=device).view(-1, 1),
                         attention_mask=attention,
                         position_ids=next_pos,
                         past_key_values=cache,
-                        use_cache=True,
                     )
-                    cache = out.past_key_values
-                    logits = out.logits[:, -1, :].float()
                     next_pos = next_pos + 1
         finally:
             model.train(was_training)
         return [(outputs[i], logps[i], reasons[i] or "length") for i in range(n)]
+
+    def _prefill(
+        self, prompts: Sequence[Sequence[int]], device: torch.device
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the prompts; return the KV cache, the last position's float32 logits per row, the
+        attention mask so far and the next position id per row."""
+        self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
+        if self.share_prefix and self._cache_shareable is not False and len(prompts) > 1:
+            shared = self._prefill_shared(prompts, device)
+            if shared is not None:
+                self._cache_shareable = True
+                return shared
+            # Not a transformers Cache (a remote-code model, say): rows cannot share one, so from now
+            # on every row runs its whole prompt.
+            self._cache_shareable = False
+            log.info(
+                "local_client.prompt_sharing_off", reason="the model's KV cache cannot be copied to rows"
+            )
+        return self._prefill_rows(prompts, device, prefix=0, cache=None)
+
+    def _prefill_shared(
+        self, prompts: Sequence[Sequence[int]], device: torch.device
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """Run each distinct prompt once, and the prefix they all share once; ``None`` when the
+        model's cache cannot be copied between rows."""
+        import torch
+
+        first: dict[tuple[int, ...], int] = {}
+        which = [first.setdefault(tuple(p), len(first)) for p in prompts]
+        unique = list(first)
+        prefix = _shared_prefix_len(unique) if len(unique) > 1 else 0
+        cache: Any = None
+        if prefix >= _MIN_SHARED_PREFIX:
+            head = torch.tensor([list(unique[0][:prefix])], dtype=torch.long, device=device)
+            _, cache = self._forward_last(
+                input_ids=head,
+                attention_mask=torch.ones_like(head),
+                position_ids=torch.arange(prefix, device=device).view(1, -1),
+            )
+            self.stats["prefill_tokens"] += prefix
+            if not _can_copy_rows(cache):
+                return None
+            cache.batch_repeat_interleave(len(unique))
+        else:
+            prefix = 0
+        cache, logits, attention, next_pos = self._prefill_rows(unique, device, prefix=prefix, cache=cache)
+        if not _can_copy_rows(cache):
+            return None
+        if len(unique) < len(prompts):
+            index = torch.tensor(which, dtype=torch.long, device=device)
+            cache.batch_select_indices(index)
+            logits, attention, next_pos = logits[index], attention[index], next_pos[index]
+        return cache, logits, attention, next_pos
+
+    def _prefill_rows(
+        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prefix: int, cache: Any
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run each prompt after its first ``prefix`` tokens, which ``cache`` holds already (one row
+        per prompt)."""
+        import torch
+
+        n = len(prompts)
+        lengths = [len(p) - prefix for p in prompts]
+        width = max(lengths)
+        # Layout per row: [shared prefix][pads][own suffix]; the pads are masked and positions skip them.
+        input_ids = torch.full((n, width), self._pad, dtype=torch.long)
+        attention = torch.zeros((n, prefix + width), dtype=torch.long)
+        attention[:, :prefix] = 1
+        for i, p in enumerate(prompts):
+            input_ids[i, width - lengths[i] :] = torch.tensor(p[prefix:], dtype=torch.long)
+            attention[i, prefix + width - lengths[i] :] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, prefix:]
+        self.stats["prefill_tokens"] += sum(lengths)
+        logits, cache = self._forward_last(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache
+        )
+        return cache, logits, attention, positions[:, -1:] + 1
+
+    def _forward_last(self, **inputs: Any) -> tuple[torch.Tensor, Any]:
+        """One forward pass: the last position's logits in float32, and the KV cache."""
+        extra = {"logits_to_keep": 1} if self._keeps_last_logits_only else {}
+        out = self.model(**inputs, use_cache=True, **extra)
+        return out.logits[:, -1, :].float(), out.past_key_values
 
     def _hit_stop_string(self, ids: list[int], stops: tuple[str, ...]) -> bool:
         if not stops:
@@ -327,42 +519,164 @@ class LocalPolicyClient:
         return int(pad) if pad is not None else eos[0]
 
 
-def _sample_row(
-    logits: torch.Tensor, request: TokenCompletionRequest, generator: torch.Generator
-) -> tuple[int, float]:
-    """Pick one token from a row of logits; return it and its logprob after temperature."""
-    import torch
-
+def _canonical_key(request: TokenCompletionRequest) -> tuple[Any, ...]:
     s = request.sampling
-    if s.temperature == 0:
-        logprobs = torch.log_softmax(logits, dim=-1)
-        token = int(torch.argmax(logits).item())
-        return token, float(logprobs[token].item())
-    scaled = logits / s.temperature
-    logprobs = torch.log_softmax(scaled, dim=-1)
-    filtered = _filter_logits(scaled, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
-    probs = torch.softmax(filtered, dim=-1).cpu()
-    token = int(torch.multinomial(probs, 1, generator=generator).item())
-    return token, float(logprobs[token].item())
+    return (
+        request.seed is None,
+        request.seed if request.seed is not None else 0,
+        request.prompt_token_ids,
+        s.temperature,
+        s.top_k if s.top_k is not None else 0,
+        s.top_p,
+        s.min_p,
+        s.max_tokens,
+        s.stop_token_ids,
+        s.stop,
+    )
 
 
-def _filter_logits(logits: torch.Tensor, *, top_k: int | None, top_p: float, min_p: float) -> torch.Tensor:
+def _shared_prefix_len(prompts: Sequence[Sequence[int]]) -> int:
+    """The longest token prefix of every prompt, leaving each at least one token of its own (the row's
+    last position must run with the batch to give its logits)."""
+    tuples = [tuple(p) for p in prompts]
+    # The common prefix of the lexicographically smallest and largest prompts is everyone's.
+    low, high = min(tuples), max(tuples)
+    common = next(
+        (i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), min(len(low), len(high))
+    )
+    return max(0, min(common, min(len(p) for p in tuples) - 1))
+
+
+def _can_copy_rows(cache: Any) -> bool:
+    """Whether a KV cache can be repeated and re-indexed along the batch (a transformers ``Cache``)."""
+    return hasattr(cache, "batch_repeat_interleave") and hasattr(cache, "batch_select_indices")
+
+
+def _forward_takes(model: Any, name: str) -> bool:
+    """Whether the causal LM's forward names ``name`` (a PEFT wrapper passes keywords through to the
+    model it wraps, so ask that one)."""
+    get_base = getattr(model, "get_base_model", None)
+    target = get_base() if callable(get_base) else model
+    try:
+        return name in inspect.signature(target.forward).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+class _BatchSampler:
+    """Picks one token per row of a decode step, all rows at once.
+
+    Greedy rows (temperature 0) take the argmax. Sampled rows scale by their temperature, apply their
+    top-k / min-p / top-p filters (only rows that set one pay for it) and invert their cumulative
+    distribution at one uniform number drawn from their own generator: a request's random stream is one
+    draw per token, whatever else shares the batch.
+    """
+
+    def __init__(
+        self,
+        requests: Sequence[TokenCompletionRequest],
+        generators: Sequence[torch.Generator],
+        device: torch.device,
+    ) -> None:
+        self._device = device
+        self._requests = list(requests)
+        self._generators = list(generators)
+        self._refresh()
+
+    def select(self, keep: Sequence[int]) -> None:
+        """Keep only these rows (positions in the current batch), in this order."""
+        self._requests = [self._requests[j] for j in keep]
+        self._generators = [self._generators[j] for j in keep]
+        self._refresh()
+
+    def _refresh(self) -> None:
+        import torch
+
+        sampling = [r.sampling for r in self._requests]
+        temps = [s.temperature for s in sampling]
+        self._sampled = [j for j, t in enumerate(temps) if t > 0]
+        self._greedy = [j for j, t in enumerate(temps) if t == 0]
+        self._all_sampled = len(self._sampled) == len(temps)
+        # Greedy rows keep their untempered logits (their logprobs are untempered).
+        self._unit_temps = all(t in (0.0, 1.0) for t in temps)
+        self._temps = torch.tensor([t if t > 0 else 1.0 for t in temps], device=self._device)
+        rows = [sampling[j] for j in self._sampled]
+        self._top_k = [s.top_k or 0 for s in rows]
+        self._top_p = [s.top_p for s in rows]
+        self._min_p = [s.min_p for s in rows]
+        self._sampled_index = torch.tensor(self._sampled, dtype=torch.long, device=self._device)
+        self._greedy_index = torch.tensor(self._greedy, dtype=torch.long, device=self._device)
+
+    def sample(self, logits: torch.Tensor) -> tuple[list[int], list[float]]:
+        """``logits``: ``[rows, vocab]`` float32. Returns each row's token and its logprob."""
+        import torch
+
+        scaled = logits if self._unit_temps else logits / self._temps[:, None]
+        logprobs = torch.log_softmax(scaled, dim=-1)
+        tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
+        if self._greedy:
+            tokens[self._greedy_index] = torch.argmax(logits[self._greedy_index], dim=-1)
+        if self._sampled:
+            rows = scaled if self._all_sampled else scaled[self._sampled_index]
+            filtered = _filter_rows(rows, top_k=self._top_k, top_p=self._top_p, min_p=self._min_p)
+            if filtered is None:
+                row_logprobs = logprobs if self._all_sampled else logprobs[self._sampled_index]
+                probs = row_logprobs.exp()
+            else:
+                probs = torch.softmax(filtered, dim=-1)
+            # float64 keeps the tail of a 50k-token distribution from drowning in rounding.
+            cdf = probs.double().cumsum_(dim=-1)
+            uniforms = torch.cat(
+                [torch.rand(1, generator=g, dtype=torch.float64) for g in self._generators_sampled()]
+            )
+            targets = uniforms.to(cdf.device) * cdf[:, -1]
+            # The first index whose cumulative mass exceeds the target: zero-probability tokens never win.
+            picked = torch.searchsorted(cdf, targets[:, None], right=True).squeeze(1)
+            picked = picked.clamp_(max=cdf.shape[1] - 1)
+            if self._all_sampled:
+                tokens = picked
+            else:
+                tokens[self._sampled_index] = picked
+        chosen = logprobs.gather(1, tokens[:, None]).squeeze(1)
+        return [int(t) for t in tokens.tolist()], [float(x) for x in chosen.tolist()]
+
+    def _generators_sampled(self) -> list[torch.Generator]:
+        return [self._generators[j] for j in self._sampled]
+
+
+def _filter_rows(
+    logits: torch.Tensor, *, top_k: Sequence[int], top_p: Sequence[float], min_p: Sequence[float]
+) -> torch.Tensor | None:
+    """Top-k, then min-p, then top-p per row (``top_k`` 0: off); ``None`` when no row filters."""
     import torch
 
+    vocab = logits.shape[-1]
+    ks = [k if 0 < k < vocab else 0 for k in top_k]
+    use_k, use_min_p, use_top_p = any(ks), any(m > 0 for m in min_p), any(p < 1.0 for p in top_p)
+    if not (use_k or use_min_p or use_top_p):
+        return None
     out = logits
-    if top_k is not None and top_k < out.numel():
-        kth = torch.topk(out, top_k).values[-1]
-        out = out.masked_fill(out < kth, float("-inf"))
-    if min_p > 0:
+    neg_inf = float("-inf")
+    if use_k:
+        k = torch.tensor(ks, device=out.device)
+        kth = torch.topk(out, max(ks), dim=-1).values.gather(1, (k - 1).clamp(min=0)[:, None])
+        kth = torch.where(k[:, None] > 0, kth, torch.full_like(kth, neg_inf))
+        out = out.masked_fill(out < kth, neg_inf)
+    if use_min_p:
         probs = torch.softmax(out, dim=-1)
-        out = out.masked_fill(probs < min_p * probs.max(), float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(out, descending=True)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+        floor = torch.tensor(min_p, dtype=probs.dtype, device=out.device)[:, None] * probs.amax(
+            -1, keepdim=True
+        )
+        out = out.masked_fill(probs < floor, neg_inf)
+    if use_top_p:
+        sorted_logits, order = torch.sort(out, descending=True, dim=-1)
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        # Rows without top-p never drop (their mass before a tail token can round up to 1.0).
+        threshold = torch.tensor([p if p < 1.0 else float("inf") for p in top_p], device=out.device)
         # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-        drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
-        out = out.masked_fill(drop, float("-inf"))
+        drop_sorted = sorted_probs.cumsum(-1) - sorted_probs >= threshold[:, None]
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        out = out.masked_fill(drop, neg_inf)
     return out
 
 
