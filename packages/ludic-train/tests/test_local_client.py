@@ -14,7 +14,7 @@ import torch
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_core.testing import check_client
-from ludic_train.local_client import LocalPolicyClient, _BatchSampler, _filter_rows
+from ludic_train.local_client import LocalPolicyClient, _BatchSampler, _filter_rows, _inverse_cdf
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
 
@@ -346,6 +346,22 @@ def test_batched_sampler_draws_from_the_filtered_distribution() -> None:
         assert torch.allclose(counts, expected, atol=0.015), (counts, expected)
         full = torch.log_softmax(scaled, -1)  # logprobs after temperature, before filtering
         assert logps == pytest.approx([full[t].item() for t in tokens], abs=1e-6)
+
+
+@pytest.mark.parametrize("vocab", [512, 1000])  # a whole number of blocks, and a padded last block
+def test_inverse_cdf_never_picks_a_zero_weight_token_and_inverts_the_cumulative_mass(vocab: int) -> None:
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.rand(7, vocab, generator=gen) * (torch.rand(7, vocab, generator=gen) < 0.3)
+    weights[:, 0] = 0.0  # mass only later, so a uniform of 0 must skip index 0
+    weights[1] = 0.0
+    weights[1, vocab - 2] = 1e-30  # one token of tiny mass: every draw lands on it
+    uniforms = torch.tensor([0.0, 0.5, 1 - 2**-53, 0.25, 0.75, 0.999, 0.001], dtype=torch.float64)
+    picked = _inverse_cdf(weights, uniforms)
+    assert all(weights[row, i] > 0 for row, i in enumerate(picked.tolist()))
+    assert picked[1] == vocab - 2
+    cdf = weights.double().cumsum(-1)
+    expected = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True).squeeze(1)
+    assert picked.tolist() == expected.tolist()
 
 
 def _slow_generate(seconds: float):  # type: ignore[no-untyped-def]

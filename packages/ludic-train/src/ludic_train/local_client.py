@@ -595,7 +595,6 @@ class _BatchSampler:
         sampling = [r.sampling for r in self._requests]
         temps = [s.temperature for s in sampling]
         self._sampled = [j for j, t in enumerate(temps) if t > 0]
-        self._greedy = [j for j, t in enumerate(temps) if t == 0]
         self._all_sampled = len(self._sampled) == len(temps)
         # Greedy rows keep their untempered logits (their logprobs are untempered).
         self._unit_temps = all(t in (0.0, 1.0) for t in temps)
@@ -605,7 +604,8 @@ class _BatchSampler:
         self._top_p = [s.top_p for s in rows]
         self._min_p = [s.min_p for s in rows]
         self._sampled_index = torch.tensor(self._sampled, dtype=torch.long, device=self._device)
-        self._greedy_index = torch.tensor(self._greedy, dtype=torch.long, device=self._device)
+        greedy = [j for j, t in enumerate(temps) if t == 0]
+        self._greedy_index = torch.tensor(greedy, dtype=torch.long, device=self._device)
 
     def sample(self, logits: torch.Tensor) -> tuple[list[int], list[float]]:
         """``logits``: ``[rows, vocab]`` float32. Returns each row's token and its logprob."""
@@ -613,35 +613,59 @@ class _BatchSampler:
 
         scaled = logits if self._unit_temps else logits / self._temps[:, None]
         logprobs = torch.log_softmax(scaled, dim=-1)
-        tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
-        if self._greedy:
-            tokens[self._greedy_index] = torch.argmax(logits[self._greedy_index], dim=-1)
-        if self._sampled:
+        if not self._sampled:
+            tokens = torch.argmax(logits, dim=-1)
+        else:
             rows = scaled if self._all_sampled else scaled[self._sampled_index]
             filtered = _filter_rows(rows, top_k=self._top_k, top_p=self._top_p, min_p=self._min_p)
-            if filtered is None:
-                row_logprobs = logprobs if self._all_sampled else logprobs[self._sampled_index]
-                probs = row_logprobs.exp()
-            else:
+            if filtered is not None:
                 probs = torch.softmax(filtered, dim=-1)
-            # float64 keeps the tail of a 50k-token distribution from drowning in rounding.
-            cdf = probs.double().cumsum_(dim=-1)
+            else:
+                probs = (logprobs if self._all_sampled else logprobs[self._sampled_index]).exp()
             uniforms = torch.cat(
-                [torch.rand(1, generator=g, dtype=torch.float64) for g in self._generators_sampled()]
+                [torch.rand(1, generator=self._generators[j], dtype=torch.float64) for j in self._sampled]
             )
-            targets = uniforms.to(cdf.device) * cdf[:, -1]
-            # The first index whose cumulative mass exceeds the target: zero-probability tokens never win.
-            picked = torch.searchsorted(cdf, targets[:, None], right=True).squeeze(1)
-            picked = picked.clamp_(max=cdf.shape[1] - 1)
+            picked = _inverse_cdf(probs, uniforms.to(probs.device))
             if self._all_sampled:
                 tokens = picked
             else:
+                tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
                 tokens[self._sampled_index] = picked
+                tokens[self._greedy_index] = torch.argmax(logits[self._greedy_index], dim=-1)
         chosen = logprobs.gather(1, tokens[:, None]).squeeze(1)
         return [int(t) for t in tokens.tolist()], [float(x) for x in chosen.tolist()]
 
-    def _generators_sampled(self) -> list[torch.Generator]:
-        return [self._generators[j] for j in self._sampled]
+
+# Tokens per block of the two-level inverse CDF.
+_CDF_BLOCK = 256
+
+
+def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Per row of non-negative ``weights``, the first index whose cumulative weight exceeds
+    ``uniform × total``: a draw from the normalised weights, never of a zero-weight index.
+
+    Two levels, because a float32 running sum over a 50k vocabulary rounds away the mass of tail tokens
+    and a float64 one costs several passes over the logits: per-block sums in float32 (each exact to a
+    few ulps of its block's own mass), their running sum in float64, then a float64 running sum inside
+    the chosen block only.
+    """
+    import torch
+
+    rows, vocab = weights.shape
+    if vocab % _CDF_BLOCK:
+        weights = torch.nn.functional.pad(weights, (0, _CDF_BLOCK - vocab % _CDF_BLOCK))
+    blocks = weights.contiguous().view(rows, -1, _CDF_BLOCK)
+    block_cdf = blocks.sum(-1).double().cumsum_(-1)
+    targets = uniforms * block_cdf[:, -1]
+    block = torch.searchsorted(block_cdf, targets[:, None], right=True).squeeze(1)
+    block = block.clamp_(max=block_cdf.shape[1] - 1)
+    before = block_cdf.gather(1, (block - 1).clamp(min=0)[:, None]).squeeze(1).masked_fill_(block == 0, 0.0)
+    inner = blocks[torch.arange(rows, device=weights.device), block].double().cumsum_(-1)
+    index = torch.searchsorted(inner, (targets - before)[:, None], right=True).squeeze(1)
+    # The block sum and this running sum round differently; a target past the block's running total
+    # takes the block's last token of positive weight, never a zero-weight one after it.
+    last = (inner < inner[:, -1:]).sum(-1)
+    return block * _CDF_BLOCK + torch.minimum(index, last)
 
 
 def _filter_rows(
