@@ -194,95 +194,146 @@ DEMO_SYSTEM_PROMPT = (
 def demo_requests(
     tokenizer: Any, n: int, *, temperature: float, max_tokens: int, seed: int
 ) -> list[TokenCompletionRequest]:
-    """The demo's prompts: system prompt + the latest board (0-3 moves played by random players),
-    rendered with the model's chat template; stop string ``</move>``, one seed per request."""
+    """``n`` distinct prompts of the demo's shape: the system prompt and the latest board (0-2 moves of
+    random players each), rendered with the model's chat template; stop string ``</move>``, one seed
+    per request. Distinct on purpose: repeated prompts (a GRPO group's first move) run once, which would
+    flatter the client."""
     from ludic_envs.tictactoe import TicTacToeEnv
 
     rng = random.Random(seed)
-    requests = []
-    for i in range(n):
+    prompts: dict[tuple[int, ...], None] = {}
+    while len(prompts) < n:
         env = TicTacToeEnv(opponent="random", seed=rng.randrange(2**31))
         obs = env.reset(seed=rng.randrange(2**31))["agent_0"][0]
         for _ in range(rng.randint(0, 2)):
-            free = [f"{c}{r}" for r in "123" for c in "ABC"]
-            outcome = env.step({"agent_0": rng.choice([m for m in free if m in obs.split("Your move")[-1]])})
-            if outcome["agent_0"].terminated:
+            free = [
+                cell
+                for cell in (f"{c}{r}" for r in "123" for c in "ABC")
+                if cell in obs.split("Your move")[-1]
+            ]
+            outcome = env.step({"agent_0": rng.choice(free)})["agent_0"]
+            if outcome.terminated:
                 break
-            obs = outcome["agent_0"].obs
+            obs = outcome.obs
         messages = [{"role": "system", "content": DEMO_SYSTEM_PROMPT}, {"role": "user", "content": obs}]
         ids = tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=True
         )
-        requests.append(
-            TokenCompletionRequest(
-                prompt_token_ids=ids["input_ids"],
-                sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, stop=("</move>",)),
-                return_=ReturnSpec.for_rl(),
-                seed=1000 + i,
-            )
+        prompts[tuple(ids["input_ids"])] = None
+    return [
+        TokenCompletionRequest(
+            prompt_token_ids=prompt,
+            sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, stop=("</move>",)),
+            return_=ReturnSpec.for_rl(),
+            seed=1000 + i,
         )
-    return requests
+        for i, prompt in enumerate(prompts)
+    ]
+
+
+def time_both(
+    client: LocalPolicyClient, requests: list[TokenCompletionRequest], repeats: int
+) -> dict[str, Any]:
+    """Median seconds per side over ``repeats`` alternated runs, tokens/s, speed-up, greedy agreement."""
+    times: dict[str, list[float]] = {"baseline": [], "local_client": []}
+    outputs: dict[str, list[tuple[list[int], list[float], str]]] = {}
+    for _ in range(repeats):  # alternated, so that machine noise hits both sides alike
+        for side in times:
+            start = time.perf_counter()
+            if side == "baseline":
+                outputs[side] = legacy_generate(client, requests)
+            else:
+                outputs[side] = client._generate(requests)
+            times[side].append(time.perf_counter() - start)
+    seconds = {side: statistics.median(t) for side, t in times.items()}
+    tokens = {side: sum(len(ids) for ids, _, _ in out) for side, out in outputs.items()}
+    entry: dict[str, Any] = {
+        "seconds": seconds,
+        "generated_tokens": tokens,
+        "tokens_per_s": {side: tokens[side] / seconds[side] for side in seconds},
+        "speedup": seconds["baseline"] / seconds["local_client"],
+    }
+    if all(r.sampling.temperature == 0 for r in requests):
+        entry["tokens_match_baseline"] = [o[0] for o in outputs["baseline"]] == [
+            o[0] for o in outputs["local_client"]
+        ]
+    return entry
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model",
+        choices=["tiny", "smollm2"],
+        default="tiny",
+        help="tiny: the random SmolLM2-shaped Llama and random prompts (the bench session's run); "
+        "smollm2: SmolLM2-135M-Instruct and the demo's Tic-Tac-Toe prompts (minutes)",
+    )
     parser.add_argument("--requests", type=int, default=64)
-    parser.add_argument("--prompt-len", type=int, default=100, help="mean prompt length in tokens")
-    parser.add_argument("--prefix-len", type=int, default=60, help="tokens shared by every prompt")
-    parser.add_argument("--new-tokens", type=int, default=8)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--prompt-len", type=int, default=100, help="tiny: mean prompt length in tokens")
+    parser.add_argument("--prefix-len", type=int, default=60, help="tiny: tokens shared by every prompt")
+    parser.add_argument("--new-tokens", type=int, default=8, help="tiny: tokens per completion")
+    parser.add_argument("--max-tokens", type=int, default=10, help="smollm2: the demo's cap per move")
+    parser.add_argument("--layers", type=int, default=2, help="tiny: decoder layers (SmolLM2 has 30)")
+    parser.add_argument(
+        "--modes", default="sampled,greedy", help="comma-separated: sampled (T=1), greedy (T=0)"
+    )
+    parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    model = smollm2_shaped_model(args.layers)
-    vocab = model.config.vocab_size
-    # No eos in reach: every row generates exactly --new-tokens tokens on both sides.
-    client = LocalPolicyClient(model, None, eos_token_ids=[-1], pad_token_id=0)
     result: dict[str, Any] = {
         "benchmark": "local_client_vs_legacy_generate",
+        "model": args.model,
         "requests": args.requests,
-        "prompt_len": args.prompt_len,
-        "prefix_len": args.prefix_len,
-        "new_tokens": args.new_tokens,
-        "layers": args.layers,
-        "vocab": vocab,
         "threads": args.threads,
         "repeats": args.repeats,
     }
-    generated = args.requests * args.new_tokens
-    for mode, temperature in (("sampled", 1.0), ("greedy", 0.0)):
-        requests = make_requests(
-            args.requests,
+    if args.model == "tiny":
+        model = smollm2_shaped_model(args.layers)
+        vocab = model.config.vocab_size
+        # No eos in reach: every row generates exactly --new-tokens tokens on both sides.
+        client = LocalPolicyClient(model, None, eos_token_ids=[-1], pad_token_id=0)
+        result.update(
+            layers=args.layers,
+            vocab=vocab,
             prompt_len=args.prompt_len,
             prefix_len=args.prefix_len,
             new_tokens=args.new_tokens,
-            temperature=temperature,
-            vocab=vocab,
-            seed=0,
         )
-        times: dict[str, list[float]] = {"baseline": [], "local_client": []}
-        outputs: dict[str, Any] = {}
-        for repeat in range(args.repeats + 1):  # the first round warms up both sides
-            for side in ("baseline", "local_client"):
-                start = time.perf_counter()
-                if side == "baseline":
-                    outputs[side] = legacy_generate(client, requests)
-                else:
-                    outputs[side] = client._generate(requests)
-                if repeat:
-                    times[side].append(time.perf_counter() - start)
-        seconds = {side: statistics.median(t) for side, t in times.items()}
-        entry: dict[str, Any] = {
-            "seconds": seconds,
-            "tokens_per_s": {side: generated / s for side, s in seconds.items()},
-            "speedup": seconds["baseline"] / seconds["local_client"],
-        }
-        if mode == "greedy":
-            entry["tokens_match_baseline"] = [o[0] for o in outputs["baseline"]] == [
-                o[0] for o in outputs["local_client"]
-            ]
+
+        def workload(temperature: float, n: int) -> list[TokenCompletionRequest]:
+            return make_requests(
+                n,
+                prompt_len=args.prompt_len,
+                prefix_len=args.prefix_len,
+                new_tokens=args.new_tokens,
+                temperature=temperature,
+                vocab=vocab,
+                seed=0,
+            )
+    else:
+        from ludic_train.testing import load_smollm2
+
+        model, tokenizer = load_smollm2()
+        client = LocalPolicyClient(model, tokenizer)
+        result.update(max_tokens=args.max_tokens)
+
+        def workload(temperature: float, n: int) -> list[TokenCompletionRequest]:
+            return demo_requests(tokenizer, n, temperature=temperature, max_tokens=args.max_tokens, seed=0)
+
+    modes = {"sampled": 1.0, "greedy": 0.0}
+    warm = workload(1.0, 4)
+    legacy_generate(client, warm)  # first-call costs (allocator, kernels) on both sides
+    client._generate(warm)
+    for mode in args.modes.split(","):
+        requests = workload(modes[mode], args.requests)
+        lengths = [len(r.prompt_token_ids) for r in requests]
+        entry = time_both(client, requests, args.repeats)
+        entry["prompt_tokens"] = {"mean": statistics.mean(lengths), "min": min(lengths), "max": max(lengths)}
         result[mode] = entry
     print(json.dumps(result))
 
