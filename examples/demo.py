@@ -44,24 +44,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
 
 MAX_MOVES = 5  # X moves at most five times; an episode never needs more steps
 TRAIN_TEMPERATURE = 1.0
+BASE_MODEL_POSITIONS = 50
 
 # Sizes: the default fits 10 minutes on 2 CPU cores; --full is the longer run.
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {
-        "teacher_games": 96,
-        "sft_steps": 24,
-        "grpo_steps": 6,
+        "teacher_games": 64,
+        "sft_steps": 16,
+        "grpo_steps": 5,
         "groups_per_step": 4,
-        "eval_positions": 300,
-        "eval_games": 200,
+        "eval_positions": 200,
+        "eval_games": 150,
+        "greedy_eval_games": 0,
     },
     "full": {
         "teacher_games": 256,
-        "sft_steps": 60,
-        "grpo_steps": 60,
+        "sft_steps": 48,
+        "grpo_steps": 40,
         "groups_per_step": 8,
         "eval_positions": 600,
         "eval_games": 600,
+        "greedy_eval_games": 600,
     },
 }
 
@@ -73,18 +76,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--full", action="store_true", help="the longer run (sizes in PRESETS['full'])")
     p.add_argument("--teacher-games", type=int, help="games the rules-only teacher plays for the warm start")
     p.add_argument("--sft-steps", type=int, help="warm-start optimiser steps")
-    p.add_argument("--sft-batch", type=int, default=32, help="moves per warm-start step")
-    p.add_argument("--sft-lr", type=float, default=1e-3)
+    p.add_argument("--sft-batch", type=int, default=16, help="moves per warm-start step")
+    p.add_argument("--sft-lr", type=float, default=2e-3)
     p.add_argument("--grpo-steps", type=int, help="GRPO optimiser steps")
     p.add_argument(
         "--group-size", type=int, default=8, help="games per GRPO group (same game, different samples)"
     )
     p.add_argument("--groups-per-step", type=int, help="GRPO groups per step")
-    p.add_argument("--grpo-lr", type=float, default=5e-4)
+    p.add_argument("--grpo-lr", type=float, default=1e-3)
     p.add_argument(
         "--eval-positions", type=int, help="positions scored against the solver at each evaluation"
     )
-    p.add_argument("--eval-games", type=int, help="games against the random opponent at each evaluation")
+    p.add_argument(
+        "--eval-games",
+        type=int,
+        help="games against the random opponent at the training temperature, per evaluation",
+    )
+    p.add_argument("--greedy-eval-games", type=int, help="the same games played greedily (0: skip)")
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument(
         "--lora-layers",
@@ -136,7 +144,9 @@ class Evaluation:
     seeds, at the training temperature: GRPO optimises the sampled policy, and greedy play shows
     only the changes that move a position's most likely move."""
 
-    def __init__(self, *, positions: int, games: int, seed: int, sampled_temperature: float) -> None:
+    def __init__(
+        self, *, positions: int, games: int, greedy_games: int, seed: int, sampled_temperature: float
+    ) -> None:
         from common import eval_requests, position_requests, sample_positions
 
         from ludic_core.seeding import derive_seed
@@ -144,18 +154,22 @@ class Evaluation:
         self.positions = sample_positions(positions, seed=derive_seed(seed, "eval-positions"))
         self.position_requests = position_requests(self.positions, seed=seed)
         self.game_requests = {
-            "greedy": eval_requests(episodes=games, seed=seed),
-            "sampled": eval_requests(episodes=games, seed=seed, temperature=sampled_temperature),
+            "sampled": eval_requests(episodes=games, seed=seed, temperature=sampled_temperature)
         }
+        if greedy_games:
+            self.game_requests["greedy"] = eval_requests(episodes=greedy_games, seed=seed)
 
-    async def run(self, engine: Any, *, games: bool = True) -> dict[str, Any]:
+    async def run(
+        self, engine: Any, *, games: bool = True, max_positions: int | None = None
+    ) -> dict[str, Any]:
         from common import game_points, outcome, outcome_reducers, position_reducers
 
         from ludic_core.evaluation import run_eval
 
         t0 = time.perf_counter()
         result: dict[str, Any] = {}
-        pos = await run_eval(engine, self.position_requests, position_reducers(), max_steps=1)
+        position_requests = self.position_requests[:max_positions]
+        pos = await run_eval(engine, position_requests, position_reducers(), max_steps=1)
         result["positions"] = {k: v for k, v in pos.metrics.items() if k.endswith("_rate")}
         by_seed = {r["env_seed"]: r for r in pos.rollouts}
         result["paired"] = {
@@ -165,7 +179,7 @@ class Evaluation:
                     and not by_seed[q.env_seed].get("illegal_reason")
                     and bool(by_seed[q.env_seed].get("move_was_optimal"))
                 )
-                for q in self.position_requests
+                for q in position_requests
             ]
         }
         for mode, requests in self.game_requests.items() if games else ():
@@ -237,12 +251,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     evals: dict[str, dict[str, Any]] = {}
     timeline: list[tuple[str, float]] = []
 
-    async def evaluate(label: str, run_engine: Any, *, games: bool = True) -> None:
+    async def evaluate(
+        label: str, run_engine: Any, *, games: bool = True, max_positions: int | None = None
+    ) -> None:
         with console.status(
-            f"[bold]Evaluating {label}[/]: {len(evaluation.positions)} positions"
-            + (f", {len(evaluation.game_requests['greedy'])} games greedy and sampled" if games else "")
+            f"[bold]Evaluating {label}[/]: {len(evaluation.positions[:max_positions])} positions"
+            + "".join(f", {len(r)} {mode} games" for mode, r in evaluation.game_requests.items() if games)
         ):
-            evals[label] = await evaluation.run(run_engine, games=games)
+            evals[label] = await evaluation.run(run_engine, games=games, max_positions=max_positions)
         e = evals[label]
         console.print(
             f"[bold]{label}[/] ({e['seconds']:.0f} s): "
@@ -261,7 +277,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "random legal", make_engine(random_legal_player(tokenizer), chat_template=template, seed=args.seed)
     )
     await evaluate("perfect", make_engine(perfect_player(tokenizer), chat_template=template, seed=args.seed))
-    await evaluate("base model", engine, games=False)
+    # The untrained model never answers in the move format; a few positions show it.
+    await evaluate("base model", engine, games=False, max_positions=BASE_MODEL_POSITIONS)
 
     # Stage 1+2: rules-only teacher games, then supervised warm start on them.
     from common import grpo_requests as teacher_requests
