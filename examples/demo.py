@@ -245,6 +245,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     evaluation = Evaluation(
         positions=args.eval_positions,
         games=args.eval_games,
+        greedy_games=args.greedy_eval_games,
         seed=args.seed,
         sampled_temperature=TRAIN_TEMPERATURE,
     )
