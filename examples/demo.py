@@ -50,7 +50,7 @@ BASE_MODEL_POSITIONS = 50
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {
         "teacher_games": 64,
-        "sft_steps": 16,
+        "sft_steps": 20,
         "grpo_steps": 5,
         "groups_per_step": 4,
         "eval_positions": 200,
@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--lora-layers",
         type=int,
-        default=12,
+        default=8,
         help="adapt the top N of the 30 decoder layers (backward stops below)",
     )
     p.add_argument("--seed", type=int, default=0)
