@@ -331,7 +331,9 @@ class LocalPolicyClient:
         was_training = model.training
         model.eval()
         try:
-            with torch.inference_mode():
+            # no_grad, not inference_mode: a buffer a forward pass rebuilds (dynamic RoPE) would become
+            # an inference tensor and break the trainer's next backward pass through the shared model.
+            with torch.no_grad():
                 cache, logits, attention, next_pos = self._prefill(
                     [r.prompt_token_ids for r in requests], device
                 )
