@@ -55,7 +55,9 @@ def lowercase_batch_source(
 
     def requests(step: int) -> Sequence[RolloutRequest]:
         base = [
-            RolloutRequest(env=EnvSpec("lowercase"), protocol=ProtocolSpec("single")) for _ in range(groups)
+            # Tinker scores logprobs at temperature 1, so the ratio-based losses need samples drawn at 1.
+            RolloutRequest(env=EnvSpec("lowercase"), protocol=ProtocolSpec("single"), inference=inference)
+            for _ in range(groups)
         ]
         return strategy.expand(base)
 
