@@ -14,7 +14,13 @@ import torch
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_core.testing import check_client
-from ludic_train.local_client import LocalPolicyClient, _BatchSampler, _filter_rows, _inverse_cdf
+from ludic_train.local_client import (
+    LocalPolicyClient,
+    _BatchSampler,
+    _filter_rows,
+    _inverse_cdf,
+    _plan_levels,
+)
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
 
@@ -205,6 +211,50 @@ async def test_shared_prefix_and_repeated_prompts_run_once_and_match_the_unshare
         assert logps_a == pytest.approx(logps_b, abs=1e-4)
         ref = reference_logprobs(model, request.prompt_token_ids, ids_a, temperature)
         assert logps_a == pytest.approx(ref, abs=1e-4)
+
+
+def nested_prompts() -> list[tuple[int, ...]]:
+    """A 30-token header; two 30-token middles, each followed by three 12-20-token tails."""
+    rng = random.Random(0)
+
+    def tokens(n: int) -> tuple[int, ...]:
+        return tuple(rng.randrange(10, 600) for _ in range(n))
+
+    header = tokens(30)
+    return [
+        header + middle + tokens(rng.randint(12, 20)) for middle in (tokens(30), tokens(30)) for _ in range(3)
+    ]
+
+
+def test_levels_run_each_shared_prefix_once_and_leave_every_prompt_its_last_token() -> None:
+    prompts = nested_prompts()
+    assert _plan_levels(prompts) == [(30, [0] * 6), (60, [0, 0, 0, 1, 1, 1])]
+    # A prompt that is a prefix of another keeps its last token for the final level.
+    assert _plan_levels([prompts[0][:40], prompts[0]]) == [(39, [0, 0])]
+    # Nothing shared, or one prompt: no levels.
+    assert _plan_levels([(1, 2, 3), (4, 5, 6)]) == [] and _plan_levels([prompts[0]]) == []
+
+
+async def test_nested_shared_prefixes_match_the_unshared_path(tok, model) -> None:  # type: ignore[no-untyped-def]
+    requests = [
+        TokenCompletionRequest(
+            prompt_token_ids=p,
+            sampling=SamplingParams(temperature=t, max_tokens=6),
+            return_=ReturnSpec.for_rl(),
+            seed=i,
+        )
+        for i, p in enumerate(nested_prompts())
+        for t in (0.0, 1.0)
+    ]
+    shared = LocalPolicyClient(model, tok, eos_token_ids=[10**6], batch_window_s=0.05)
+    alone = LocalPolicyClient(model, tok, eos_token_ids=[10**6], batch_window_s=0.05, share_prefix=False)
+    a, b = await complete_all(shared, requests), await complete_all(alone, requests)
+    assert shared.stats["batches"] == 1
+    # The header once, each middle once, each of the 6 distinct tails once (12 requests).
+    assert shared.stats["prefill_tokens"] == 30 + 2 * 30 + sum(len(p) - 60 for p in nested_prompts())
+    for (ids_a, logps_a, _), (ids_b, logps_b, _) in zip(a, b, strict=True):
+        assert ids_a == ids_b
+        assert logps_a == pytest.approx(logps_b, abs=1e-4)
 
 
 async def test_batched_sampling_is_bit_identical_whatever_the_arrival_order(tok, model) -> None:  # type: ignore[no-untyped-def]

@@ -14,10 +14,10 @@ How a batch is decoded, and why:
 
 * **Canonical row order.** The rows of a batch are sorted by (seed, prompt ids, sampling parameters)
   before anything runs, so the order in which the same requests arrived does not change the numerics.
-* **Shared prefix, run once.** When the prompts of a batch share a token prefix (a system prompt and the
+* **Shared work, run once.** When the prompts of a batch share a token prefix (a system prompt and the
   chat template's header), the prefix runs once at batch size 1 and its KV cache is copied to every row;
   only the suffixes (left-padded between prefix and suffix, the pads masked, positions continuing from
-  the prefix) run at full batch size.
+  the prefix) run at full batch size. Identical prompts (a GRPO group's first turn) run once too.
 * **Last position only.** Prefill asks the model for the last position's logits only
   (``logits_to_keep=1`` where the model's forward takes it): the vocabulary projection of every prompt
   position costs as much as several transformer layers and is thrown away.
@@ -26,13 +26,17 @@ How a batch is decoded, and why:
   seeded request draws the same random stream whatever else shares its batch. Finished rows leave the
   batch (and its KV cache) at once.
 
-Reproducibility: a request's tokens are a function of its logits and its own generator, and its logits
-are a function of the batch it is decoded in. The same set of requests in one batch gives bit-identical
-tokens and logprobs whatever their arrival order. A different set (other batch mates, a different
-shared-prefix length or padding width, rows finishing at other steps) changes the logits in the last
-bits (SmolLM2-135M in fp32 on CPU: up to ~1e-5 in a logprob), which can flip a sampled token now and
-then. Which requests share a batch depends on arrival timing, so only ``max_batch_size=1`` makes seeded
-sampling bit-reproducible across runs whose timing differs.
+Reproducibility (same weights, machine and thread count): a request's tokens are a function of its
+logits and its own generator, and its logits are a function of the batch it is decoded in. The same set
+of requests in one batch gives bit-identical tokens and logprobs whatever their arrival order. A
+different set (other batch mates, hence another shared-prefix length, padding width and matrix shapes)
+changes the logits in the last bits (SmolLM2-135M in fp32 on CPU: logprobs up to ~2e-5 apart), which can
+flip a sampled token now and then. Which requests share a batch depends on arrival timing, so only
+``max_batch_size=1`` makes seeded sampling bit-reproducible across runs whose timing differs.
+
+Timeouts: ``timeout_s`` bounds a request's generation, counted from the moment its batch starts, so a
+large batch queued behind others does not time out for waiting; ``queue_timeout_s`` bounds the wait
+before that. Each error names its bound.
 
 Logprobs are the chosen tokens' log-probabilities under ``softmax(logits / temperature)`` — after
 temperature, before top-k / top-p / min-p filtering (the distribution a ratio-based loss recomputes).
@@ -42,8 +46,10 @@ At temperature 0 (greedy) they are the untempered log-probabilities.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import inspect
+import itertools
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -67,8 +73,10 @@ log = structlog.get_logger(__name__)
 # Sampling fields this backend implements; the others must stay at their defaults (checked per request).
 _UNSUPPORTED_SAMPLING = ("frequency_penalty", "presence_penalty", "repetition_penalty")
 
-# A shared prefix shorter than this is not worth its own forward pass and cache copy.
-_MIN_SHARED_PREFIX = 8
+# Prompt sharing (see _plan_levels): at most this many levels of shared prefixes, each counted as this
+# many extra prompt tokens (one more forward pass and a copy of the KV cache rows).
+_MAX_LEVELS = 4
+_LEVEL_COST_TOKENS = 16
 
 
 @attrs.define
@@ -401,29 +409,41 @@ class LocalPolicyClient:
     def _prefill_shared(
         self, prompts: Sequence[Sequence[int]], device: torch.device
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """Run each distinct prompt once, and the prefix they all share once; ``None`` when the
-        model's cache cannot be copied between rows."""
+        """Run each distinct prompt once, and each prefix that several of them share once (in the
+        levels :func:`_plan_levels` picks); ``None`` when the model's cache cannot be copied between
+        rows."""
         import torch
 
         first: dict[tuple[int, ...], int] = {}
         which = [first.setdefault(tuple(p), len(first)) for p in prompts]
         unique = list(first)
-        prefix = _shared_prefix_len(unique) if len(unique) > 1 else 0
         cache: Any = None
-        if prefix >= _MIN_SHARED_PREFIX:
-            head = torch.tensor([list(unique[0][:prefix])], dtype=torch.long, device=device)
+        start = 0
+        rows_before: list[int] = []  # the row of the previous level each prompt continues
+        for cut, rows in _plan_levels(unique):
+            # One row per distinct prefix of length `cut`: its tokens from `start` on, no padding.
+            members: list[int] = []  # the first prompt of each row (rows are numbered in that order)
+            for u, row in enumerate(rows):
+                if row == len(members):
+                    members.append(u)
+            if cache is not None:
+                cache.batch_select_indices(
+                    torch.tensor([rows_before[u] for u in members], dtype=torch.long, device=device)
+                )
+            ids = torch.tensor([list(unique[u][start:cut]) for u in members], dtype=torch.long, device=device)
             _, cache = self._forward_last(
-                input_ids=head,
-                attention_mask=torch.ones_like(head),
-                position_ids=torch.arange(prefix, device=device).view(1, -1),
+                input_ids=ids,
+                attention_mask=torch.ones((len(members), cut), dtype=torch.long, device=device),
+                position_ids=torch.arange(start, cut, device=device).repeat(len(members), 1),
+                past_key_values=cache,
             )
-            self.stats["prefill_tokens"] += prefix
+            self.stats["prefill_tokens"] += ids.numel()
             if not _can_copy_rows(cache):
                 return None
-            cache.batch_repeat_interleave(len(unique))
-        else:
-            prefix = 0
-        cache, logits, attention, next_pos = self._prefill_rows(unique, device, prefix=prefix, cache=cache)
+            rows_before, start = rows, cut
+        if cache is not None:
+            cache.batch_select_indices(torch.tensor(rows_before, dtype=torch.long, device=device))
+        cache, logits, attention, next_pos = self._prefill_rows(unique, device, prefix=start, cache=cache)
         if not _can_copy_rows(cache):
             return None
         if len(unique) < len(prompts):
@@ -537,16 +557,69 @@ def _canonical_key(request: TokenCompletionRequest) -> tuple[Any, ...]:
     )
 
 
-def _shared_prefix_len(prompts: Sequence[Sequence[int]]) -> int:
-    """The longest token prefix of every prompt, leaving each at least one token of its own (the row's
-    last position must run with the batch to give its logits)."""
-    tuples = [tuple(p) for p in prompts]
-    # The common prefix of the lexicographically smallest and largest prompts is everyone's.
-    low, high = min(tuples), max(tuples)
-    common = next(
-        (i for i, (a, b) in enumerate(zip(low, high, strict=False)) if a != b), min(len(low), len(high))
-    )
-    return max(0, min(common, min(len(p) for p in tuples) - 1))
+def _plan_levels(prompts: Sequence[tuple[int, ...]]) -> list[tuple[int, list[int]]]:
+    """How to run the prefixes that distinct ``prompts`` share: a list of levels ``(cut, rows)``.
+
+    Level ``l`` runs tokens ``[cut_{l-1}, cut_l)`` once per distinct prefix of length ``cut_l``
+    (``rows[i]``: the row of prompt ``i``, rows numbered in order of first appearance); every prompt then
+    runs its own tokens from the last cut on. Cuts are the same positions for every prompt, so a level
+    needs no padding, and they stop short of the shortest prompt, so every prompt keeps a last position
+    of its own. The cuts minimise the tokens run, each level counted ``_LEVEL_COST_TOKENS`` extra (its
+    forward pass and KV-cache copy); no level at all when sharing saves nothing.
+    """
+    n = len(prompts)
+    if n < 2:
+        return []
+    order = sorted(range(n), key=prompts.__getitem__)
+    # Lexicographic neighbours: prompts i and j share a prefix of length c iff every neighbour pair
+    # between them does.
+    lcps = [_common_len(prompts[a], prompts[b]) for a, b in itertools.pairwise(order)]
+    shortest, longest = min(len(p) for p in prompts), max(len(p) for p in prompts)
+    # The number of distinct prefixes of length c only grows just past a neighbour LCP, so the best cut
+    # positions are those LCPs.
+    candidates = sorted({min(c, shortest - 1) for c in lcps} - {0})
+    if not candidates:
+        return []
+    sorted_lcps = sorted(lcps)
+    distinct = [1 + bisect.bisect_left(sorted_lcps, c) for c in candidates]
+    inf = float("inf")
+    # cost[k][j]: tokens run by k levels, the last cut at candidates[j]; back[k][j]: the cut before it.
+    cost = [[inf] * len(candidates) for _ in range(_MAX_LEVELS + 1)]
+    back = [[-1] * len(candidates) for _ in range(_MAX_LEVELS + 1)]
+    for j, c in enumerate(candidates):
+        cost[1][j] = distinct[j] * c + _LEVEL_COST_TOKENS
+    for k in range(2, _MAX_LEVELS + 1):
+        for j, c in enumerate(candidates):
+            for i in range(j):
+                value = cost[k - 1][i] + distinct[j] * (c - candidates[i]) + _LEVEL_COST_TOKENS
+                if value < cost[k][j]:
+                    cost[k][j], back[k][j] = value, i
+    best, best_k, best_j = float(n * longest), 0, -1  # no levels: every prompt runs whole
+    for k in range(1, _MAX_LEVELS + 1):
+        for j, c in enumerate(candidates):
+            value = cost[k][j] + n * (longest - c)
+            if value < best:
+                best, best_k, best_j = value, k, j
+    cuts: list[int] = []
+    while best_k > 0:
+        cuts.append(candidates[best_j])
+        best_j, best_k = back[best_k][best_j], best_k - 1
+    levels = []
+    for cut in reversed(cuts):
+        rows = [0] * n
+        row = 0
+        for position, i in enumerate(order):
+            if position and lcps[position - 1] < cut:
+                row += 1
+            rows[i] = row
+        # Renumber rows by first appearance in `prompts` order, so that level batches follow it.
+        renumber = {r: k for k, r in enumerate(dict.fromkeys(rows))}
+        levels.append((cut, [renumber[r] for r in rows]))
+    return levels
+
+
+def _common_len(a: Sequence[int], b: Sequence[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def _can_copy_rows(cache: Any) -> bool:
