@@ -426,7 +426,7 @@ def main() -> None:
     parser.add_argument(
         "--batch-window-s",
         type=float,
-        default=0.005,
+        default=0.0,
         help="LocalPolicyClient collection window (its default)",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads for both sides")

@@ -239,7 +239,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         f"parameters, {args.threads} CPU threads"
     )
     model.to(args.device)
-    client = LocalPolicyClient(model, tokenizer, batch_window_s=0.05, max_batch_size=256, seed=args.seed)
+    client = LocalPolicyClient(model, tokenizer, max_batch_size=256, seed=args.seed)
     engine = make_engine(client, seed=args.seed, rollout_log=str(args.out / "rollouts.jsonl"))
     template = HFChatTemplate(tokenizer)
     evaluation = Evaluation(

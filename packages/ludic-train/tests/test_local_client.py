@@ -462,3 +462,37 @@ async def test_aclose_fails_the_batch_in_flight(tok, model, monkeypatch) -> None
     await client.aclose()
     with pytest.raises(TransportError, match="closed while the request ran"):
         await asyncio.wait_for(task, 1.0)
+
+
+async def test_batches_are_cut_by_event_order_so_multi_turn_runs_repeat_bit_for_bit(tok, model) -> None:  # type: ignore[no-untyped-def]
+    # Episodes that take different wall time between turns (a synchronous env step of 0-15 ms, a few
+    # event-loop hops) must still meet in the same batches on every run: one batch per turn.
+    episodes, turns = 6, 3
+
+    async def run(jitter_seed: int) -> tuple[list[Any], float]:
+        client = LocalPolicyClient(model, tok, seed=5)
+        jitter = random.Random(jitter_seed)
+
+        async def episode(i: int) -> list[Any]:
+            text, out = f"game {i}:", []
+            for _turn in range(turns):
+                _busy(jitter.random() * 0.015)  # blocks the loop, as a CPU-bound env step does
+                for _ in range(jitter.randrange(4)):
+                    await asyncio.sleep(0)
+                r = await client.complete_tokens(req(tok, text, seed=None, max_tokens=4))
+                out.append((r.completion_token_ids, r.completion_logprobs))
+                text += f" {r.text} |"
+            return out
+
+        results = await asyncio.gather(*[episode(i) for i in range(episodes)])
+        return results, client.stats["batches"]
+
+    first, batches = await run(0)
+    assert batches == turns
+    assert await run(1) == (first, batches)  # exact equality, logprobs included
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass

@@ -5,10 +5,13 @@ rollouts are sampled with the current weights, the trainer steps, and the next r
 weights at once. Its policy version is the trainer step (the trainer reports each step through
 :meth:`LocalPolicyClient.as_publisher`).
 
-Concurrent requests are batched: the first request opens a short collection window
-(``batch_window_s``), everything that arrives in it (up to ``max_batch_size``) is decoded together with
-a KV cache. Each request keeps its own sampling parameters, its own ``torch.Generator`` (seeded from the
-request's seed) and its own stop tokens.
+Concurrent requests are batched: everything that arrives (up to ``max_batch_size``) before the event
+loop goes quiet is decoded together with a KV cache. "Quiet" is counted in event-loop iterations, not in
+seconds: the batch is cut once ``_QUIET_ITERATIONS`` iterations in a row bring no new request, so which
+requests share a batch follows from the program's order of events, not from how fast the machine ran
+them. ``batch_window_s`` adds a wall-clock wait on top, for requests that arrive from I/O (a remote
+environment, a tool call). Each request keeps its own sampling parameters, its own ``torch.Generator``
+(seeded from the request's seed) and its own stop tokens.
 
 How a batch is decoded, and why:
 
@@ -31,8 +34,11 @@ logits and its own generator, and its logits are a function of the batch it is d
 of requests in one batch gives bit-identical tokens and logprobs whatever their arrival order. A
 different set (other batch mates, hence another shared-prefix length, padding width and matrix shapes)
 changes the logits in the last bits (SmolLM2-135M in fp32 on CPU: logprobs up to ~2e-5 apart), which can
-flip a sampled token now and then. Which requests share a batch depends on arrival timing, so only
-``max_batch_size=1`` makes seeded sampling bit-reproducible across runs whose timing differs.
+flip a sampled token now and then. With ``batch_window_s=0`` (the default) batches are cut by event
+order, so a program whose episodes only wait on this client (in-process environments, no threads or
+sockets in the loop) sees the same batches, hence bit-identical rollouts, on every run with the same
+seeds. A positive ``batch_window_s`` makes batch membership depend on timing; ``max_batch_size=1`` is
+bit-reproducible whatever the timing (at the cost of all batching).
 
 Timeouts: ``timeout_s`` bounds a request's generation, counted from the moment its batch starts, so a
 large batch queued behind others does not time out for waiting; ``queue_timeout_s`` bounds the wait
@@ -78,6 +84,11 @@ _UNSUPPORTED_SAMPLING = ("frequency_penalty", "presence_penalty", "repetition_pe
 _MAX_LEVELS = 4
 _LEVEL_COST_TOKENS = 16
 
+# A batch is cut after this many event-loop iterations in a row bring no new request. An episode that
+# just got its completion needs a handful of iterations (future callbacks, task wake-ups, a semaphore
+# hand-over) before it asks for the next one; each idle iteration costs microseconds.
+_QUIET_ITERATIONS = 16
+
 
 @attrs.define
 class _Pending:
@@ -101,7 +112,8 @@ class LocalPolicyClient:
             ``stop_token_ids`` are added per request. The stop token is kept in the completion.
         pad_token_id: the id used for padding (defaults to the tokenizer's pad, then eos).
         device: where inputs go (defaults to the model's parameters' device).
-        batch_window_s: how long the first request waits for others to batch with.
+        batch_window_s: seconds the first request of a batch waits for others before the batch is cut
+            at the next quiet point of the event loop; 0 cuts by event order alone (reproducible).
         max_batch_size: the most requests decoded together.
         seed: seeds the generator used for requests that carry no seed.
         timeout_s: the longest a request's generation may take, counted from the moment its batch
@@ -120,7 +132,7 @@ class LocalPolicyClient:
         eos_token_ids: Iterable[int] | None = None,
         pad_token_id: int | None = None,
         device: str | torch.device | None = None,
-        batch_window_s: float = 0.005,
+        batch_window_s: float = 0.0,
         max_batch_size: int = 64,
         seed: int = 0,
         timeout_s: float | None = 600.0,
@@ -246,12 +258,22 @@ class LocalPolicyClient:
 
     # --- batching -----------------------------------------------------------------------------------
 
+    async def _collect(self) -> None:
+        """Wait until the queue holds a full batch or the event loop has gone quiet."""
+        if self.batch_window_s > 0 and len(self._queue) < self.max_batch_size:
+            await asyncio.sleep(self.batch_window_s)
+        quiet, size = 0, len(self._queue)
+        while quiet < _QUIET_ITERATIONS and size < self.max_batch_size:
+            await asyncio.sleep(0)  # one event-loop iteration: every callback ready now runs
+            quiet, size = (quiet + 1, size) if len(self._queue) == size else (0, len(self._queue))
+
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._queue:
-            # A full batch is already waiting (requests pile up while the previous batch decodes).
-            if self.batch_window_s > 0 and len(self._queue) < self.max_batch_size:
-                await asyncio.sleep(self.batch_window_s)
+        while True:
+            # Also after each batch: its requests' episodes step and ask again before the next cut.
+            await self._collect()
+            if not self._queue:
+                return
             live = [p for p in self._queue if not p.future.done()]
             batch, self._queue = live[: self.max_batch_size], live[self.max_batch_size :]
             if not batch:
