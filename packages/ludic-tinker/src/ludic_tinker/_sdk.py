@@ -1,6 +1,6 @@
 """One way to call the Tinker SDK across versions 0.25 to 0.38, with a timeout on every wait.
 
-What differs between versions (``notes/tinker.md`` §1.1) and how this module absorbs it:
+What differs between versions and how this module absorbs it:
 
 * client-creating calls (``create_lora_training_client``, ``create_sampling_client``,
   ``save_weights_and_get_sampling_client``…) return the client itself and block up to 0.36, and a

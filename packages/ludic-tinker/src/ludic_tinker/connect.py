@@ -1,7 +1,7 @@
 """Opening a Tinker session: credentials and reachability checked up front, clients created with timeouts.
 
 The SDK raises for a missing key only at the first client creation, and for an unreachable service it
-retries silently for five minutes (``notes/tinker.md`` §4). :func:`connect` fails in seconds instead:
+retries silently for five minutes. :func:`connect` fails in seconds instead:
 it checks that a credential is configured and that the service answers HTTP at all before handing
 back a ``tinker.ServiceClient``.
 """

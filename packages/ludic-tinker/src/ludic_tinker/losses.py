@@ -1,6 +1,6 @@
 """Which loss Tinker computes, and how SAW weights become its per-token inputs.
 
-Tinker's built-in losses are **sums** over tokens and datums (``notes/tinker.md`` §3.3). Ludic's
+Tinker's built-in losses are **sums** over tokens and datums. Ludic's
 losses average over sequences (and, with ``length_normalize``, over each sequence's action tokens).
 Every built-in objective below is linear in the per-token advantage (or CE weight), so the same
 objective is obtained exactly by scaling each datum's advantages: by ``1/B`` (``normalization=
