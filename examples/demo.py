@@ -103,9 +103,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch CPU threads")
     p.add_argument("--device", default="cpu", help="where the model runs (the demo is sized for a CPU)")
-    p.add_argument("--out", type=Path, default=Path("runs/demo"), help="metrics, evaluations and the plot")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="where metrics, evaluations and the plot go (default: a new runs/demo-<date>-<time>/)",
+    )
     p.add_argument("--no-live", action="store_true", help="plain log lines instead of the live panel")
     args = p.parse_args(argv)
+    if args.out is None:  # a fresh directory per run, so a rerun never mixes its files with another's
+        args.out = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
     for key, value in PRESETS["full" if args.full else "default"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
