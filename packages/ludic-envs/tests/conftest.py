@@ -14,10 +14,19 @@ for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
+DATA_HELP = (
+    "set LUDIC_DATA_DIR to a folder holding gsm8k/test.jsonl and math500/test.jsonl (the test splits of "
+    "the openai/gsm8k and HuggingFaceH4/MATH-500 hub datasets, saved with datasets' to_json)"
+)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """``$LUDIC_SHARED_DATA``, else ``<repo>/../shared/data`` (where CI puts it)."""
-    path = Path(os.environ.get("LUDIC_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+    """The folder named by ``$LUDIC_DATA_DIR`` (CI sets it); tests that need real rows skip without it."""
+    value = os.environ.get("LUDIC_DATA_DIR")
+    if not value:
+        pytest.skip(f"no GSM8K/MATH-500 data: {DATA_HELP}")
+    path = Path(value)
     if not path.is_dir():
-        pytest.fail(f"shared data folder {path} is missing; set LUDIC_SHARED_DATA")
+        pytest.fail(f"LUDIC_DATA_DIR={value!r} is not a directory; {DATA_HELP}")
     return path
