@@ -40,6 +40,7 @@ from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeout
 from ludic_core.filters import SampleFilter, apply_filter
 from ludic_core.inference import InferenceSpec
 from ludic_core.protocols.base import InteractionProtocol
+from ludic_core.protocols.standard import StandardProtocolFactory
 from ludic_core.registry import ENVS, PROTOCOLS, Registry
 from ludic_core.requests import RolloutRequest
 from ludic_core.rollout_log import RolloutLog
@@ -128,17 +129,69 @@ def _check_timeout(name: str, value: Any) -> None:
         raise ConfigError(f"{name} must be None or a number > 0, got {value!r}")
 
 
+_EXPECTED = {
+    "env_factories": (
+        "a callable returning a fresh LudicEnv per episode, e.g. `lambda: TicTacToeEnv()` or the class itself"
+    ),
+    "protocol_factories": (
+        "a callable returning a fresh InteractionProtocol per episode, e.g. "
+        "`lambda: SingleAgentProtocol(Agent(client=client, parser=parser))`"
+    ),
+}
+
+
+def _short_repr(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_factories(mapping_name: str, factories: object) -> dict[str, Callable[..., Any]]:
+    """Validate a name -> factory mapping when the engine is built, not at the first episode.
+
+    The engine calls each factory once per episode; an already-built env or protocol would be shared by
+    every episode (or fail only once the first episode starts), so instances are rejected even when
+    their class happens to define ``__call__``.
+    """
+    if factories is None:
+        return {}
+    if not isinstance(factories, Mapping):
+        raise ConfigError(
+            f"RolloutEngine.{mapping_name} must be a mapping of name -> factory, got "
+            f"{type(factories).__name__}: {_short_repr(factories)}"
+        )
+    expected = _EXPECTED[mapping_name]
+    out: dict[str, Callable[..., Any]] = {}
+    for key, factory in factories.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(
+                f"RolloutEngine.{mapping_name} keys must be non-empty str (the kind a spec names), got "
+                f"{type(key).__name__}: {_short_repr(key)}"
+            )
+        built = next((c for c in (LudicEnv, InteractionProtocol) if isinstance(factory, c)), None)
+        if built is not None or not callable(factory):
+            what = f"an already-built {built.__name__} instance" if built is not None else "not callable"
+            raise ConfigError(
+                f"RolloutEngine.{mapping_name}[{key!r}] is {what} ({type(factory).__name__}: "
+                f"{_short_repr(factory)}); expected {expected}"
+            )
+        out[key] = factory
+    return out
+
+
 def _resolve(
     kind: str,
     own: Callable[..., Any] | None,
     explicit: Mapping[str, Callable[..., Any]],
     registry: Registry[Any],
+    kwargs: Mapping[str, Any],
 ) -> Callable[..., Any]:
     if own is not None:
         return own
-    if kind in explicit:
-        return explicit[kind]
-    return registry.get(kind)  # raises RegistryError naming the known kinds
+    factory = explicit[kind] if kind in explicit else registry.get(kind)  # RegistryError names known kinds
+    if isinstance(factory, StandardProtocolFactory):
+        # A missing agent factory would otherwise fail every episode; say how to provide one up front.
+        factory.check_kwargs(kwargs)
+    return factory
 
 
 class RolloutEngine:
@@ -162,8 +215,8 @@ class RolloutEngine:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
             raise ConfigError(f"RolloutEngine.base_seed must be an int in [0, {MAX_SEED}], got {base_seed!r}")
         _check_positive_int("RolloutEngine.concurrency", concurrency)
-        self.env_factories = dict(env_factories or {})
-        self.protocol_factories = dict(protocol_factories or {})
+        self.env_factories = _check_factories("env_factories", env_factories)
+        self.protocol_factories = _check_factories("protocol_factories", protocol_factories)
         self.base_seed = base_seed
         self.concurrency = concurrency
         # Off by default: uuid4 ids are unique across runs. On, a rerun with the same base seed and
@@ -231,8 +284,10 @@ class RolloutEngine:
         # Resolve every kind up front: an unknown kind is a config error, not an episode failure.
         factories = [
             (
-                _resolve(r.env.kind, r.env.factory, self.env_factories, ENVS),
-                _resolve(r.protocol.kind, r.protocol.factory, self.protocol_factories, PROTOCOLS),
+                _resolve(r.env.kind, r.env.factory, self.env_factories, ENVS, r.env.kwargs),
+                _resolve(
+                    r.protocol.kind, r.protocol.factory, self.protocol_factories, PROTOCOLS, r.protocol.kwargs
+                ),
             )
             for r in requests
         ]

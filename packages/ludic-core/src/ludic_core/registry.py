@@ -8,12 +8,18 @@ Packages register their components through entry points, so installing ``ludic-e
 
 Entry points are loaded lazily, only when their name is first requested, so an installed but unused
 package costs nothing at import time. Names registered in code take precedence over entry points.
+
+``ludic-core`` itself provides the standard protocols under their ``name``: ``"single_agent"`` and
+``"multi_agent"`` (see :mod:`ludic_core.protocols.standard` for the kwargs they take). They are built in
+rather than declared as entry points so that they resolve even when the package's metadata is absent
+(a source checkout on ``sys.path``); they too load lazily, and a name registered in code replaces them.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
@@ -39,9 +45,14 @@ Factory = Callable[..., T]
 class Registry(Generic[T]):
     """A name → factory table for one kind of component, backed by an entry-point group."""
 
-    def __init__(self, kind: str, entry_point_group: str | None) -> None:
+    def __init__(
+        self, kind: str, entry_point_group: str | None, *, builtins: Mapping[str, str] | None = None
+    ) -> None:
         self.kind = kind
         self.entry_point_group = entry_point_group
+        # name -> "module:attribute", imported on first use; consulted before entry points so that an
+        # installed package cannot silently replace a built-in name (register in code to do that).
+        self._builtins = dict(builtins or {})
         self._factories: dict[str, Factory[T]] = {}
         self._lock = threading.Lock()
 
@@ -69,13 +80,17 @@ class Registry(Generic[T]):
         return {ep.name: ep for ep in metadata.entry_points(group=self.entry_point_group)}
 
     def names(self) -> list[str]:
-        return sorted(set(self._factories) | set(self._entry_points()))
+        return sorted(set(self._factories) | set(self._builtins) | set(self._entry_points()))
 
     def get(self, name: str) -> Factory[T]:
         with self._lock:
             factory = self._factories.get(name)
         if factory is not None:
             return factory
+        target = self._builtins.get(name)
+        if target is not None:
+            module, _, attribute = target.partition(":")
+            return self.register(name, getattr(importlib.import_module(module), attribute))
         ep = self._entry_points().get(name)
         if ep is None:
             hint = f" (entry-point group {self.entry_point_group!r})" if self.entry_point_group else ""
@@ -96,7 +111,14 @@ class Registry(Generic[T]):
 
 
 ENVS: Registry[Any] = Registry("env", "ludic.envs")
-PROTOCOLS: Registry[Any] = Registry("protocol", "ludic.protocols")
+PROTOCOLS: Registry[Any] = Registry(
+    "protocol",
+    "ludic.protocols",
+    builtins={
+        "single_agent": "ludic_core.protocols.standard:SINGLE_AGENT",
+        "multi_agent": "ludic_core.protocols.standard:MULTI_AGENT",
+    },
+)
 AGENTS: Registry[Any] = Registry("agent", "ludic.agents")
 
 
