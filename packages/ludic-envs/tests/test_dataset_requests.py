@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,39 @@ def test_requests_build_real_envs(shared_data: Path) -> None:
         assert obs == rows[request.meta["sample_index"]]["question"]
     with pytest.raises(ConfigError, match="index"):
         indexed_env_requests("gsm8k", PROTOCOL, env_kwargs={"index": 3})
+
+
+class _DoubleStrategy:
+    """A custom strategy without state: the stream checkpoints its own position only."""
+
+    def expand(self, requests: list) -> list:  # type: ignore[type-arg]
+        return [r for r in requests for _ in range(2)]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"shuffle": True, "seed": 5, "loop": True},
+        {"shuffle": True, "seed": 5, "loop": True, "group_size": 3},
+        {"loop": True, "group_size": 2},
+        {"shuffle": True, "loop": True, "strategy": _DoubleStrategy()},
+    ],
+    ids=["sequential", "shuffled", "shuffled-grpo", "grpo", "custom-strategy"],
+)
+def test_state_dict_is_json_and_resumes_after_a_json_round_trip(options: dict[str, object]) -> None:
+    build = indexed_env_requests("dataset_qa", PROTOCOL)
+
+    def stream() -> DatasetRequestStream:
+        return DatasetRequestStream(_rows(7), build, **options)  # type: ignore[arg-type]
+
+    original = stream()
+    original.next_requests(3)
+    original.next_requests(2)
+    state = original.state_dict()
+    round_tripped = json.loads(json.dumps(state))
+    assert round_tripped == state  # plain JSON types only: no tuples, no non-str keys
+    resumed = stream()
+    resumed.load_state_dict(round_tripped)
+    for n in (2, 4):
+        assert resumed.next_requests(n) == original.next_requests(n)

@@ -9,8 +9,12 @@ every backend (vLLM, Tinker, torch) accepts.
 from __future__ import annotations
 
 import hashlib
+import random
+from typing import Any
 
-__all__ = ["MAX_SEED", "derive_seed"]
+from ludic_core.errors import ConfigError
+
+__all__ = ["MAX_SEED", "derive_seed", "random_state_from_json", "random_state_to_json"]
 
 MAX_SEED = 2**31 - 1
 
@@ -22,3 +26,31 @@ def derive_seed(base: int, *parts: object) -> int:
     text = "\x1f".join([str(base), *(repr(p) for p in parts)])
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % (MAX_SEED + 1)
+
+
+def random_state_to_json(rng: random.Random) -> list[Any]:
+    """``rng.getstate()`` as plain JSON (lists, ints, null), so checkpoints survive ``json.dumps``."""
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def random_state_from_json(state: object, *, field: str = "rng_state") -> tuple[Any, ...]:
+    """The inverse of :func:`random_state_to_json`, ready for ``random.Random.setstate``.
+
+    Accepts the tuple that ``getstate`` returns too. ``random.setstate`` insists on tuples, and a JSON
+    round trip turns them into lists, so they are rebuilt here.
+    """
+    if isinstance(state, (list, tuple)) and len(state) == 3:
+        version, internal, gauss = state
+        if (
+            isinstance(version, int)
+            and isinstance(internal, (list, tuple))
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in internal)
+            and (gauss is None or isinstance(gauss, (int, float)))
+        ):
+            return (version, tuple(internal), gauss)
+    text = repr(state)
+    raise ConfigError(
+        f"{field} must be [version, [int, ...], gauss] as written by state_dict(), got "
+        f"{type(state).__name__}: {text if len(text) <= 80 else text[:77] + '...'}"
+    )

@@ -9,14 +9,14 @@ is what group-relative credit (:class:`~ludic_core.credit.GroupNormalizedReturn`
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
 from ludic_core.errors import ConfigError
 from ludic_core.requests import RolloutRequest
-from ludic_core.seeding import MAX_SEED
+from ludic_core.seeding import MAX_SEED, random_state_from_json, random_state_to_json
 
 __all__ = ["GRPORequestStrategy", "IdentityStrategy", "RequestStrategy"]
 
@@ -87,13 +87,20 @@ class GRPORequestStrategy:
                 )
         return out
 
-    def state_dict(self) -> dict[str, object]:
-        """The RNG state, for resuming a run exactly where it stopped."""
-        return {"group_size": self.group_size, "seed": self.seed, "rng_state": self._rng.getstate()}
+    def state_dict(self) -> dict[str, Any]:
+        """The RNG state, for resuming a run exactly where it stopped (plain JSON types)."""
+        return {
+            "group_size": self.group_size,
+            "seed": self.seed,
+            "rng_state": random_state_to_json(self._rng),
+        }
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Accepts :meth:`state_dict` as returned or after a JSON round trip."""
         if state.get("group_size") != self.group_size:
             raise ConfigError(
                 f"state is for group_size={state.get('group_size')!r}, this strategy has {self.group_size}"
             )
-        self._rng.setstate(state["rng_state"])  # type: ignore[arg-type]
+        self._rng.setstate(
+            random_state_from_json(state.get("rng_state"), field="GRPORequestStrategy state rng_state")
+        )

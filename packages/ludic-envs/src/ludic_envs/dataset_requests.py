@@ -124,6 +124,7 @@ class DatasetRequestStream:
             yield from batch
 
     def state_dict(self) -> dict[str, Any]:
+        """The position (plain JSON types, so it can go in a JSON checkpoint as is)."""
         state: dict[str, Any] = {
             "epoch": self._epoch,
             "offset": self._offset,
@@ -137,10 +138,15 @@ class DatasetRequestStream:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume where ``state`` was taken (same rows, order settings and seed required)."""
+        """Resume where ``state`` was taken (same rows, order settings and seed required); accepts the
+        state as returned or after a JSON round trip."""
         for key, mine in (("num_rows", len(self.rows)), ("shuffle", self.shuffle), ("seed", self.seed)):
             if state.get(key) != mine:
                 raise ConfigError(f"stream state has {key}={state.get(key)!r}, this stream has {mine!r}")
+        for key in ("epoch", "offset"):
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"stream state {key} must be an int >= 0, got {value!r}")
         self._epoch = int(state["epoch"])
         self._offset = int(state["offset"])
         self._order = self._order_for(self._epoch)
