@@ -13,13 +13,12 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import structlog
-
 from ludic_core.credit import CreditAssigner
 from ludic_core.curriculum import RequestsProvider
 from ludic_core.engine import FailurePolicy, RolloutEngine, select_trainable_rollouts
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.filters import SampleFilter, apply_filter
+from ludic_core.logs import get_logger
 from ludic_core.rollout_log import read_rollouts
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_core.saw_builder import build_saw_items
@@ -28,7 +27,7 @@ from ludic_core.seeding import derive_seed
 
 __all__ = ["OfflineBatchSource", "RolloutBatchSource"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PathLike = str | os.PathLike[str]
 

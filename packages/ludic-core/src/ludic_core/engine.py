@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-import structlog
 
 from ludic_core.credit import CreditAssigner, group_key
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
 from ludic_core.filters import SampleFilter, apply_filter
 from ludic_core.inference import InferenceSpec
+from ludic_core.logs import get_logger
 from ludic_core.protocols.base import InteractionProtocol
 from ludic_core.protocols.standard import StandardProtocolFactory
 from ludic_core.registry import ENVS, PROTOCOLS, Registry
@@ -58,7 +58,7 @@ __all__ = [
     "select_trainable_rollouts",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FailurePolicy = Literal["raise", "continue"]
 _POLICIES = ("raise", "continue")
