@@ -14,9 +14,8 @@ import threading
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import structlog
-
 from ludic_core.errors import ConfigError, LudicTimeoutError
+from ludic_core.logs import get_logger
 from ludic_envs.codeexec.identities import UidLease, claim_uids
 from ludic_envs.codeexec.limits import SandboxLimits
 from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod, check_network_methods
@@ -26,7 +25,7 @@ from ludic_envs.codeexec.testcases import TestCase, TestOutcome, TestReport, par
 
 __all__ = ["SandboxPool", "default_pool"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 T = TypeVar("T")
 # Enough for every run's cleanup (its kill sweep, then CLEANUP_GRACE_S per forced step).
 _CLOSE_TIMEOUT_S = 4 * CLEANUP_GRACE_S + 10.0

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
-import structlog
 
 from ludic_core.errors import ConfigError
+from ludic_core.logs import get_logger
 from ludic_envs.codeexec.limits import SandboxLimits
 from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod, check_network_methods
 from ludic_envs.codeexec.procscan import kill_pids, pids_of_uid, pids_with_marker
@@ -29,7 +29,7 @@ from ludic_envs.codeexec.result import ExecutionResult, IsolationReport, LimitKi
 
 __all__ = ["ExecutionRequest", "SandboxIdentity", "execute"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 T = TypeVar("T")
 
 LAUNCHER = str(Path(__file__).with_name("_launcher.py"))

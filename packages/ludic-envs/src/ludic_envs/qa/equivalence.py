@@ -7,13 +7,12 @@ import threading
 from functools import lru_cache
 from typing import Any
 
-import structlog
-
+from ludic_core.logs import get_logger
 from ludic_envs.qa.latex import normalize_math_answer
 
 __all__ = ["math_answers_equivalent", "math_verify_available"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @lru_cache(maxsize=1)

@@ -12,13 +12,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
-import structlog
-
 from ludic_core.errors import ConfigError, DataError, missing_extra
+from ludic_core.logs import get_logger
 
 __all__ = ["DataFiles", "clear_dataset_cache", "load_rows"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DataFiles: TypeAlias = str | Path | Sequence[str | Path] | Mapping[str, str | Path | Sequence[str | Path]]
 
