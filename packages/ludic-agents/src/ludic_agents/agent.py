@@ -12,21 +12,20 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
-
 from ludic_agents.chat_template import ChatTemplate, HFChatTemplate
 from ludic_agents.context import ContextStrategy, FullDialog
 from ludic_agents.extension import TurnPrompt
 from ludic_core.agent import AgentActResult, AgentActStep
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
+from ludic_core.logs import get_logger
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.seeding import derive_seed
 from ludic_core.types import ChatResponse, Info, Message, ToolResult
 
 __all__ = ["DEFAULT_INCOMPLETE_FEEDBACK", "Agent"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_INCOMPLETE_FEEDBACK = (
     "Your response was cut off because it exceeded the token limit. Please give a shorter answer."

@@ -22,14 +22,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from ludic_agents.testing.templates import QWEN25_CHAT_TEMPLATE
 from ludic_core.errors import DataError, missing_extra
+from ludic_core.logs import get_logger
 
 __all__ = ["RECIPE_VERSION", "cache_dir", "qwen25_tokenizer", "smollm2_gguf_path", "smollm2_tokenizer"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Bump when a recipe changes so that stale cached builds are not reused.
 RECIPE_VERSION = "1"
