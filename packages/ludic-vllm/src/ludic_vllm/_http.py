@@ -12,14 +12,14 @@ from typing import Any, TypeVar
 
 import aiohttp
 import attrs
-import structlog
 
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
+from ludic_core.logs import get_logger
 from ludic_vllm.errors import EngineDeadError, RequestRejectedError, ServerError
 
 __all__ = ["RETRYABLE_STATUSES", "RetryPolicy", "error_for_status", "retry_transient"]
 
-log = structlog.get_logger("ludic_vllm.http")
+log = get_logger("ludic_vllm.http")
 
 T = TypeVar("T")
 

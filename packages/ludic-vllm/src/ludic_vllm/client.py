@@ -21,10 +21,10 @@ from typing import Any
 
 import aiohttp
 import attrs
-import structlog
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, ProtocolError
 from ludic_core.inference import TokenCompletionRequest
+from ludic_core.logs import get_logger
 from ludic_core.types import ChatResponse
 from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient
 from ludic_vllm.control import ServerControl, ServerHealth
@@ -33,7 +33,7 @@ from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START
 
 __all__ = ["VLLM_EXTENSION_KEYS", "VLLMClient", "VLLMClientConfig"]
 
-log = structlog.get_logger("ludic_vllm.client")
+log = get_logger("ludic_vllm.client")
 
 VLLM_EXTENSION_KEYS: frozenset[str] = frozenset(
     {

@@ -16,16 +16,16 @@ from typing import Any
 
 import aiohttp
 import attrs
-import structlog
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
+from ludic_core.logs import get_logger
 from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient
 from ludic_vllm.errors import ServerError, UpdateRejectedError
 from ludic_vllm.wire import PAUSE_MODES, TRANSPORTS, Manifest
 
 __all__ = ["ServerControl", "ServerHealth", "UpdateResult"]
 
-log = structlog.get_logger("ludic_vllm.control")
+log = get_logger("ludic_vllm.control")
 
 
 @attrs.frozen

@@ -20,14 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-import structlog
-
 from ludic_core.errors import LudicTimeoutError, TransportError
+from ludic_core.logs import get_logger
 from ludic_vllm.control import ServerControl
 
 __all__ = ["VLLMServer", "free_port"]
 
-log = structlog.get_logger("ludic_vllm.launch")
+log = get_logger("ludic_vllm.launch")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -22,15 +22,14 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
-import structlog
-
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
+from ludic_core.logs import get_logger
 from ludic_vllm.service import ConflictError, UpdateService
 from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START, ROUTE_PREFIX
 
 __all__ = ["ENV_API_TOKEN", "ENV_INITIAL_VERSION", "LudicRoutes", "is_loopback"]
 
-log = structlog.get_logger("ludic_vllm.routes")
+log = get_logger("ludic_vllm.routes")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
+from ludic_core.logs import get_logger
 from ludic_vllm import _compat
 from ludic_vllm.wire import DEFAULT_BUCKET_BYTES, PAUSE_MODES, TRANSPORTS, Manifest
 
 __all__ = ["ConflictError", "UpdateService"]
 
-log = structlog.get_logger("ludic_vllm.service")
+log = get_logger("ludic_vllm.service")
 
 _APPLIED_MEMORY = 1024  # update ids remembered for idempotency
 

@@ -12,15 +12,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import structlog
-
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
+from ludic_core.logs import get_logger
 from ludic_vllm.control import ServerControl
 from ludic_vllm.names import normalize_names
 
 __all__ = ["PublisherBase"]
 
-log = structlog.get_logger("ludic_vllm.publisher")
+log = get_logger("ludic_vllm.publisher")
 
 
 def _server_list(servers: str | Sequence[str]) -> list[str]:

@@ -23,9 +23,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Literal
 
-import structlog
-
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
+from ludic_core.logs import get_logger
 from ludic_vllm.collective import TensorGroup, manifest_for, open_group, send_manifest
 from ludic_vllm.control import UpdateResult
 from ludic_vllm.errors import ServerError
@@ -35,7 +34,7 @@ from ludic_vllm.wire import DEFAULT_BUCKET_BYTES, TRANSPORTS
 
 __all__ = ["BroadcastPublisher", "GlooPublisher", "NcclPublisher"]
 
-log = structlog.get_logger("ludic_vllm.publisher")
+log = get_logger("ludic_vllm.publisher")
 
 
 class BroadcastPublisher(PublisherBase):

@@ -16,15 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
-
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError, missing_extra
+from ludic_core.logs import get_logger
 from ludic_vllm.control import ServerControl, UpdateResult
 from ludic_vllm.publisher.base import PublisherBase
 
 __all__ = ["FilePublisher"]
 
-log = structlog.get_logger("ludic_vllm.publisher")
+log = get_logger("ludic_vllm.publisher")
 
 
 def _fsync_dir(path: Path) -> None:
