@@ -11,17 +11,17 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
-import structlog
 import tinker
 
 from ludic_core.errors import ConfigError, DataError, LudicError
 from ludic_core.inference import SamplingParams, TokenCompletionRequest
+from ludic_core.logs import get_logger
 from ludic_core.types import ChatResponse
 from ludic_tinker._sdk import wait_result
 
 __all__ = ["Decoder", "TinkerChatClient", "UnsupportedPolicy"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 UnsupportedPolicy = Literal["raise", "report"]
 

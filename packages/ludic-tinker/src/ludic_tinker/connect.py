@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import structlog
 import tinker
 
 from ludic_core.errors import ConfigError, TransportError
+from ludic_core.logs import get_logger
 from ludic_tinker._sdk import call_for_client
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "create_training_client_from_checkpoint",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_BASE_URL = "https://tinker.thinkingmachines.dev/services/tinker-prod"
 

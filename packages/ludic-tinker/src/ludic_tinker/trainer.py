@@ -19,10 +19,10 @@ from typing import Any
 
 import attrs
 import numpy as np
-import structlog
 import tinker
 
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.logs import get_logger
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 from ludic_tinker._sdk import call_for_client, sdk_has_field, translate_error, wait_result
 from ludic_tinker.checkpoints import TinkerCheckpoint
@@ -33,7 +33,7 @@ from ludic_tinker.losses import CustomLoss, TinkerLoss, tinker_loss_for
 
 __all__ = ["AdamConfig", "TinkerStepStats", "TinkerTrainer", "TinkerTrainerConfig"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _non_negative(_i: Any, attribute: attrs.Attribute[Any], value: float) -> None:
