@@ -20,17 +20,17 @@ from torch import Tensor
 from ludic_core.credit import CreditAssigner
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.saw import SAWBatch
-from ludic_train.losses.base import Loss, Stats
+from ludic_train.losses.base import HOW_TO_PROVIDE, Loss, Stats
 from ludic_train.preprocess import Preprocess
 
 __all__ = ["KNOWN_INPUTS", "RLAlgorithm", "accepts_logits_to_keep"]
 
 KNOWN_INPUTS: Mapping[str, str] = {
-    "actor_logps": "behaviour-policy logprobs of every action token from the sampler "
-    "(ask the client for logprobs)",
-    "teacher_logps": "teacher logprobs of every action token (annotate the batch with a teacher scorer)",
+    "actor_logps": "behaviour-policy logprobs of every action token from the sampler",
+    "teacher_logps": "teacher logprobs of every action token",
 }
-"""Optional SAW item fields an algorithm can require, with what they are and where they come from."""
+"""Optional SAW item fields an algorithm can require, with what they are (how to provide them:
+:data:`ludic_train.losses.base.HOW_TO_PROVIDE`)."""
 
 
 _ACCEPTS_LOGITS_TO_KEEP: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
@@ -74,6 +74,19 @@ def _default_required(self: RLAlgorithm) -> frozenset[str]:
     return frozenset(getattr(self.loss, "required_inputs", frozenset()))
 
 
+def _losses_needing(loss: object, field: str) -> list[str]:
+    """The losses inside ``loss`` that declare ``field`` in their ``required_inputs``, by name: a
+    composite's terms as ``term: Loss``, a wrapper as ``Wrapper(Inner)``."""
+    terms = getattr(loss, "terms", None)
+    if terms is not None:
+        return [f"{term.name}: {name}" for term in terms for name in _losses_needing(term.loss, field)]
+    if field not in getattr(loss, "required_inputs", frozenset()):
+        return []
+    inner = getattr(loss, "loss", None)
+    name = type(loss).__name__
+    return [f"{name}({type(inner).__name__})" if inner is not None else name]
+
+
 @attrs.frozen
 class RLAlgorithm:
     """``required_inputs`` defaults to what the loss declares; :meth:`validate` checks items carry them."""
@@ -96,14 +109,27 @@ class RLAlgorithm:
             )
 
     def validate(self, batch: SAWBatch) -> None:
-        """Raise :class:`DataError` naming every required field that items lack, and which items."""
+        """Raise :class:`DataError` naming every required field that items lack, which items, the loss
+        that needs it and how to provide it.
+
+        The trainer calls this (through :meth:`prepare`) on every batch before collating it, so data
+        sampled without what the loss needs (e.g. rollouts run without chosen-token logprobs) fails on
+        the first batch with the fix, not inside collate or the loss.
+        """
         problems = []
         for field in sorted(self.required_inputs):
             missing = [i for i, item in enumerate(batch.items) if getattr(item, field) is None]
             if missing:
                 shown = missing if len(missing) <= 20 else [*missing[:20], "..."]
+                needers = _losses_needing(self.loss, field)
+                who = (
+                    f"the loss {', '.join(needers)} needs it"
+                    if needers
+                    else f"the algorithm's required_inputs list it (loss {type(self.loss).__name__})"
+                )
                 problems.append(
-                    f"{field} ({KNOWN_INPUTS[field]}) is missing on {len(missing)} of {len(batch.items)} items: {shown}"
+                    f"{field} is missing on {len(missing)} of {len(batch.items)} items: {shown}; {who} "
+                    f"({KNOWN_INPUTS[field]}); to provide it, {HOW_TO_PROVIDE[field]}"
                 )
         if problems:
             raise DataError(f"algorithm {self.name!r} cannot train on this batch: " + "; ".join(problems))

@@ -80,9 +80,22 @@ def require_key(batch: Mapping[str, Tensor], key: str, *, who: str) -> Tensor:
         ) from None
 
 
+HOW_TO_PROVIDE: dict[str, str] = {
+    "actor_logps": (
+        "sample the rollouts with chosen-token logprobs: ReturnSpec(return_chosen_logprobs=True), e.g. "
+        "RolloutRequest(..., inference=InferenceSpec(return_=ReturnSpec.for_rl()))"
+    ),
+    "teacher_logps": "annotate the batch with a teacher scorer",
+}
+"""For each optional SAW item field a loss can need, how a run makes its items carry it."""
+
 _ITEM_FIELD = {
-    "actor_logps": "actor_logps (behaviour-policy logprobs from the sampler)",
-    "old_logp_action": "actor_logps (behaviour-policy logprobs from the sampler)",
+    "actor_logps": "actor_logps (behaviour-policy logprobs from the sampler; "
+    + HOW_TO_PROVIDE["actor_logps"]
+    + ")",
+    "old_logp_action": "actor_logps (behaviour-policy logprobs from the sampler; "
+    + HOW_TO_PROVIDE["actor_logps"]
+    + ")",
     "teacher_logps": "teacher_logps (teacher logprobs of the sampled tokens)",
 }
 
