@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import attrs
-import structlog
 
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.logs import get_logger
 from ludic_train.weights import is_fsdp_module
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ __all__ = [
     "restore_rng_states",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 RNGState = Any  # random.Random | numpy.random.Generator | torch.Generator

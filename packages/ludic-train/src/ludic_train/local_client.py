@@ -62,10 +62,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import structlog
 
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.inference import TokenCompletionRequest
+from ludic_core.logs import get_logger
 from ludic_core.seeding import MAX_SEED
 from ludic_core.types import ChatResponse
 
@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalPolicyClient", "SharedWeightsPublisher"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Sampling fields this backend implements; the others must stay at their defaults (checked per request).
 _UNSUPPORTED_SAMPLING = ("frequency_penalty", "presence_penalty", "repetition_penalty")

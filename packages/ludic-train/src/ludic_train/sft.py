@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-import structlog
 
 from ludic_core.batch_sources import OfflineBatchSource
 from ludic_core.credit import ConstantCredit
 from ludic_core.engine import select_trainable_rollouts
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.logs import get_logger
 from ludic_core.rollout_log import read_rollouts
 from ludic_core.saw import SAWItem
 from ludic_core.saw_builder import build_saw_items
@@ -33,7 +33,7 @@ from ludic_core.saw_io import read_saw_jsonl
 
 __all__ = ["detect_jsonl_kind", "load_sft_items", "sft_batch_source"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 PathLike = str | os.PathLike[str]
 JsonlKind = Literal["auto", "rollouts", "saw"]

@@ -22,9 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
 from ludic_core.errors import ConfigError, MissingExtraError
+from ludic_core.logs import get_logger
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -40,7 +39,7 @@ __all__ = [
     "tiny_model_config",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"

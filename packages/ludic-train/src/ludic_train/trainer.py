@@ -19,9 +19,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.logs import get_logger
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 from ludic_train.algorithm import RLAlgorithm
 from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Evaluator", "StepResult", "Trainer"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Evaluator = Callable[[int], Awaitable[Mapping[str, Any]]]
 """``await evaluator(step)`` returns metrics (logged under ``eval/``)."""

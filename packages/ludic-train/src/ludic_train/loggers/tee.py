@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import structlog
-
+from ludic_core.logs import get_logger
 from ludic_train.loggers.base import TrainingLogger
 
 __all__ = ["TeeLogger"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class TeeLogger:

@@ -36,7 +36,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
-import structlog
 
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.credit import CreditAssigner
@@ -45,6 +44,7 @@ from ludic_core.engine import FailurePolicy, RolloutEngine
 from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
 from ludic_core.filters import SampleFilter
 from ludic_core.inference import VersionedClient
+from ludic_core.logs import get_logger
 from ludic_core.saw import SAWItem
 from ludic_train.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
 from ludic_train.pipeline.versions import read_policy_version
@@ -52,7 +52,7 @@ from ludic_train.pipeline.wire import DEFAULT_QUEUE_KEY, BatchMessage, encode_me
 
 __all__ = ["ActorStats", "RedisPipelineActor", "run_pipeline_actor"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @attrs.define

@@ -31,9 +31,8 @@ import time
 from collections.abc import Awaitable
 from typing import Any, Literal
 
-import structlog
-
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
+from ludic_core.logs import get_logger
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_train.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
 from ludic_train.pipeline.wire import (
@@ -46,7 +45,7 @@ from ludic_train.pipeline.wire import (
 
 __all__ = ["MalformedPolicy", "RedisBatchSource"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MalformedPolicy = Literal["raise", "dead_letter"]
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-import structlog
-
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError, TransportError
 from ludic_core.inference import VersionedClient
+from ludic_core.logs import get_logger
 
 __all__ = ["read_policy_version"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _TRANSIENT = (TransportError, LudicTimeoutError, TimeoutError, ConnectionError, OSError)
 
