@@ -26,8 +26,6 @@ import sys
 import time
 from typing import Any
 
-import structlog
-
 from ludic_core.credit import ConstantCredit
 from ludic_core.engine import RolloutEngine
 from ludic_core.saw import SAWItem
@@ -198,7 +196,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))  # stdout is the JSON
     try:
         with local_redis_server() as url:
             result = asyncio.run(measure(args, url))
