@@ -16,17 +16,17 @@ nothing else in the example changes.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
 import torch
 
 from ludic_train.local_client import LocalPolicyClient
 
-log = structlog.get_logger("pipeline_rl.weights")
+log = logging.getLogger("pipeline_rl.weights")
 
 
 def load_weights(model: torch.nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
@@ -64,7 +64,7 @@ class InMemoryWeights:
             load_weights(model, tensors)
         client.set_policy_version(version)
         self.applied.append(version)
-        log.info("weights_applied", version=version)
+        log.info("weights_applied version=%d", version)
 
 
 class DirectoryWeights:
@@ -115,4 +115,4 @@ class DirectoryWeights:
             load_weights(model, tensors)
         client.set_policy_version(version)
         self.applied.append(version)
-        log.info("weights_applied", version=version, directory=str(self.directory))
+        log.info("weights_applied version=%d directory=%s", version, self.directory)
