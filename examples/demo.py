@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
 MAX_MOVES = 5  # X moves at most five times; an episode never needs more steps
 TRAIN_TEMPERATURE = 1.0
 BASE_MODEL_POSITIONS = 50
+MIN_WARM_START_LEGAL = 0.95  # --check: the warm start must teach the rules
 
 # Sizes: the default fits 10 minutes on 2 CPU cores; --full is the longer run.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -109,6 +110,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where metrics, evaluations and the plot go (default: a new runs/demo-<date>-<time>/)",
     )
     p.add_argument("--no-live", action="store_true", help="plain log lines instead of the live panel")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help=f"exit 1 unless the warm start's legal-move rate is >= {MIN_WARM_START_LEGAL} and GRPO's gain "
+        "in sampled-game points has a paired 95%% interval above zero (how CI runs the demo)",
+    )
     args = p.parse_args(argv)
     if args.out is None:  # a fresh directory per run, so a rerun never mixes its files with another's
         args.out = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
@@ -457,5 +464,24 @@ def _plot(
     return True
 
 
+def check(summary: dict[str, Any]) -> list[str]:
+    """What the recipe promises (``--check``): the warm start plays legal moves, GRPO then wins more
+    points per game than the warm start, beyond noise. Returns the promises broken."""
+    broken = []
+    legal = summary["evaluations"]["warm start"]["positions"]["legal_move_rate"]
+    if legal < MIN_WARM_START_LEGAL:
+        broken.append(f"warm-start legal_move_rate {legal:.3f} < {MIN_WARM_START_LEGAL}")
+    gain = summary["grpo_gain_over_warm_start"]["sampled_game_points"]
+    if not gain["low"] > 0:
+        broken.append(
+            f"GRPO gain in sampled-game points {gain['mean']:+.3f}, paired 95% interval "
+            f"[{gain['low']:+.3f}, {gain['high']:+.3f}] does not exclude zero"
+        )
+    return broken
+
+
 if __name__ == "__main__":
-    asyncio.run(main(parse_args()))
+    arguments = parse_args()
+    result = asyncio.run(main(arguments))
+    if arguments.check and (failures := check(result)):
+        sys.exit("demo --check failed: " + "; ".join(failures))
