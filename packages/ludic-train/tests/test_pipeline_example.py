@@ -17,6 +17,18 @@ from redis_server import redis_url_for_tests
 SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "pipeline_rl" / "pipeline_rl.py"
 
 
+def script_env() -> dict[str, str]:
+    """The example's environment (offline: a hub call would hang); skips where the example is absent."""
+    if not SCRIPT.exists():
+        pytest.skip(f"{SCRIPT} is not part of this checkout (tests run from an sdist?)")
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
 @pytest.fixture(scope="module")
 def redis_url() -> Iterator[str]:
     yield from redis_url_for_tests()
@@ -25,14 +37,7 @@ def redis_url() -> Iterator[str]:
 @pytest.mark.redis
 @pytest.mark.slow  # ~15 s: two model builds, torch/transformers imports in a subprocess
 def test_pipeline_example_local_mode_trains_two_steps(redis_url: str, tmp_path: Path) -> None:
-    if not SCRIPT.exists():
-        pytest.skip(f"{SCRIPT} is not part of this checkout (tests run from an sdist?)")
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+    env = script_env()
     out = tmp_path / "run"
     command = [
         sys.executable, str(SCRIPT), "--local", "--model", "tiny", "--steps", "2",
@@ -75,14 +80,7 @@ def test_pipeline_example_actor_and_learner_processes_raise_reward(redis_url: st
     """The example's two roles as separate processes, as on two machines: the learner's reward rises,
     so samples flow through Redis, weights flow back through the weights directory, and the actor
     samples from them (with --max-lag 1 the learner could not finish on an actor stuck at version 0)."""
-    if not SCRIPT.exists():
-        pytest.skip(f"{SCRIPT} is not part of this checkout (tests run from an sdist?)")
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-    }
+    env = script_env()
     out = tmp_path / "run"
     common = [
         "--model", "tiny", "--task", "digits", "--seed", "0", "--group-size", "8", "--groups-per-batch", "4",
