@@ -11,6 +11,7 @@ from core_data_builders import guess_engine
 
 from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
 from ludic_core.credit import GroupNormalizedReturn, MonteCarloReturn
+from ludic_core.curriculum import MixtureCurriculum, SequenceRequests
 from ludic_core.errors import ConfigError
 from ludic_core.inference import InferenceSpec, ReturnSpec
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
@@ -83,11 +84,48 @@ async def _offline() -> OfflineBatchSource:
     return OfflineBatchSource(await offline_items(), batch_size=3, seed=4)
 
 
+def grpo_sequence() -> SequenceRequests:
+    # Unseeded base requests: GRPO draws their env and sampling seeds from its own RNG.
+    return SequenceRequests(
+        samples=[1, 2, 3], build=lambda sample, index: guess(sample=sample), batch_size=2,
+        strategy=GRPORequestStrategy(2, seed=5),
+    )  # fmt: skip
+
+
+async def _sequence() -> SequenceRequests:
+    return grpo_sequence()
+
+
+async def _mixture() -> MixtureCurriculum:
+    return MixtureCurriculum(
+        sources={"guess": lambda rng, step: guess(pick=rng.randrange(9))},
+        schedule=lambda step: {"guess": 1.0},
+        batch_size=2,
+        strategy=GRPORequestStrategy(2, seed=6),
+    )
+
+
+async def curriculum_next(curriculum: Any) -> Any:
+    return [(r.env_seed, r.sampling_seed, r.meta) for r in curriculum(1)]
+
+
+async def _grpo_rollout_source() -> RolloutBatchSource:
+    return RolloutBatchSource(
+        engine=guess_engine(base_seed=7, deterministic_ids=True),
+        credit_assigner=GroupNormalizedReturn(group_size=2),
+        requests=grpo_sequence(),
+        max_steps=3,
+    )
+
+
 CASES: dict[str, tuple[Make, Next]] = {
     "GRPORequestStrategy": (_grpo, grpo_next),
     "RolloutEngine": (_engine, engine_next),
     "RolloutBatchSource": (_rollout_source, rollout_source_next),
     "OfflineBatchSource": (_offline, offline_next),
+    "SequenceRequests+GRPO": (_sequence, curriculum_next),
+    "MixtureCurriculum+GRPO": (_mixture, curriculum_next),
+    "RolloutBatchSource+GRPO": (_grpo_rollout_source, rollout_source_next),
 }
 
 

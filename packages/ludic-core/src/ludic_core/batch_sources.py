@@ -97,11 +97,26 @@ class RolloutBatchSource:
         return batch
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "engine": self.engine.state_dict()}
+        """The step, the engine's seed counters and, when the requests provider keeps state of its own
+        (a GRPO strategy's RNG, a dataset stream's position), that state too, so a resumed run asks
+        for exactly the requests the interrupted one would have."""
+        state: dict[str, Any] = {"step": self.step, "engine": self.engine.state_dict()}
+        provider_state = getattr(self.requests, "state_dict", None)
+        if callable(provider_state):
+            state["requests"] = provider_state()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         _check_int("state step", state.get("step"), 0)
+        load_provider = getattr(self.requests, "load_state_dict", None)
+        if "requests" in state and not callable(load_provider):
+            raise ConfigError(
+                "state has the requests provider's state, but this source's requests provider "
+                f"{self.requests!r} has no load_state_dict; resume with the same kind of provider"
+            )
         self.engine.load_state_dict(state["engine"])
+        if "requests" in state and callable(load_provider):
+            load_provider(state["requests"])
         self.step = int(state["step"])
 
 

@@ -98,9 +98,11 @@ def piecewise_schedule(stages: Sequence[tuple[int, Mapping[str, float]]]) -> Sch
 class MixtureCurriculum:
     """``batch_size`` base requests per step, each from a source drawn with the schedule's weights.
 
-    The draw and the builders use ``random.Random(derive_seed(seed, step))``, so a step's requests
+    The draw and the builders use ``random.Random(derive_seed(seed, step))``, so a step's base requests
     depend only on the seed and the step. Base requests are tagged with ``curriculum_source`` and
-    ``curriculum_step`` in their meta, then expanded by ``strategy`` (e.g. GRPO groups).
+    ``curriculum_step`` in their meta, then expanded by ``strategy`` (e.g. GRPO groups). A strategy
+    that draws seeds and ids from its own RNG is stateful: ``state_dict`` carries its state, and
+    :class:`~ludic_core.batch_sources.RolloutBatchSource` checkpoints it with its own.
     """
 
     sources: Mapping[str, RequestBuilder]
@@ -133,6 +135,12 @@ class MixtureCurriculum:
             base.append(request.with_changes(meta=meta))
         return self.strategy.expand(base)
 
+    def state_dict(self) -> dict[str, Any]:
+        return _strategy_state(self.strategy)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        _load_strategy_state(self.strategy, state, "MixtureCurriculum")
+
 
 @attrs.define
 class SequenceRequests:
@@ -140,7 +148,8 @@ class SequenceRequests:
 
     ``build(sample, index) -> RolloutRequest`` turns a sample (with its position in ``samples``) into a
     base request; ``sample_index`` is added to its meta. Step ``k`` covers global positions
-    ``k*batch_size ... (k+1)*batch_size - 1`` of the endless epoch sequence, so resuming needs only k.
+    ``k*batch_size ... (k+1)*batch_size - 1`` of the endless epoch sequence, so the base requests need
+    only k to resume; ``state_dict`` carries the state of a stateful ``strategy`` (GRPO's RNG).
     """
 
     samples: Sequence[Any]
@@ -179,3 +188,25 @@ class SequenceRequests:
                 raise ConfigError(f"build returned {type(request).__name__}, expected a RolloutRequest")
             base.append(request.with_changes(meta={**request.meta, "sample_index": index, "epoch": epoch}))
         return self.strategy.expand(base)
+
+    def state_dict(self) -> dict[str, Any]:
+        return _strategy_state(self.strategy)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        _load_strategy_state(self.strategy, state, "SequenceRequests")
+
+
+def _strategy_state(strategy: RequestStrategy) -> dict[str, Any]:
+    get = getattr(strategy, "state_dict", None)
+    return {"strategy": get()} if callable(get) else {}
+
+
+def _load_strategy_state(strategy: RequestStrategy, state: Mapping[str, Any], owner: str) -> None:
+    if "strategy" not in state:
+        return
+    load = getattr(strategy, "load_state_dict", None)
+    if not callable(load):
+        raise ConfigError(
+            f"{owner} state has strategy state, but its strategy {strategy!r} has no load_state_dict"
+        )
+    load(state["strategy"])
