@@ -1,7 +1,231 @@
 """ludic-core: the torch-free contracts and data plane of Ludic.
 
-Import from the submodules (``ludic_core.types``, ``ludic_core.env``, ``ludic_core.protocols`` …);
-this package root only carries the version.
+The concepts a user needs are importable from the package root::
+
+    from ludic_core import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest, SingleAgentEnv
+
+The submodules (``ludic_core.types``, ``ludic_core.env``, ``ludic_core.protocols`` …) stay importable and
+hold the rest: the filters, the curricula, serialisation, logging and ``ludic_core.testing``.
+
+The root resolves its names lazily, on first use, so ``import ludic_core`` imports no submodule and
+costs no more than it did when the root held only the version.
 """
 
+# Not ``typing.TYPE_CHECKING``: importing ``typing`` would cost several times what the rest of this
+# module does. Type checkers treat any ``TYPE_CHECKING`` name as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ludic_core.agent import AgentActResult, AgentActStep, AgentHarness
+    from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
+    from ludic_core.credit import (
+        ConstantCredit,
+        CreditAssigner,
+        EpisodicReturn,
+        GroupNormalizedReturn,
+        HybridNormalizedReturn,
+        MonteCarloReturn,
+        PerStepReward,
+    )
+    from ludic_core.engine import RolloutEngine
+    from ludic_core.env import LudicEnv, SingleAgentEnv
+    from ludic_core.errors import (
+        ConfigError,
+        ConformanceError,
+        DataError,
+        EpisodeError,
+        LudicError,
+        LudicTimeoutError,
+        MissingExtraError,
+        ProtocolError,
+        RegistryError,
+        TransportError,
+    )
+    from ludic_core.evaluation import EvalResult, MeanAtK, PassAtK, run_eval, run_eval_sync
+    from ludic_core.inference import (
+        ChatClient,
+        InferenceSpec,
+        ReturnSpec,
+        SamplingParams,
+        TokenCompletionRequest,
+        VersionedClient,
+    )
+    from ludic_core.parsing import Parser, ParseResult
+    from ludic_core.protocols import InteractionProtocol, MultiAgentProtocol, SingleAgentProtocol
+    from ludic_core.registry import (
+        make_agent,
+        make_env,
+        make_protocol,
+        register_agent,
+        register_env,
+        register_protocol,
+    )
+    from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.saw import BatchSource, SAWBatch, SAWItem
+    from ludic_core.saw_builder import build_saw_items
+    from ludic_core.seeding import derive_seed
+    from ludic_core.strategies import GRPORequestStrategy, RequestStrategy
+    from ludic_core.types import (
+        AgentStep,
+        ChatResponse,
+        EnvironmentStep,
+        Info,
+        Message,
+        Rollout,
+        Step,
+        StepOutcome,
+        TokenTrace,
+    )
+
 __version__ = "0.1.0"
+
+# Which submodule defines each public name; ``__getattr__`` imports it on first access.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "ludic_core.agent": ("AgentActResult", "AgentActStep", "AgentHarness"),
+    "ludic_core.batch_sources": ("OfflineBatchSource", "RolloutBatchSource"),
+    "ludic_core.credit": (
+        "ConstantCredit",
+        "CreditAssigner",
+        "EpisodicReturn",
+        "GroupNormalizedReturn",
+        "HybridNormalizedReturn",
+        "MonteCarloReturn",
+        "PerStepReward",
+    ),
+    "ludic_core.engine": ("RolloutEngine",),
+    "ludic_core.env": ("LudicEnv", "SingleAgentEnv"),
+    "ludic_core.errors": (
+        "ConfigError",
+        "ConformanceError",
+        "DataError",
+        "EpisodeError",
+        "LudicError",
+        "LudicTimeoutError",
+        "MissingExtraError",
+        "ProtocolError",
+        "RegistryError",
+        "TransportError",
+    ),
+    "ludic_core.evaluation": ("EvalResult", "MeanAtK", "PassAtK", "run_eval", "run_eval_sync"),
+    "ludic_core.inference": (
+        "ChatClient",
+        "InferenceSpec",
+        "ReturnSpec",
+        "SamplingParams",
+        "TokenCompletionRequest",
+        "VersionedClient",
+    ),
+    "ludic_core.parsing": ("ParseResult", "Parser"),
+    "ludic_core.protocols": ("InteractionProtocol", "MultiAgentProtocol", "SingleAgentProtocol"),
+    "ludic_core.registry": (
+        "make_agent",
+        "make_env",
+        "make_protocol",
+        "register_agent",
+        "register_env",
+        "register_protocol",
+    ),
+    "ludic_core.requests": ("EnvSpec", "ProtocolSpec", "RolloutRequest"),
+    "ludic_core.saw": ("BatchSource", "SAWBatch", "SAWItem"),
+    "ludic_core.saw_builder": ("build_saw_items",),
+    "ludic_core.seeding": ("derive_seed",),
+    "ludic_core.strategies": ("GRPORequestStrategy", "RequestStrategy"),
+    "ludic_core.types": (
+        "AgentStep",
+        "ChatResponse",
+        "EnvironmentStep",
+        "Info",
+        "Message",
+        "Rollout",
+        "Step",
+        "StepOutcome",
+        "TokenTrace",
+    ),
+}
+_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = [
+    "AgentActResult",
+    "AgentActStep",
+    "AgentHarness",
+    "AgentStep",
+    "BatchSource",
+    "ChatClient",
+    "ChatResponse",
+    "ConfigError",
+    "ConformanceError",
+    "ConstantCredit",
+    "CreditAssigner",
+    "DataError",
+    "EnvSpec",
+    "EnvironmentStep",
+    "EpisodeError",
+    "EpisodicReturn",
+    "EvalResult",
+    "GRPORequestStrategy",
+    "GroupNormalizedReturn",
+    "HybridNormalizedReturn",
+    "InferenceSpec",
+    "Info",
+    "InteractionProtocol",
+    "LudicEnv",
+    "LudicError",
+    "LudicTimeoutError",
+    "MeanAtK",
+    "Message",
+    "MissingExtraError",
+    "MonteCarloReturn",
+    "MultiAgentProtocol",
+    "OfflineBatchSource",
+    "ParseResult",
+    "Parser",
+    "PassAtK",
+    "PerStepReward",
+    "ProtocolError",
+    "ProtocolSpec",
+    "RegistryError",
+    "RequestStrategy",
+    "ReturnSpec",
+    "Rollout",
+    "RolloutBatchSource",
+    "RolloutEngine",
+    "RolloutRequest",
+    "SAWBatch",
+    "SAWItem",
+    "SamplingParams",
+    "SingleAgentEnv",
+    "SingleAgentProtocol",
+    "Step",
+    "StepOutcome",
+    "TokenCompletionRequest",
+    "TokenTrace",
+    "TransportError",
+    "VersionedClient",
+    "__version__",
+    "build_saw_items",
+    "derive_seed",
+    "make_agent",
+    "make_env",
+    "make_protocol",
+    "register_agent",
+    "register_env",
+    "register_protocol",
+    "run_eval",
+    "run_eval_sync",
+]
+
+# Hidden from type checkers: they read the names from the imports above, and a module-level
+# ``__getattr__`` would make them accept any attribute of the package, typos included.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib  # here, not at the top: only the first use of a name needs it
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups find it directly, without this hook
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_MODULE_OF})
