@@ -1,14 +1,95 @@
 """ludic-envs: environments for Ludic.
 
-* :mod:`ludic_envs.tictactoe` — Tic-Tac-Toe against a built-in opponent and two-player self-play;
-* :mod:`ludic_envs.qa` — dataset question answering (GSM8K, MATH) with answer checking;
-* :mod:`ludic_envs.codeexec` — Python programs run against tests in a sandbox;
-* :mod:`ludic_envs.dataset_requests` — datasets as resumable streams of rollout requests.
+* Tic-Tac-Toe against a built-in opponent (:class:`TicTacToeEnv`) and two-player self-play
+  (:class:`TicTacToeSelfPlayEnv`);
+* dataset question answering (:class:`DatasetQAEnv`; GSM8K and MATH through :func:`make_gsm8k_env`,
+  :func:`make_math_env`) with answer checking;
+* Python programs run against tests in a sandbox (:class:`CodeExecEnv`, :class:`SandboxPool`);
+* datasets as resumable streams of rollout requests (:class:`DatasetRequestStream`).
+
+The submodules (:mod:`ludic_envs.tictactoe`, :mod:`ludic_envs.qa`, :mod:`ludic_envs.codeexec`,
+:mod:`ludic_envs.dataset_requests`) hold the rest and keep every name importable where it was.
 
 Every env is registered under the ``ludic.envs`` entry-point group, so
-``ludic_core.registry.make_env("tictactoe")`` works once the package is installed. Importing this
-package imports none of the submodules; optional dependencies (``datasets``, ``math-verify``) are
-imported only when a feature needs them.
+``ludic_core.make_env("tictactoe")`` works once the package is installed. Importing this package
+imports none of the submodules (the names above resolve on first use); optional dependencies
+(``datasets``, ``math-verify``) are imported only when a feature needs them.
 """
 
+# Not ``typing.TYPE_CHECKING``: importing ``typing`` would cost more than the rest of this module.
+# Type checkers treat any ``TYPE_CHECKING`` name as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ludic_envs.codeexec import (
+        CodeExecEnv,
+        ExecutionRequest,
+        ExecutionResult,
+        SandboxLimits,
+        SandboxPool,
+    )
+    from ludic_envs.dataset_requests import DatasetRequestStream, indexed_env_requests
+    from ludic_envs.qa import DatasetQAEnv, MathQAEnv, load_rows, make_gsm8k_env, make_math_env
+    from ludic_envs.tictactoe import (
+        TicTacToeEnv,
+        TicTacToeRewards,
+        TicTacToeSelfPlayEnv,
+        make_opponent,
+    )
+
 __version__ = "0.1.0"
+
+# Which submodule defines each public name; ``__getattr__`` imports it on first access.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "ludic_envs.codeexec": (
+        "CodeExecEnv",
+        "ExecutionRequest",
+        "ExecutionResult",
+        "SandboxLimits",
+        "SandboxPool",
+    ),
+    "ludic_envs.dataset_requests": ("DatasetRequestStream", "indexed_env_requests"),
+    "ludic_envs.qa": ("DatasetQAEnv", "MathQAEnv", "load_rows", "make_gsm8k_env", "make_math_env"),
+    "ludic_envs.tictactoe": ("TicTacToeEnv", "TicTacToeRewards", "TicTacToeSelfPlayEnv", "make_opponent"),
+}
+_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = [
+    # Tic-Tac-Toe
+    "TicTacToeEnv",
+    "TicTacToeRewards",
+    "TicTacToeSelfPlayEnv",
+    "make_opponent",
+    # dataset QA
+    "DatasetQAEnv",
+    "MathQAEnv",
+    "load_rows",
+    "make_gsm8k_env",
+    "make_math_env",
+    # code execution
+    "CodeExecEnv",
+    "ExecutionRequest",
+    "ExecutionResult",
+    "SandboxLimits",
+    "SandboxPool",
+    # dataset -> request streams
+    "DatasetRequestStream",
+    "indexed_env_requests",
+    "__version__",
+]
+
+# Hidden from type checkers: they read the names from the imports above, and a module-level
+# ``__getattr__`` would make them accept any attribute of the package, typos included.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib  # here, not at the top: only the first use of a name needs it
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups find it directly, without this hook
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_MODULE_OF})
