@@ -1,11 +1,159 @@
 """ludic-train: the torch side of Ludic.
 
-Import from the submodules: ``ludic_train.losses`` and ``ludic_train.presets`` (algorithms),
-``ludic_train.collate`` / ``ludic_train.microbatch`` (SAW items → tensors), ``ludic_train.trainer``
-(``Trainer``) with ``ludic_train.config`` (``TrainerConfig``), ``ludic_train.checkpoint``,
-``ludic_train.loggers``, ``ludic_train.local_client`` (``LocalPolicyClient`` for colocated runs),
-``ludic_train.publisher`` (the ``PolicyPublisher`` contract), ``ludic_train.sft`` (offline SFT data),
-``ludic_train.pipeline`` (actor/learner over Redis), ``ludic_train.lora`` / ``ludic_train.fsdp`` (model wrapping) and ``ludic_train.testing`` (tiny models).
+The concepts a user needs are importable from the package root::
+
+    from ludic_train import Trainer, TrainerConfig, make_grpo
+
+that is the :class:`Trainer` with its :class:`TrainerConfig`, the algorithm presets (``make_grpo``,
+``make_sft`` …) and :class:`RLAlgorithm`, the loss protocols, collation, checkpoints, the loggers,
+:class:`LocalPolicyClient` for colocated runs, the :class:`PolicyPublisher` contract, offline SFT data,
+the Redis actor/learner pipeline, and model wrapping (:func:`apply_lora`, :func:`shard_model`).
+
+The submodules hold the rest and keep every name importable where it was: ``ludic_train.losses``
+(every loss), ``ludic_train.preprocess``, ``ludic_train.microbatch``, ``ludic_train.pipeline``,
+``ludic_train.weights`` and ``ludic_train.testing`` (tiny models).
+
+The root resolves its names lazily, on first use: ``import ludic_train`` imports neither torch nor any
+submodule, and the optional dependencies (``peft``, ``wandb``, ``redis``, ``matplotlib``) are imported
+only by the features that need them.
 """
 
+# Not ``typing.TYPE_CHECKING``: importing ``typing`` would cost more than the rest of this module.
+# Type checkers treat any ``TYPE_CHECKING`` name as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ludic_train.algorithm import RLAlgorithm
+    from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
+    from ludic_train.collate import collate_saw_items
+    from ludic_train.config import TrainerConfig
+    from ludic_train.fsdp import shard_model
+    from ludic_train.local_client import LocalPolicyClient
+    from ludic_train.loggers.base import TrainingLogger
+    from ludic_train.loggers.console import PrintLogger, RichConsoleLogger
+    from ludic_train.loggers.jsonl import JsonlLogger
+    from ludic_train.loggers.tee import TeeLogger
+    from ludic_train.loggers.wandb import WandbLogger
+    from ludic_train.lora import apply_lora
+    from ludic_train.losses.base import Loss, SequenceLoss, TokenLoss
+    from ludic_train.microbatch import collate_micro_batches
+    from ludic_train.pipeline import RedisBatchSource, run_pipeline_actor
+    from ludic_train.presets import (
+        make_cispo,
+        make_dr_grpo,
+        make_gmpo,
+        make_grpo,
+        make_gspo,
+        make_opd,
+        make_reinforce,
+        make_reinforce_baseline,
+        make_sapo,
+        make_scalerl,
+        make_sft,
+        with_truncated_is,
+    )
+    from ludic_train.publisher import PolicyPublisher
+    from ludic_train.sft import load_sft_items, sft_batch_source
+    from ludic_train.trainer import Trainer
+
 __version__ = "0.1.0"
+
+# Which submodule defines each public name; ``__getattr__`` imports it on first access.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "ludic_train.algorithm": ("RLAlgorithm",),
+    "ludic_train.checkpoint": ("CheckpointConfig", "CheckpointManager"),
+    "ludic_train.collate": ("collate_saw_items",),
+    "ludic_train.config": ("TrainerConfig",),
+    "ludic_train.fsdp": ("shard_model",),
+    "ludic_train.local_client": ("LocalPolicyClient",),
+    "ludic_train.loggers.base": ("TrainingLogger",),
+    "ludic_train.loggers.console": ("PrintLogger", "RichConsoleLogger"),
+    "ludic_train.loggers.jsonl": ("JsonlLogger",),
+    "ludic_train.loggers.tee": ("TeeLogger",),
+    "ludic_train.loggers.wandb": ("WandbLogger",),
+    "ludic_train.lora": ("apply_lora",),
+    "ludic_train.losses.base": ("Loss", "SequenceLoss", "TokenLoss"),
+    "ludic_train.microbatch": ("collate_micro_batches",),
+    "ludic_train.pipeline": ("RedisBatchSource", "run_pipeline_actor"),
+    "ludic_train.presets": (
+        "make_cispo",
+        "make_dr_grpo",
+        "make_gmpo",
+        "make_grpo",
+        "make_gspo",
+        "make_opd",
+        "make_reinforce",
+        "make_reinforce_baseline",
+        "make_sapo",
+        "make_scalerl",
+        "make_sft",
+        "with_truncated_is",
+    ),
+    "ludic_train.publisher": ("PolicyPublisher",),
+    "ludic_train.sft": ("load_sft_items", "sft_batch_source"),
+    "ludic_train.trainer": ("Trainer",),
+}
+_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = [
+    # the training loop
+    "Trainer",
+    "TrainerConfig",
+    "CheckpointConfig",
+    "CheckpointManager",
+    # algorithms: credit assigner + loss
+    "RLAlgorithm",
+    "make_cispo",
+    "make_dr_grpo",
+    "make_gmpo",
+    "make_grpo",
+    "make_gspo",
+    "make_opd",
+    "make_reinforce",
+    "make_reinforce_baseline",
+    "make_sapo",
+    "make_scalerl",
+    "make_sft",
+    "with_truncated_is",
+    "Loss",
+    "SequenceLoss",
+    "TokenLoss",
+    # SAW items -> tensors
+    "collate_micro_batches",
+    "collate_saw_items",
+    # loggers
+    "JsonlLogger",
+    "PrintLogger",
+    "RichConsoleLogger",
+    "TeeLogger",
+    "TrainingLogger",
+    "WandbLogger",
+    # sampling and weight hand-over
+    "LocalPolicyClient",
+    "PolicyPublisher",
+    # data sources
+    "RedisBatchSource",
+    "load_sft_items",
+    "run_pipeline_actor",
+    "sft_batch_source",
+    # model wrapping
+    "apply_lora",
+    "shard_model",
+    "__version__",
+]
+
+# Hidden from type checkers: they read the names from the imports above, and a module-level
+# ``__getattr__`` would make them accept any attribute of the package, typos included.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib  # here, not at the top: only the first use of a name needs it
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups find it directly, without this hook
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_MODULE_OF})
