@@ -1,11 +1,84 @@
 """ludic-vllm: the vLLM backend of Ludic.
 
-* :mod:`ludic_vllm.client` — :class:`~ludic_vllm.client.VLLMClient`, the async token-in/token-out
-  ``ChatClient`` (needs only aiohttp);
-* :mod:`ludic_vllm.serve`, :mod:`ludic_vllm.routes`, :mod:`ludic_vllm.worker` — the server extension
-  (``ludic-vllm serve``; needs the ``server`` extra);
-* :mod:`ludic_vllm.publisher` — weight publishers (needs the ``publisher`` extra);
-* :mod:`ludic_vllm.launch` — start and stop a server subprocess from scripts and tests.
+The client side is importable from the package root::
+
+    from ludic_vllm import GlooPublisher, VLLMClient, VLLMServer
+
+* :class:`VLLMClient` — the async token-in/token-out ``ChatClient`` (needs only aiohttp), with
+  :class:`ServerControl` for the ``/ludic/`` routes and the errors a server reports;
+* weight publishers (:class:`GlooPublisher`, :class:`NcclPublisher`, :class:`FilePublisher`,
+  :class:`Rank0OnlyPublisher`; publishing needs the ``publisher`` extra);
+* :class:`VLLMServer` to start and stop a server subprocess from scripts and tests, and
+  :func:`add_vllm_arguments` / :func:`open_vllm_backend` for a script's ``--backend vllm`` options.
+
+The server extension stays in its submodules, :mod:`ludic_vllm.serve`, :mod:`ludic_vllm.routes`,
+:mod:`ludic_vllm.worker` (``ludic-vllm serve``; needs the ``server`` extra). Every submodule keeps its
+names importable where they were.
+
+The root resolves its names lazily, on first use: ``import ludic_vllm`` imports neither aiohttp nor vLLM.
 """
 
+# Not ``typing.TYPE_CHECKING``: importing ``typing`` would cost more than the rest of this module.
+# Type checkers treat any ``TYPE_CHECKING`` name as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ludic_vllm.backend import VLLMBackend, add_vllm_arguments, open_vllm_backend
+    from ludic_vllm.client import VLLMClient, VLLMClientConfig
+    from ludic_vllm.control import ServerControl, ServerHealth
+    from ludic_vllm.errors import EngineDeadError, RequestRejectedError, ServerError, UpdateRejectedError
+    from ludic_vllm.launch import VLLMServer, free_port
+    from ludic_vllm.publisher import FilePublisher, GlooPublisher, NcclPublisher, Rank0OnlyPublisher
+
 __version__ = "0.1.0"
+
+# Which submodule defines each public name; ``__getattr__`` imports it on first access.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "ludic_vllm.backend": ("VLLMBackend", "add_vllm_arguments", "open_vllm_backend"),
+    "ludic_vllm.client": ("VLLMClient", "VLLMClientConfig"),
+    "ludic_vllm.control": ("ServerControl", "ServerHealth"),
+    "ludic_vllm.errors": ("EngineDeadError", "RequestRejectedError", "ServerError", "UpdateRejectedError"),
+    "ludic_vllm.launch": ("VLLMServer", "free_port"),
+    "ludic_vllm.publisher": ("FilePublisher", "GlooPublisher", "NcclPublisher", "Rank0OnlyPublisher"),
+}
+_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = [
+    # the client
+    "VLLMClient",
+    "VLLMClientConfig",
+    "ServerControl",
+    "ServerHealth",
+    "EngineDeadError",
+    "RequestRejectedError",
+    "ServerError",
+    "UpdateRejectedError",
+    # weight publishers
+    "FilePublisher",
+    "GlooPublisher",
+    "NcclPublisher",
+    "Rank0OnlyPublisher",
+    # scripts and tests
+    "VLLMBackend",
+    "VLLMServer",
+    "add_vllm_arguments",
+    "free_port",
+    "open_vllm_backend",
+    "__version__",
+]
+
+# Hidden from type checkers: they read the names from the imports above, and a module-level
+# ``__getattr__`` would make them accept any attribute of the package, typos included.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib  # here, not at the top: only the first use of a name needs it
+
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups find it directly, without this hook
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_MODULE_OF})
