@@ -1,7 +1,7 @@
-"""Fixtures: the unmodified tinker SDK pointed at a loopback fake Tinker service (``fake_tinker``).
+"""Fixtures: the unmodified tinker SDK pointed at a loopback fake Tinker service (``ludic_tinker.testing``).
 
 Every test that uses the fake fails if ludic sent the service anything invalid (the fake records a
-violation for each such request; see ``fake_tinker/server.py``).
+violation for each such request; see ``ludic_tinker/testing/server.py``).
 """
 
 from __future__ import annotations
@@ -18,19 +18,21 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.pop("TINKER_BASE_URL", None)
 
-from fake_tinker import FAKE_BASE_MODEL, FakeTinkerService, FakeTokenizer
-
-FAKE_API_KEY = "tml-fake-test-key"
+from ludic_tinker.testing import (
+    FAKE_API_KEY,
+    FAKE_BASE_MODEL,
+    FakeTinkerService,
+    FakeTokenizer,
+    fake_tinker_service,
+)
 
 
 @pytest.fixture
 def fake_service() -> Iterator[FakeTinkerService]:
-    service = FakeTinkerService(seed=0).start()
-    try:
+    # set_env=False: the tests pass base_url and api_key explicitly, and some check connect()'s
+    # behaviour without TINKER_BASE_URL / TINKER_API_KEY.
+    with fake_tinker_service(seed=0, set_env=False) as service:
         yield service
-    finally:
-        service.stop()
-    assert service.violations == [], f"ludic sent the Tinker service invalid requests: {service.violations}"
 
 
 @pytest.fixture

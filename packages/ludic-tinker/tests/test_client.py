@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fake_tinker import EOS_ID, FakeTinkerService
 
 from ludic_core.errors import ConfigError
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_tinker import TinkerChatClient, TinkerLoss, TinkerTrainer
+from ludic_tinker.testing import EOS_ID, FakeTinkerService
 
 
 def _request(tokenizer, text="<abc", **sampling) -> TokenCompletionRequest:  # type: ignore[no-untyped-def]

@@ -17,10 +17,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import FAKE_API_KEY
-from fake_tinker import FAKE_BASE_MODEL, ByteChatTemplate, FakeTinkerService, FakeTokenizer
 
 from ludic_core.errors import ConfigError
+from ludic_tinker.testing import (
+    FAKE_API_KEY,
+    FAKE_BASE_MODEL,
+    ByteChatTemplate,
+    FakeTinkerService,
+    FakeTokenizer,
+)
 
 pytest.importorskip("ludic_envs")
 pytest.importorskip("ludic_agents")

@@ -14,8 +14,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import FAKE_API_KEY
-from fake_tinker import FAKE_BASE_MODEL, ByteChatTemplate, FakeTinkerService, FakeTokenizer
+
+from ludic_tinker.testing import (
+    FAKE_API_KEY,
+    FAKE_BASE_MODEL,
+    ByteChatTemplate,
+    FakeTinkerService,
+    FakeTokenizer,
+)
 
 pytest.importorskip("ludic_envs")
 pytest.importorskip("ludic_agents")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import attrs
 import pytest
 import torch
-from fake_tinker import FakeTinkerService
 from toy_rl import lowercase_batch_source
 
 from ludic_core.errors import ConfigError, DataError
@@ -20,6 +19,7 @@ from ludic_tinker import (
     supported_loss_fns,
 )
 from ludic_tinker.datums import datum_parts
+from ludic_tinker.testing import FakeTinkerService, TinyLM
 
 
 class ListSource:
@@ -52,7 +52,7 @@ def _items() -> list[SAWItem]:
     ]
 
 
-def _params(model: torch.nn.Module) -> torch.Tensor:
+def _params(model: TinyLM) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fake_tinker import FakeTokenizer
-
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.credit import GroupNormalizedReturn
 from ludic_core.engine import RolloutEngine
@@ -23,6 +21,7 @@ from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import ScriptedAgent
 from ludic_core.types import Info, StepOutcome
 from ludic_tinker import TinkerChatClient
+from ludic_tinker.testing import FakeTokenizer
 
 
 class LowercaseEnv(SingleAgentEnv):

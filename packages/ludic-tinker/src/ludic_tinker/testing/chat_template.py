@@ -1,7 +1,8 @@
-"""A plain-text chat template over the fake service's byte vocabulary, for the example smoke tests.
+"""A plain-text chat template over the fake service's byte vocabulary, for dry runs of agent recipes.
 
 A real base model's template (and tokenizer) would come from the Hugging Face Hub; the fake model's
-vocabulary is bytes, so the examples are handed this ``<|role|>content`` template instead.
+vocabulary is bytes, so an agent that samples from the fake is handed this ``<|role|>content``
+template and :class:`~ludic_tinker.testing.model.FakeTokenizer` instead. Needs no torch.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ludic_core.testing.agent import render_text_dialog
-
-from .model import FakeTokenizer
+from ludic_tinker.testing.model import FakeTokenizer
 
 
 class ByteChatTemplate:

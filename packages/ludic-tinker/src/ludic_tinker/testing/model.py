@@ -6,18 +6,23 @@ sampler draws. It is deliberately small (about 25k parameters, byte-level vocabu
 whole RL run takes seconds on one CPU core.
 
 The "LoRA" of a training run is the whole tiny model (full fine-tuning); the rank is recorded only.
+
+torch (the ``torch`` extra) is imported inside the functions that need it, so that ``import
+ludic_tinker.testing`` works without it; :func:`require_torch` names the extra when it is missing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
+from ludic_core.errors import missing_extra
 from ludic_core.testing import ByteTokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 EOS_ID = 2
 """The tokenizer is ludic_core.testing's ByteTokenizer (id = byte + 3, EOS = 2), so the fake model and
@@ -38,34 +43,78 @@ def seed_from_name(name: str) -> int:
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=4).digest(), "big")
 
 
-class TinyLM(nn.Module):
-    """Causal LM: each position sees its own embedding and the running mean of the prefix."""
+def require_torch() -> None:
+    """Raise ``MissingExtraError`` naming ``ludic-tinker[torch]`` when torch is not installed."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        raise missing_extra("ludic-tinker", "torch", "torch") from exc
+
+
+class TinyLM:
+    """Causal LM: each position sees its own embedding and the running mean of the prefix.
+
+    A plain class over a ``torch.nn.ParameterDict`` rather than an ``nn.Module`` subclass: a subclass
+    would need torch at import time. It offers what the fake service and the tests use of a module:
+    ``parameters()``, ``state_dict()``, ``load_state_dict()`` and calling it on a token tensor.
+    """
 
     def __init__(self, vocab_size: int, dim: int = 32, *, seed: int) -> None:
-        super().__init__()
+        require_torch()
+        import torch
+        from torch import nn
+
         gen = torch.Generator().manual_seed(seed)
         self.vocab_size = vocab_size
-        self.embed = nn.Parameter(torch.randn(vocab_size, dim, generator=gen) * 0.5)
-        self.hidden = nn.Parameter(torch.randn(2 * dim, dim, generator=gen) / math.sqrt(2 * dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
-        self.unembed = nn.Parameter(torch.randn(dim, vocab_size, generator=gen) / math.sqrt(dim))
+        # Drawn in this order so a name's seed gives the same weights as before the move.
+        embed = torch.randn(vocab_size, dim, generator=gen) * 0.5
+        hidden = torch.randn(2 * dim, dim, generator=gen) / math.sqrt(2 * dim)
+        bias = torch.zeros(dim)
+        unembed = torch.randn(dim, vocab_size, generator=gen) / math.sqrt(dim)
+        self.params = nn.ParameterDict(
+            {
+                "embed": nn.Parameter(embed),
+                "hidden": nn.Parameter(hidden),
+                "bias": nn.Parameter(bias),
+                "unembed": nn.Parameter(unembed),
+            }
+        )
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]:
+        return self.params.parameters()
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.params.state_dict())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.params.load_state_dict(dict(state))
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.forward(tokens)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """``tokens`` [T] -> logits [T, V]; row t scores token t+1."""
-        e = self.embed[tokens]
+        import torch
+
+        p = self.params
+        e = p["embed"][tokens]
         counts = torch.arange(1, len(tokens) + 1, dtype=e.dtype).unsqueeze(1)
         prefix_mean = torch.cumsum(e, dim=0) / counts
-        h = torch.tanh(torch.cat([e, prefix_mean], dim=1) @ self.hidden + self.bias)
-        return h @ self.unembed
+        h = torch.tanh(torch.cat([e, prefix_mean], dim=1) @ p["hidden"] + p["bias"])
+        return h @ p["unembed"]
 
     def token_logprobs(self, tokens: Sequence[int], targets: Sequence[int]) -> torch.Tensor:
         """Logprob of ``targets[i]`` given ``tokens[: i + 1]``, with grad."""
+        import torch
+
         logits = self.forward(torch.tensor(list(tokens), dtype=torch.long))
         logp = torch.log_softmax(logits.float(), dim=-1)
         return logp.gather(1, torch.tensor(list(targets), dtype=torch.long).unsqueeze(1)).squeeze(1)
 
 
 def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    import torch
+
     if top_k > 0 and top_k < logits.numel():
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -78,7 +127,6 @@ def _filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
     return logits
 
 
-@torch.no_grad()
 def sample_sequence(
     model: TinyLM,
     prompt: Sequence[int],
@@ -93,28 +141,31 @@ def sample_sequence(
 ) -> tuple[list[int], list[float], str]:
     """Autoregressive sampling. Returns tokens, their logprobs (untempered, as the real service
     reportedly returns them) and the stop reason ``"stop"`` or ``"length"``."""
-    tokenizer = FakeTokenizer()
-    context = list(prompt)
-    tokens: list[int] = []
-    logprobs: list[float] = []
-    for _ in range(max_tokens):
-        logits = model.forward(torch.tensor(context, dtype=torch.long))[-1]
-        raw_logp = torch.log_softmax(logits, dim=-1)
-        if temperature == 0:
-            tok = int(torch.argmax(logits))
-        else:
-            filtered = _filter_logits(logits / temperature, top_k, top_p)
-            tok = int(torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator))
-        tokens.append(tok)
-        logprobs.append(float(raw_logp[tok]))
-        context.append(tok)
-        if tok in stop_token_ids:
-            return tokens, logprobs, "stop"
-        if stop_strings:
-            text = tokenizer.decode(tokens, skip_special_tokens=False)
-            if any(text.endswith(s) for s in stop_strings):
+    import torch
+
+    with torch.no_grad():
+        tokenizer = FakeTokenizer()
+        context = list(prompt)
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        for _ in range(max_tokens):
+            logits = model.forward(torch.tensor(context, dtype=torch.long))[-1]
+            raw_logp = torch.log_softmax(logits, dim=-1)
+            if temperature == 0:
+                tok = int(torch.argmax(logits))
+            else:
+                filtered = _filter_logits(logits / temperature, top_k, top_p)
+                tok = int(torch.multinomial(torch.softmax(filtered, dim=-1), 1, generator=generator))
+            tokens.append(tok)
+            logprobs.append(float(raw_logp[tok]))
+            context.append(tok)
+            if tok in stop_token_ids:
                 return tokens, logprobs, "stop"
-    return tokens, logprobs, "length"
+            if stop_strings:
+                text = tokenizer.decode(tokens, skip_special_tokens=False)
+                if any(text.endswith(s) for s in stop_strings):
+                    return tokens, logprobs, "stop"
+        return tokens, logprobs, "length"
 
 
 def datum_loss(
@@ -127,6 +178,8 @@ def datum_loss(
 
     ``p`` are the learner's logprobs of ``target_tokens``; ``q`` the sampler's (``logprobs``).
     """
+    import torch
+
     if loss_fn == "cross_entropy":
         return -(p * inputs["weights"]).sum()
     q = inputs["logprobs"]

@@ -1,42 +1,56 @@
-"""A loopback fake of the Tinker service, for driving the unmodified ``tinker`` SDK in tests.
+"""A loopback fake of the Tinker service, for driving the unmodified ``tinker`` SDK offline.
 
 Only what cannot run here is faked: the remote service. The SDK, its HTTP transport, its protobuf
 wire format and its futures are the real ones. The fake speaks the endpoints and wire formats the SDK
 uses (JSON for most requests, protobuf for ``forward_backward`` bodies and for sample and
 forward-backward results), parses every JSON request with the installed SDK's own strict pydantic
-request models, and is backed by :class:`~fake_tinker.model.TinyLM`, so sampling, logprobs,
+request models, and is backed by :class:`~ludic_tinker.testing.model.TinyLM`, so sampling, logprobs,
 ``forward_backward`` and ``optim_step`` are real computations.
 
 It also checks what it receives, beyond what the SDK checks client-side: every ``loss_fn_inputs``
 tensor has the datum's input length, each loss gets exactly the inputs it needs with the right dtypes,
 token ids are in the vocabulary, sampling requests carry ``max_tokens``, and training requests arrive
 in ``seq_id`` order. A violation fails the request (``RequestFailedError``, category user) and is
-recorded in :attr:`FakeTinkerService.violations`, which the test fixtures assert to be empty.
+recorded in :attr:`FakeTinkerService.violations` (see :meth:`FakeTinkerService.raise_for_violations`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
 import math
+import os
 import random
 import threading
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-import torch
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 
-from .model import FakeTokenizer, TinyLM, datum_loss, sample_sequence, seed_from_name
+from ludic_tinker.testing.model import (
+    FakeTokenizer,
+    TinyLM,
+    datum_loss,
+    require_torch,
+    sample_sequence,
+    seed_from_name,
+)
+
+if TYPE_CHECKING:
+    import torch
 
 FAKE_BASE_MODEL = "fake/tiny-char-lm"
+"""The base model the fake serves unless told other names (``FakeTinkerService(base_models=...)``)."""
+FAKE_API_KEY = "tml-fake-api-key"
+"""An API key the fake accepts: it checks only the ``tml-`` prefix the real keys have."""
 
 _CLIP_KEYS = frozenset({"clip_low_threshold", "clip_high_threshold"})
 _RL_INPUTS = frozenset({"target_tokens", "logprobs", "advantages"})
@@ -93,6 +107,8 @@ class _Result:
 
 
 def _new_adamw(model: TinyLM) -> torch.optim.AdamW:
+    import torch
+
     return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
 
 
@@ -101,9 +117,20 @@ def _known_loss_fns() -> frozenset[str]:
 
 
 class FakeTinkerService:
-    """Start with :meth:`start`; point the SDK at :attr:`base_url` with an api key ``tml-...``."""
+    """Start with :meth:`start` (or use :func:`~ludic_tinker.testing.fake_tinker_service`); point the
+    SDK at :attr:`base_url` with an api key ``tml-...`` (:attr:`api_key`).
+
+    ``seed`` seeds the sampler when a request carries no seed; each base model's initial weights are
+    a function of its name only. ``base_models`` are the names ``create_model`` and
+    ``create_sampling_session`` accept: all of them are the same tiny byte-level architecture.
+    """
+
+    api_key: str = FAKE_API_KEY
 
     def __init__(self, *, seed: int = 0, base_models: tuple[str, ...] = (FAKE_BASE_MODEL,)) -> None:
+        require_torch()
+        if isinstance(base_models, str) or not base_models:
+            raise ValueError(f"base_models must be a non-empty tuple of names, got {base_models!r}")
         self.tokenizer = FakeTokenizer()
         self.base_models = base_models
         self.violations: list[str] = []
@@ -133,10 +160,12 @@ class FakeTinkerService:
     def base_url(self) -> str:
         if self._server is None:
             raise RuntimeError("the fake Tinker service is not started")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}"  # the address start() binds
 
     def start(self) -> FakeTinkerService:
+        if self._server is not None:
+            raise RuntimeError(f"the fake Tinker service is already started at {self.base_url}")
         service = self
 
         class Handler(_Handler):
@@ -161,6 +190,16 @@ class FakeTinkerService:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def raise_for_violations(self) -> None:
+        """Raise ``AssertionError`` listing every invalid request received so far, if any.
+
+        The SDK sees each one as a failed request already; this catches those a caller swallowed.
+        """
+        if self.violations:
+            raise AssertionError(
+                f"the fake Tinker service received {len(self.violations)} invalid request(s): {self.violations}"
+            )
 
     # ------------------------------------------------------------------ introspection for tests
 
@@ -269,6 +308,8 @@ class FakeTinkerService:
         }
 
     def optim_step(self, body: dict[str, Any]) -> Any:
+        import torch
+
         req = types.OptimStepRequest.model_validate(body)
         try:
             run = self._run(req.model_id)
@@ -414,12 +455,14 @@ class FakeTinkerService:
         if stop is not None:
             stop_list = [stop] if isinstance(stop, str) else list(stop)
             if all(isinstance(s, int) for s in stop_list):
-                self._check_tokens(list(stop_list), "sampling_params.stop")
+                self._check_tokens([int(s) for s in stop_list], "sampling_params.stop")
                 stop_ids = frozenset(int(s) for s in stop_list)
             elif all(isinstance(s, str) for s in stop_list):
                 stop_ids, stop_strings = frozenset(), [str(s) for s in stop_list]
             else:
                 raise Violation(f"sampling_params.stop mixes strings and token ids: {stop_list!r}")
+        import torch
+
         seed = params.seed if params.seed is not None else self._rng.randrange(2**31)
         gen = torch.Generator().manual_seed(seed)
         out = pb.SampleResponse()
@@ -527,6 +570,8 @@ class FakeTinkerService:
         return ForwardBackwardCall(msg.model_id, loss_fn, config, msg.forward_only, model_inputs, inputs_list)
 
     def _run_forward_backward(self, run: TrainingRun, call: ForwardBackwardCall) -> _Result:
+        import torch
+
         total = torch.zeros(())
         per_datum: list[np.ndarray] = []
         for tokens, arrays in zip(call.model_inputs, call.loss_fn_inputs, strict=True):
@@ -546,6 +591,48 @@ class FakeTinkerService:
         field.data = b"".join(a.tobytes() for a in per_datum)
         field.offsets = np.cumsum([0] + [a.nbytes for a in per_datum]).astype(np.int64).tobytes()
         return _Result(out.SerializeToString(), "application/x-protobuf")
+
+
+_SDK_ENV = ("TINKER_BASE_URL", "TINKER_API_KEY")
+
+
+@contextlib.contextmanager
+def fake_tinker_service(
+    *,
+    seed: int = 0,
+    base_models: Sequence[str] = (FAKE_BASE_MODEL,),
+    set_env: bool = True,
+    check: bool = True,
+) -> Iterator[FakeTinkerService]:
+    """Run a :class:`FakeTinkerService` on a free loopback port for the duration of a ``with`` block.
+
+    With ``set_env`` (the default) ``TINKER_BASE_URL`` and ``TINKER_API_KEY`` point at the fake inside
+    the block, so ``ludic_tinker.connect()`` and ``tinker.ServiceInterface()`` reach it without
+    arguments; their previous values (or absence) are restored on exit. The environment is
+    process-wide: with ``set_env`` do not run two of these blocks at once, or pass
+    ``service.base_url`` and ``service.api_key`` explicitly with ``set_env=False``.
+
+    With ``check`` (the default) a block that exits normally raises ``AssertionError`` if the fake
+    received any request the real service would reject (:meth:`FakeTinkerService.raise_for_violations`).
+    The server is stopped on exit either way. Needs torch (``pip install "ludic-tinker[torch]"``).
+    """
+    service = FakeTinkerService(seed=seed, base_models=tuple(base_models)).start()
+    saved = {name: os.environ.get(name) for name in _SDK_ENV}
+    try:
+        if set_env:
+            os.environ["TINKER_BASE_URL"] = service.base_url
+            os.environ["TINKER_API_KEY"] = service.api_key
+        yield service
+    finally:
+        if set_env:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        service.stop()
+    if check:
+        service.raise_for_violations()
 
 
 _JSON_ROUTES: dict[str, Callable[[FakeTinkerService, dict[str, Any]], Any]] = {
