@@ -16,7 +16,12 @@ weights to the sampler after every step, so rollouts carry the step that produce
     python examples/gsm8k/train_tinker.py --resume tinker://RUN/weights/gsm8k-...  # a saved one
 
 ``--base-url`` points at another Tinker deployment (default: ``TINKER_BASE_URL`` or production). The
-tokenizer (chat template included) is the base model's, from the Hugging Face Hub or its cache.
+tokenizer (chat template included) is the base model's, from the Hugging Face Hub or its cache, unless
+``--tokenizer`` names a local tokenizer directory (or another hub name). ``--fake-service`` dry-runs
+the recipe offline against ``ludic_tinker.testing``'s loopback fake service (no key, network or Hub)::
+
+    python examples/gsm8k/train_tinker.py --fake-service --data-dir DIR --limit 8 --train-steps 2 \
+        --group-size 2 --rollouts-per-update 4 --max-completion-tokens 16 --eval-limit 4 --eval-every 2
 ``--checkpoint-every N`` saves weights and Adam state on the service; ``--resume PATH`` continues one
 (training questions continue where that step left off: requests are a pure function of the step).
 """
@@ -34,7 +39,15 @@ from typing import Any
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/tinker_common.py
-from tinker_common import GRPO_CLIP, GSPO_CLIP, MetricsLog
+from tinker_common import (
+    GRPO_CLIP,
+    GSPO_CLIP,
+    MetricsLog,
+    ServiceWiring,
+    add_service_arguments,
+    check_service_args,
+    open_service,
+)
 
 _TRAIN_MODULE = "ludic_examples_gsm8k_train"
 
@@ -61,8 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--backend", default="tinker", choices=["tinker"], help="accepted for train.py's CLI")
-    p.add_argument("--base-model", default="Qwen/Qwen3-4B-Instruct-2507", help="a Tinker base model")
-    p.add_argument("--base-url", default=None, help="Tinker service URL (default: TINKER_BASE_URL or prod)")
+    add_service_arguments(p)  # --base-model, --base-url, --tokenizer, --fake-service
     p.add_argument("--algorithm", default="grpo", choices=["grpo", "gspo"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -106,6 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace) -> None:
     gsm8k_train().check_args(args)
+    check_service_args(args)
     if args.group_size < 2:
         raise SystemExit(f"--group-size must be >= 2 (GRPO/GSPO compare answers), got {args.group_size}")
     if args.train_steps < 1:
@@ -134,12 +147,17 @@ async def main(
     tokenizer: Any = None,
     chat_template: Any = None,
 ) -> list[dict[str, float]]:
-    """Train; returns each step's metrics. ``tokenizer`` / ``chat_template`` default to the base
-    model's (``training_client.get_tokenizer()``); tests pass their own to stay off the Hub."""
+    """Train; returns each step's metrics. ``tokenizer`` / ``chat_template`` default to
+    ``--tokenizer``'s, or the base model's (``training_client.get_tokenizer()``); with
+    ``--fake-service``, the fake's byte tokenizer and plain-text template."""
     check_args(args)
-    common = gsm8k_train()
     loss = tinker_loss(args.algorithm)  # before any remote call: an unsupported loss fails fast
+    with open_service(args, api_key=api_key, tokenizer=tokenizer, chat_template=chat_template) as wiring:
+        return await _train(args, wiring, loss)
 
+
+async def _train(args: argparse.Namespace, wiring: ServiceWiring, loss: Any) -> list[dict[str, float]]:
+    common = gsm8k_train()
     from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.credit import GroupNormalizedReturn
     from ludic_core.evaluation import run_eval
@@ -166,7 +184,7 @@ async def main(
         checkpoint_prefix="gsm8k",
         timeouts=timeouts,
     )
-    service = connect(base_url=args.base_url, api_key=api_key, timeouts=timeouts)
+    service = connect(base_url=wiring.base_url, api_key=wiring.api_key, timeouts=timeouts)
     if args.resume is None:
         start_step = 0
         training_client = await create_training_client(
@@ -178,8 +196,7 @@ async def main(
         training_client = await create_training_client_from_checkpoint(
             service, checkpoint.path, timeouts=timeouts
         )
-    if tokenizer is None:
-        tokenizer = await asyncio.to_thread(training_client.get_tokenizer)
+    tokenizer = await wiring.tokenizer_for(training_client)
     # The first sampler comes from the trainer (its weights at its step) when training starts.
     client = TinkerChatClient(None, tokenizer, timeout_s=args.timeout_s)
 
@@ -188,7 +205,7 @@ async def main(
         system_prompt=args.system_prompt,
         seed=args.seed,
         rollout_log=args.rollout_log,
-        chat_template=chat_template,  # None: the Agent's HFChatTemplate over the client's tokenizer
+        chat_template=wiring.chat_template,  # None: the Agent's HFChatTemplate over the client's tokenizer
     )
     # make_grpo / make_gspo's credit: advantages normalised within each question's group.
     credit = GroupNormalizedReturn(

@@ -11,7 +11,12 @@ weights to the sampler after every step, so rollouts carry the step that produce
     python examples/tic_tac_toe/train_tinker.py --resume tinker://RUN/weights/tictactoe-...  # a saved one
 
 ``--base-url`` points at another Tinker deployment (default: ``TINKER_BASE_URL`` or production). The
-tokenizer (chat template included) is the base model's, from the Hugging Face Hub or its cache.
+tokenizer (chat template included) is the base model's, from the Hugging Face Hub or its cache, unless
+``--tokenizer`` names a local tokenizer directory (or another hub name). ``--fake-service`` dry-runs
+the recipe offline against ``ludic_tinker.testing``'s loopback fake service (no key, network or Hub)::
+
+    python examples/tic_tac_toe/train_tinker.py --fake-service --train-steps 2 --group-size 2 \
+        --rollouts-per-update 4 --max-completion-tokens 16 --eval-episodes 4 --eval-every 2
 ``--checkpoint-every N`` saves weights and Adam state on the service; ``--resume PATH`` continues one.
 """
 
@@ -26,7 +31,14 @@ from typing import Any
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/tinker_common.py
-from tinker_common import GRPO_CLIP, MetricsLog
+from tinker_common import (
+    GRPO_CLIP,
+    MetricsLog,
+    ServiceWiring,
+    add_service_arguments,
+    check_service_args,
+    open_service,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -37,8 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--backend", default="tinker", choices=["tinker"], help="accepted for train.py's CLI")
-    p.add_argument("--base-model", default="Qwen/Qwen3-4B-Instruct-2507", help="a Tinker base model")
-    p.add_argument("--base-url", default=None, help="Tinker service URL (default: TINKER_BASE_URL or prod)")
+    add_service_arguments(p)  # --base-model, --base-url, --tokenizer, --fake-service
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train-steps", type=int, default=30)
     p.add_argument("--group-size", type=int, default=8)
@@ -78,6 +89,7 @@ def _check_args(args: argparse.Namespace) -> None:
         )
     if args.train_steps < 1:
         raise SystemExit(f"--train-steps must be >= 1, got {args.train_steps}")
+    check_service_args(args)
 
 
 async def main(
@@ -87,9 +99,15 @@ async def main(
     tokenizer: Any = None,
     chat_template: Any = None,
 ) -> list[dict[str, float]]:
-    """Train; returns each step's metrics. ``tokenizer`` / ``chat_template`` default to the base
-    model's (``training_client.get_tokenizer()``); tests pass their own to stay off the Hub."""
+    """Train; returns each step's metrics. ``tokenizer`` / ``chat_template`` default to
+    ``--tokenizer``'s, or the base model's (``training_client.get_tokenizer()``); with
+    ``--fake-service``, the fake's byte tokenizer and plain-text template."""
     _check_args(args)
+    with open_service(args, api_key=api_key, tokenizer=tokenizer, chat_template=chat_template) as wiring:
+        return await _train(args, wiring)
+
+
+async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[str, float]]:
     from common import eval_requests, grpo_requests, make_engine, outcome_reducers
 
     from ludic_core.batch_sources import RolloutBatchSource
@@ -116,7 +134,7 @@ async def main(
         checkpoint_prefix="tictactoe",
         timeouts=timeouts,
     )
-    service = connect(base_url=args.base_url, api_key=api_key, timeouts=timeouts)
+    service = connect(base_url=wiring.base_url, api_key=wiring.api_key, timeouts=timeouts)
     if args.resume is None:
         start_step = 0
         training_client = await create_training_client(
@@ -128,14 +146,13 @@ async def main(
         training_client = await create_training_client_from_checkpoint(
             service, checkpoint.path, timeouts=timeouts
         )
-    if tokenizer is None:
-        tokenizer = await asyncio.to_thread(training_client.get_tokenizer)
+    tokenizer = await wiring.tokenizer_for(training_client)
     # The first sampler comes from the trainer (its weights at its step) when training starts.
     client = TinkerChatClient(None, tokenizer, timeout_s=args.timeout_s)
 
     mark = {"x": "X", "o": "O", "mixed": "random"}[args.agent_starts_as]
     engine = make_engine(
-        client, opponent=args.opponent, agent_mark=mark, seed=args.seed, chat_template=chat_template
+        client, opponent=args.opponent, agent_mark=mark, seed=args.seed, chat_template=wiring.chat_template
     )
     credit = GroupNormalizedReturn(
         group_size=args.group_size, normalize_adv=True, positive_only=args.positive_only

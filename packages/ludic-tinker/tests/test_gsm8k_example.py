@@ -154,6 +154,41 @@ async def test_gspo_uses_tinkers_gspo_loss_or_says_the_sdk_lacks_it(
     _check_eval_lines(tmp_path / "metrics.jsonl")
 
 
+async def test_fake_service_flag_dry_runs_the_recipe_offline(tmp_path: Path) -> None:
+    train = _load_train()
+    argv = [
+        "--backend",
+        "tinker",
+        "--fake-service",
+        "--data-dir",
+        str(DATA),
+        "--limit",
+        "2",
+        "--eval-limit",
+        "2",
+        "--train-steps",
+        "1",
+        "--group-size",
+        "2",
+        "--rollouts-per-update",
+        "2",
+        "--max-completion-tokens",
+        "8",
+        "--eval-every",
+        "1",
+        "--timeout-s",
+        "60",
+        "--metrics",
+        str(tmp_path / "metrics.jsonl"),
+    ]
+    run, args = train.cli(argv)
+    results = await run(args)  # no api key, tokenizer or chat template: --fake-service brings its own
+    assert [r["step"] for r in results] == [1.0]
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 1]
+    assert lines[-1]["eval/num_rollouts"] == 2
+
+
 def test_train_tinker_rejects_bad_group_sizes(tmp_path: Path) -> None:
     train = _load_train()
     run, args = train.cli(["--backend", "tinker", "--group-size", "3", "--rollouts-per-update", "4"])

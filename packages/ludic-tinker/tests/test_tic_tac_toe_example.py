@@ -2,7 +2,9 @@
 
 The example's ``main`` runs unmodified (real tinker SDK, real ``TinkerTrainer``, real agent and env);
 only the tokenizer is the fake service's byte tokenizer, with a plain-text chat template, because the
-fake model's vocabulary is bytes (and a real base model's tokenizer would come from the Hub).
+fake model's vocabulary is bytes (and a real base model's tokenizer would come from the Hub). The
+first test starts the fake itself so it can inspect what the service received; the second is the
+user's dry run, ``--fake-service``.
 """
 
 from __future__ import annotations
@@ -86,6 +88,59 @@ async def test_train_tinker_runs_two_grpo_steps_on_the_service(
     assert [line["step"] for line in lines] == [1, 2, 2]
     assert "eval/reward_mean" in lines[-1]
     assert sum(lines[-1][f"eval/{name}_rate"] for name in ("win", "draw", "loss", "illegal")) <= 1.0
+
+
+async def test_fake_service_flag_dry_runs_the_recipe_offline(tmp_path: Path) -> None:
+    example = _load_example()
+    metrics = tmp_path / "metrics.jsonl"
+    args = example.parse_args(
+        [
+            "--fake-service",
+            "--train-steps",
+            "1",
+            "--group-size",
+            "2",
+            "--rollouts-per-update",
+            "2",
+            "--max-steps-per-episode",
+            "2",
+            "--max-completion-tokens",
+            "8",
+            "--eval-every",
+            "1",
+            "--eval-episodes",
+            "2",
+            "--timeout-s",
+            "60",
+            "--metrics",
+            str(metrics),
+        ]
+    )
+    # The default --base-model: the fake serves its tiny model under the recipe's own name.
+    assert args.base_model == "Qwen/Qwen3-4B-Instruct-2507"
+    results = await example.main(args)
+
+    assert [r["step"] for r in results] == [1.0]
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 1]
+    assert "eval/reward_mean" in lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "reason"),
+    [
+        ("--base-url", "http://127.0.0.1:1", "a loopback port of its own"),
+        ("--tokenizer", "some/tokenizer", "vocabulary is bytes"),
+        ("--resume", "tinker://run/weights/tictactoe-step000001", "checkpoints in memory"),
+    ],
+)
+def test_fake_service_refuses_options_it_cannot_honour(flag: str, value: str, reason: str) -> None:
+    example = _load_example()
+    args = example.parse_args(["--fake-service", flag, value])
+    with pytest.raises(
+        SystemExit, match=f"--fake-service cannot be combined with {flag} '{value}': .*{reason}"
+    ):
+        example._check_args(args)
 
 
 def test_train_tinker_rejects_a_group_size_that_does_not_divide_the_batch() -> None:
