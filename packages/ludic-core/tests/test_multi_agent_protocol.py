@@ -164,3 +164,66 @@ async def test_unmanaged_bot_moves_through_empty_step() -> None:
     assert ra.failure is None
     # a: 2, bot 1 → 3 per round; a reaches 10 on its 4th move (2,5,8,11).
     assert [s.parsed_action for s in ra.env_steps] == ["2"] * 4 and ra.total_reward == 1.0
+
+
+class SilentLoserRace(RaceToTenEnv):
+    """RaceToTenEnv whose winning move reports an outcome to the mover only: the other agent is simply
+    no longer active, with no terminal outcome of its own."""
+
+    def step(self, actions):  # type: ignore[no-untyped-def]
+        mover = self.turn
+        outcomes = super().step(actions)
+        return {mover: outcomes[mover]} if self.done else outcomes
+
+
+def end_labels(rollouts: list[Rollout]) -> dict[str, tuple[object, ...]]:
+    """Every truncation/termination field of each agent's final step and rollout meta."""
+    out: dict[str, tuple[object, ...]] = {}
+    for rollout in rollouts:
+        last = rollout.steps[-1] if rollout.steps else None
+        out[rollout.meta["agent_id"]] = (
+            len(rollout.steps),
+            last and last.terminated,
+            last and last.truncated,
+            last and last.truncation_reason,
+            last and last.info.get("truncation_reason"),
+            rollout.meta["episode_truncated"],
+            rollout.meta["truncation_reason"],
+            rollout.meta["ended_by"],
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("env_cls", "target", "moves", "game_length"),
+    [
+        # a: 2 → 2; b: 2 → 4 ≥ 3, b wins on the 2nd iteration; a gets no outcome for it.
+        (SilentLoserRace, 3, ("2", "2"), 2),
+        # a: 2, b: 1 → a reaches 10 on the 7th iteration; b gets its terminal loss.
+        (RaceToTenEnv, 10, ("2", "1"), 7),
+    ],
+)
+async def test_game_ending_on_the_last_allowed_iteration_is_labelled_as_with_slack(
+    env_cls: type[RaceToTenEnv], target: int, moves: tuple[str, str], game_length: int
+) -> None:
+    async def play(max_steps: int) -> list[Rollout]:
+        protocol = MultiAgentProtocol({"a": agent([moves[0]]), "b": agent([moves[1]])})
+        return await protocol.run(env=env_cls(target=target), max_steps=max_steps, env_seed=0)
+
+    exact = end_labels(await play(game_length))
+    assert exact == end_labels(await play(game_length + 3))
+    for labels in exact.values():
+        assert labels[3] != "max_steps" and labels[6] != "max_steps" and labels[7] != "max_steps"
+    if env_cls is SilentLoserRace:
+        # The agent that did not move: truncated by the env's end, its last step's next_obs cleared.
+        assert exact["a"][1:] == (False, True, "env", "env", True, "env", "inactive")
+        assert exact["b"][1:] == (True, False, None, None, False, None, "env_terminated")
+
+
+async def test_game_still_going_at_the_step_limit_is_labelled_max_steps() -> None:
+    # One iteration short of SilentLoserRace's end: b is still to move, so the limit cut the game.
+    protocol = MultiAgentProtocol({"a": agent(["2"]), "b": agent(["2"])})
+    labels = end_labels(await protocol.run(env=SilentLoserRace(target=3), max_steps=1))
+    assert labels["a"][1:] == (False, True, "max_steps", "max_steps", True, "max_steps", "max_steps")
+    # b never acted: no step to mark, but its episode still ended by the limit.
+    assert labels["b"] == (0, None, None, None, None, False, None, "max_steps")

@@ -322,3 +322,26 @@ async def test_protocol_awaits_async_env_step() -> None:
     env = AsyncGuess()
     rollout = await run(ScriptedAgent(ScriptedChatClient(["1", "2", "3"])), env, max_steps=3)
     assert env.async_steps == len(rollout.env_steps) == 3
+
+
+class GoesQuietEnv(GuessNumberEnv):
+    """Stops listing its agent as active after ``quiet_after`` guesses without ending the episode."""
+
+    def __init__(self, quiet_after: int) -> None:
+        super().__init__()
+        self.quiet_after = quiet_after
+
+    @property
+    def active_agents(self) -> list[str]:
+        return [] if self.guesses >= self.quiet_after else [self.agent_id]
+
+
+@pytest.mark.parametrize("slack", [0, 3])
+async def test_env_going_quiet_on_the_last_allowed_step_is_not_a_max_steps_truncation(slack: int) -> None:
+    wrong = 1 if secret_for(SECRET_SEED) != 1 else 2
+    agent = ScriptedAgent(ScriptedChatClient([str(wrong)], cycle=True))
+    rollout = await run(agent, GoesQuietEnv(quiet_after=2), max_steps=2 + slack)
+    last = rollout.steps[-1]
+    assert len(rollout.env_steps) == 2
+    assert last.truncated and last.truncation_reason == "env" and last.info["truncation_reason"] == "env"
+    assert rollout.meta["truncation_reason"] == "env" and rollout.meta["ended_by"] == "inactive"

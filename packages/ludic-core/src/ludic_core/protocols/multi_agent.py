@@ -35,7 +35,9 @@ class MultiAgentProtocol(InteractionProtocol):
     agent's default, else the env's suggestion; external tool calls go to the handler (one for all
     agents, or a mapping by agent id); ``stop_on_parse_error`` ends the episode for everyone (the
     failing agent's step is terminated, the others are truncated with reason ``env``); running out of
-    ``max_steps`` truncates every unfinished agent with reason ``max_steps``.
+    ``max_steps`` truncates every unfinished agent with reason ``max_steps``, unless the env has nobody
+    left to move by then (the game ended on the last allowed iteration): those agents are truncated with
+    reason ``env`` and ``ended_by="inactive"``, as they would be with more ``max_steps`` to spare.
     """
 
     name = "multi_agent"
@@ -115,8 +117,7 @@ class MultiAgentProtocol(InteractionProtocol):
             active = list(env.active_agents)
             to_poll = [a for a in active if a in self.agents and not timelines[a].finished]
             if not to_poll:
-                bots = [a for a in active if a not in self.agents]
-                if not bots:
+                if not self._anyone_to_move(active, timelines):
                     self._end_unfinished(timelines, "env", "inactive")
                     return
                 self._deliver(env, {}, await self._env_step(env, {}), timelines)
@@ -148,7 +149,17 @@ class MultiAgentProtocol(InteractionProtocol):
                 )
             if all(t.finished for t in timelines.values()):
                 return
+        # A game that ended on the last allowed iteration (e.g. the winner's move, with no outcome for
+        # the agent that did not move) ended because of the env, not the step limit: label it exactly
+        # as the next iteration would have, so the label does not depend on slack in max_steps.
+        if not self._anyone_to_move(list(env.active_agents), timelines):
+            self._end_unfinished(timelines, "env", "inactive")
+            return
         self._end_unfinished(timelines, "max_steps", "max_steps")
+
+    def _anyone_to_move(self, active: list[str], timelines: dict[str, AgentTimeline]) -> bool:
+        """Whether the env still expects a move: from a managed agent whose episode goes on, or a bot."""
+        return any(a not in self.agents or not timelines[a].finished for a in active)
 
     async def _act_all(
         self,

@@ -33,8 +33,9 @@ class SingleAgentProtocol(InteractionProtocol):
     * a parsed action goes to ``env.step``; the turn's env step carries env reward + parser reward.
 
     System prompt: the agent's own default if it has one, else the env's suggestion.
-    Ending: env termination/truncation (reason ``env``), or running out of ``max_steps``, which marks
-    the final step truncated with reason ``max_steps``.
+    Ending: env termination/truncation (reason ``env``), the env no longer listing the agent as active
+    (reason ``env``, ``ended_by="inactive"``, checked before the step limit too), or running out of
+    ``max_steps``, which marks the final step truncated with reason ``max_steps``.
     """
 
     name = "single_agent"
@@ -149,6 +150,10 @@ class SingleAgentProtocol(InteractionProtocol):
                 return
             self._feed(outcome.obs, outcome.info)
             timeline.new_turn(outcome.obs)
+        # Same label as the next iteration would give, so it does not depend on slack in max_steps.
+        if agent_id not in env.active_agents:
+            timeline.mark_truncated("env", ended_by="inactive")
+            return
         timeline.mark_truncated("max_steps", ended_by="max_steps")
 
     def _feed(self, obs: str, info: dict[str, Any]) -> None:
