@@ -55,6 +55,39 @@ def test_positive_only_clamps_after_scaling() -> None:
     assert weights == [1.0, 0.0, 0.0, 1.0]
 
 
+@pytest.mark.parametrize(
+    ("rewards", "after", "before"),
+    [
+        # Centred [0.75, -0.25, -0.25, -0.25], std sqrt(0.1875). After: 0.75 / sqrt(0.1875) = sqrt(3).
+        # Before: clamped [0.75, 0, 0, 0] has mean 0.1875, variance 0.10546875: 0.75 / its root = 4/sqrt(3).
+        ([1, 0, 0, 0], [math.sqrt(3), 0, 0, 0], [4 / math.sqrt(3), 0, 0, 0]),
+        # Centred [1.5, 0.5, -0.5, -1.5], variance 1.25: after gives [3, 1, 0, 0] / sqrt(5).
+        # Clamped [1.5, 0.5, 0, 0]: mean 0.5, variance (1 + 0 + 0.25 + 0.25) / 4 = 0.375: [1.5, 0.5] / sqrt(0.375).
+        ([2, 1, 0, -1], [3 / math.sqrt(5), 1 / math.sqrt(5), 0, 0], [math.sqrt(6), math.sqrt(6) / 3, 0, 0]),
+    ],
+)
+def test_positive_only_clamp_order_against_hand_computed_weights(
+    rewards: list[float], after: list[float], before: list[float]
+) -> None:
+    def weights(**kw: object) -> list[float]:
+        return final_weights(GroupNormalizedReturn(4, positive_only=True, **kw), group(rewards))  # type: ignore[arg-type]
+
+    assert weights(normalize_adv=True) == pytest.approx(after, rel=1e-12)
+    assert weights(normalize_adv=True, clamp_order="after_normalize") == pytest.approx(after, rel=1e-12)
+    assert weights(normalize_adv=True, clamp_order="before_normalize") == pytest.approx(before, rel=1e-12)
+    # Without the std division the order cannot matter: both are the clamped centred rewards.
+    mean = sum(rewards) / 4
+    centred = [max(r - mean, 0.0) for r in rewards]
+    assert weights(clamp_order="after_normalize") == weights(clamp_order="before_normalize") == centred
+
+
+def test_clamp_order_is_validated() -> None:
+    with pytest.raises(ConfigError, match=r"clamp_order must be one of .* got 'early'"):
+        GroupNormalizedReturn(4, positive_only=True, clamp_order="early")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="clamp_order='before_normalize' only applies with positive_only"):
+        GroupNormalizedReturn(4, normalize_adv=True, clamp_order="before_normalize")
+
+
 def test_every_step_of_a_rollout_gets_its_advantage() -> None:
     rollouts = group([2, 0])
     weights = GroupNormalizedReturn(2).compute(rollouts)

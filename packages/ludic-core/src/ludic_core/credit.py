@@ -17,7 +17,8 @@ assigner never sees a reward the episode's return does not contain (the original
 also summed parser penalties on internal ReAct steps, which its ``total_reward`` ignored).
 
 * :class:`MonteCarloReturn` — discounted return-to-go of counted rewards, discounted per turn;
-* :class:`GroupNormalizedReturn` — GRPO / Dr.GRPO: ``total_reward`` minus the group mean (÷ group std);
+* :class:`GroupNormalizedReturn` — GRPO / Dr.GRPO: ``total_reward`` minus the group mean (÷ group std),
+  optionally clamped at 0 before or after the std division;
 * :class:`HybridNormalizedReturn` — ScaleRL: group-mean centring, batch-std scaling;
 * :class:`PerStepReward` — the step's own counted reward;
 * :class:`EpisodicReturn` — ``total_reward`` on every step;
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -36,6 +37,7 @@ from ludic_core.errors import ConfigError, DataError
 from ludic_core.types import EnvironmentStep, Rollout, Step
 
 __all__ = [
+    "ClampOrder",
     "ConstantCredit",
     "CreditAssigner",
     "EpisodicReturn",
@@ -174,34 +176,72 @@ class MonteCarloReturn:
         return out
 
 
+ClampOrder: TypeAlias = Literal["after_normalize", "before_normalize"]
+"""When :class:`GroupNormalizedReturn`'s ``positive_only`` clamps, relative to the std division."""
+
+_CLAMP_ORDERS: tuple[ClampOrder, ...] = ("after_normalize", "before_normalize")
+
+
+def _clamped(values: Sequence[float]) -> list[float]:
+    return [max(v, 0.0) for v in values]
+
+
 @attrs.frozen
 class GroupNormalizedReturn:
     """GRPO (``normalize_adv=True``) and Dr.GRPO (``False``) advantages.
 
     For each group (see :func:`group_key`; sizes must equal ``group_size`` exactly):
     ``A_i = R_i - mean(R)`` with ``R_i = rollout.total_reward``; with ``normalize_adv`` divided by the
-    group's population std. A group whose rewards are all equal gets 0 (never NaN). ``positive_only``
-    then clamps ``A`` at 0 (after scaling, so the scale is the group's, not the clamped values').
-    Every step of a rollout gets its ``A_i``.
+    group's population std. A group whose rewards are all equal gets 0 (never NaN). Every step of a
+    rollout gets its ``A_i``.
+
+    ``positive_only`` clamps negative advantages to 0; ``clamp_order`` says when, which matters only
+    together with ``normalize_adv`` (without it both orders give the same weights):
+
+    * ``"after_normalize"`` (default): divide by the std of the centred advantages, then clamp. A
+      positive weight is "how many group std devs above the mean", whatever the losers scored;
+    * ``"before_normalize"``: clamp, then divide by the std of the clamped values (the original Ludic's
+      order). That std shrinks as more of the group sits at 0, so the winners of a mostly-losing group
+      get larger weights (rewards ``[1, 0, 0, 0]``: ``4/√3 ≈ 2.31`` instead of ``√3 ≈ 1.73``).
+
+    The default stays ``"after_normalize"`` because its scale is the group's actual spread and does not
+    depend on the clamp; ``"before_normalize"`` reproduces runs made with the original.
+    Setting ``clamp_order`` without ``positive_only`` is a :class:`ConfigError` (it would do nothing).
     """
 
     group_size: int
     normalize_adv: bool = False
     positive_only: bool = False
+    clamp_order: ClampOrder = "after_normalize"
 
     def __attrs_post_init__(self) -> None:
         _check_group_size(self.group_size)
+        if self.clamp_order not in _CLAMP_ORDERS:
+            raise ConfigError(
+                f"GroupNormalizedReturn.clamp_order must be one of {list(_CLAMP_ORDERS)}, "
+                f"got {self.clamp_order!r}"
+            )
+        if self.clamp_order != "after_normalize" and not self.positive_only:
+            raise ConfigError(
+                f"GroupNormalizedReturn.clamp_order={self.clamp_order!r} only applies with "
+                "positive_only=True, got positive_only=False"
+            )
 
     def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]:
         _check_unique_ids(rollouts)
+        clamp_first = self.positive_only and self.clamp_order == "before_normalize"
+        clamp_last = self.positive_only and self.clamp_order == "after_normalize"
         advantage: dict[str, float] = {}
         for members in group_rollouts(rollouts, self.group_size).values():
             centred = _centred([r.total_reward for r in members])
+            if clamp_first:
+                centred = _clamped(centred)
+            # Non-zero clamped values always have spread: centring put a negative (now 0) beside them.
             if self.normalize_adv and any(centred):
                 std = _population_std(centred)
                 centred = [a / std for a in centred]
-            if self.positive_only:
-                centred = [max(a, 0.0) for a in centred]
+            if clamp_last:
+                centred = _clamped(centred)
             for rollout, a in zip(members, centred, strict=True):
                 advantage[rollout.id] = a
         return _fill(rollouts, advantage)
