@@ -254,6 +254,17 @@ def test_with_truncated_is_wraps_the_loss() -> None:
         with_truncated_is(make_gmpo(group_size=2), level="token")
 
 
+def test_reinforce_with_the_length_normalised_is_ratio() -> None:
+    # The original Ludic's ReinforceLoss(length_normalize=True): ratio exp(mean_t log r_t), no cap.
+    algo = make_reinforce(length_normalize=True, importance_sampling="sequence_geomean")
+    assert algo.loss == TruncatedISCorrection(
+        ReinforceLoss(length_normalize=True), level="sequence_geomean", cap=None
+    )
+    assert algo.required_inputs == {"actor_logps"}
+    wrapped = with_truncated_is(make_reinforce(), level="sequence_geomean", cap=1.5)
+    assert wrapped.loss == TruncatedISCorrection(ReinforceLoss(), level="sequence_geomean", cap=1.5)
+
+
 def test_scalerl_with_kl_is_a_composite() -> None:
     algo = make_scalerl(group_size=2, kl_coeff=0.05)
     assert isinstance(algo.loss, CompositeLoss)

@@ -269,6 +269,22 @@ def ref_tis_sequence(
     return mean(out)
 
 
+def ref_tis_sequence_geomean(
+    logits: Tensor, batch: dict[str, Tensor], inner: Callable[[int], Tensor], cap: float | None
+) -> Tensor:
+    """Length-normalised sequence ratio: exp of the mean token log-ratio over the action tokens."""
+    out = []
+    for b in range(logits.shape[0]):
+        positions = action_positions(batch, b)
+        total = 0.0
+        for t in positions:
+            total += float(ref_token_logp(logits, batch, b, t).detach()) - actor(batch, b, t)
+        ratio = math.exp(total / len(positions)) if positions else 1.0
+        w = ratio if cap is None else min(ratio, cap)
+        out.append(w * inner(b))
+    return mean(out)
+
+
 # ---------------------------------------------------------------------------------------------------
 # The comparison
 
@@ -346,6 +362,25 @@ CASES: dict[str, tuple[object, Callable]] = {
             None,
         ),
     ),
+    # The original Ludic's ReinforceLoss(length_normalize=True): −sg(exp(mean_t log r_t))·A·mean_t log π.
+    "tis_geomean_reinforce_lennorm_uncapped": (
+        TruncatedISCorrection(ReinforceLoss(length_normalize=True), level="sequence_geomean", cap=None),
+        lambda lg, batch: ref_tis_sequence_geomean(
+            lg,
+            batch,
+            lambda i: ref_sequence(lg, batch, lambda b, t, lp: -adv(batch, b) * lp, True)[i],
+            None,
+        ),
+    ),
+    "tis_geomean_reinforce_sum_capped": (
+        TruncatedISCorrection(ReinforceLoss(), level="sequence_geomean", cap=1.05),
+        lambda lg, batch: ref_tis_sequence_geomean(
+            lg,
+            batch,
+            lambda i: ref_sequence(lg, batch, lambda b, t, lp: -adv(batch, b) * lp, False)[i],
+            1.05,
+        ),
+    ),
     "tis_sequence_gmpo": (
         TruncatedISCorrection(GMPOLoss(), level="sequence", cap=1.2),
         lambda lg, b: ref_tis_sequence(
@@ -390,6 +425,8 @@ def test_loss_and_gradient_match_reference(case: str, shape: tuple[int, int, int
 def test_clip_bands_are_exercised_by_the_random_batches() -> None:
     """The references would not test clipping if no ratio left the band; make sure some do."""
     batch = make_batch(8, 12, 17, seed=3)
+    _, stats = CASES["tis_geomean_reinforce_sum_capped"][0].compute(batch["_logits"], batch)  # type: ignore[attr-defined]
+    assert 0.05 < stats_to_host(stats)["tis/capped_frac"] < 0.95
     _, stats = TokenClippedSurrogateLoss().compute(batch["_logits"], batch)
     host = stats_to_host(stats)
     assert 0.05 < host["clip_frac"] < 0.95
@@ -547,6 +584,10 @@ def test_shape_errors_name_the_shapes() -> None:
         (lambda: SAPOLoss(tau_neg=0.0), "tau_neg"),
         (lambda: TruncatedISCorrection(GMPOLoss(), level="token"), "level='sequence'"),
         (lambda: TruncatedISCorrection(ReinforceLoss(), cap=0.0), "cap"),
+        (
+            lambda: TruncatedISCorrection(ReinforceLoss(), level="sequence_mean"),  # type: ignore[arg-type]
+            r"level must be one of \['token', 'sequence', 'sequence_geomean'\], got 'sequence_mean'",
+        ),
         (lambda: CompositeLoss([]), "empty"),
         (lambda: CompositeLoss([LossTerm("a", CISPOLoss()), LossTerm("a", SAPOLoss())]), "repeated"),
         (lambda: LossTerm("a/b", CISPOLoss()), "name"),

@@ -66,14 +66,16 @@ def make_reinforce(
     *,
     gamma: float = 1.0,
     length_normalize: bool = False,
-    importance_sampling: Literal["token", "sequence"] | None = None,
+    importance_sampling: Literal["token", "sequence", "sequence_geomean"] | None = None,
     is_cap: float | None = None,
     drop_zero_weight: bool = False,
     drop_zero_weight_eps: float = 1e-4,
     name: str = "reinforce",
 ) -> RLAlgorithm:
     """REINFORCE on Monte-Carlo returns. No behaviour logprobs needed unless ``importance_sampling``
-    is set: ``"sequence"`` with ``is_cap=None`` is the original's off-policy ``sg(r_b)·A·log π(a_b)``."""
+    is set: ``"sequence"`` with ``is_cap=None`` is the original's off-policy ``sg(r_b)·A·log π(a_b)``,
+    and ``"sequence_geomean"`` with ``length_normalize=True`` and ``is_cap=None`` its length-normalised
+    variant (ratio ``exp(mean_t log r_t)``)."""
     loss: SequenceLoss = ReinforceLoss(length_normalize=length_normalize)
     if importance_sampling is not None:
         loss = TruncatedISCorrection(loss, level=importance_sampling, cap=is_cap)
@@ -314,7 +316,10 @@ def make_opd(*, kl_coeff: float = 1.0, length_normalize: bool = True, name: str 
 
 
 def with_truncated_is(
-    algorithm: RLAlgorithm, *, level: Literal["token", "sequence"] = "token", cap: float | None = 2.0
+    algorithm: RLAlgorithm,
+    *,
+    level: Literal["token", "sequence", "sequence_geomean"] = "token",
+    cap: float | None = 2.0,
 ) -> RLAlgorithm:
     """The same algorithm with its loss wrapped in :class:`TruncatedISCorrection` (needs ``actor_logps``).
 

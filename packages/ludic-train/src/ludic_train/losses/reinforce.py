@@ -2,8 +2,10 @@
 
 Plain REINFORCE needs no behaviour logprobs (the original's ``ReinforceLoss`` demanded
 ``old_logp_action`` even on-policy, so offline data could not use it). The off-policy correction is
-the truncated importance-sampling wrapper (:class:`~ludic_train.losses.tis.TruncatedISCorrection`,
-``level="sequence"`` reproduces the original's ``sg(r_b)·A_b·log π(a_b)``), and the baseline is
+the truncated importance-sampling wrapper (:class:`~ludic_train.losses.tis.TruncatedISCorrection`
+with ``cap=None``: ``level="sequence"`` reproduces the original's ``sg(r_b)·A_b·log π(a_b)``, and
+``level="sequence_geomean"`` around ``ReinforceLoss(length_normalize=True)`` its length-normalised form,
+whose ratio is ``exp(mean_t log r_t)``), and the baseline is
 subtracted over the whole macro-batch by the :func:`~ludic_train.preprocess.subtract_baseline`
 preprocess, not per micro-batch (:func:`~ludic_train.presets.make_reinforce_baseline`).
 """

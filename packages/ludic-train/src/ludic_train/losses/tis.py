@@ -9,7 +9,14 @@ truncated at ``cap`` so a few tokens the sampler found unlikely cannot dominate 
   ``sg(min(π(a_t)/μ(a_t), cap))`` before the per-sequence reduction;
 * ``level="sequence"``: each sequence term of any :class:`SequenceLoss` is multiplied by
   ``sg(min(Π_t π(a_t)/μ(a_t), cap))``. ``TruncatedISCorrection(ReinforceLoss(), level="sequence",
-  cap=None)`` is the classic off-policy REINFORCE ``−sg(r_b) A_b log π(a_b)``.
+  cap=None)`` is the classic off-policy REINFORCE ``−sg(r_b) A_b log π(a_b)`` (the original Ludic's
+  ``ReinforceLoss(length_normalize=False)``);
+* ``level="sequence_geomean"``: as ``"sequence"`` with the length-normalised ratio
+  ``exp(mean_t (log π(a_t) − log μ(a_t)))`` over the sequence's action tokens (the geometric mean of the
+  token ratios; 1 for a sequence without action tokens), truncated the same way. It does not grow or
+  vanish exponentially with the sequence length. ``TruncatedISCorrection(ReinforceLoss(length_normalize=
+  True), level="sequence_geomean", cap=None)`` is the original Ludic's
+  ``ReinforceLoss(length_normalize=True)``, ``−sg(r̄_b) A_b mean_t log π(a_t)``.
 
 The weights are detached: they rescale the gradient, they are not optimised.
 """
@@ -28,9 +35,11 @@ from ludic_core.errors import ConfigError
 from ludic_train.losses._ratio import ACTOR_LOGPS, token_log_ratio
 from ludic_train.losses.base import SequenceLoss, Stats, TokenLogpContext, TokenLoss
 
-__all__ = ["TruncatedISCorrection"]
+__all__ = ["TISLevel", "TruncatedISCorrection"]
 
-TISLevel = Literal["token", "sequence"]
+TISLevel = Literal["token", "sequence", "sequence_geomean"]
+
+_LEVELS: tuple[TISLevel, ...] = ("token", "sequence", "sequence_geomean")
 
 
 @attrs.frozen
@@ -45,9 +54,9 @@ class TruncatedISCorrection(SequenceLoss):
         return frozenset(self.loss.required_inputs) | ACTOR_LOGPS
 
     def __attrs_post_init__(self) -> None:
-        if self.level not in ("token", "sequence"):
+        if self.level not in _LEVELS:
             raise ConfigError(
-                f"TruncatedISCorrection.level must be 'token' or 'sequence', got {self.level!r}"
+                f"TruncatedISCorrection.level must be one of {list(_LEVELS)}, got {self.level!r}"
             )
         if self.cap is not None and not (math.isfinite(self.cap) and self.cap > 0):
             raise ConfigError(
@@ -80,7 +89,8 @@ class TruncatedISCorrection(SequenceLoss):
             capped = ctx.masked_token_mean((log_ratio.exp() > weights).float())
         else:
             per_sequence, stats = self.loss.sequence_terms(ctx, batch)
-            sequence_log_ratio = log_ratio.sum(dim=1)
+            # log_ratio is 0 off the action positions, so the masked sum (÷ n_b) is over action tokens.
+            sequence_log_ratio = ctx.reduce(log_ratio, length_normalize=self.level == "sequence_geomean")
             weights = self._truncate(sequence_log_ratio)
             per_sequence = per_sequence * weights
             weight_mean = weights.mean()
