@@ -230,6 +230,35 @@ async def test_react_budget_and_final_answer_prompt(qwen_tok: Any) -> None:
         ReActAgent(client=client, parser=ANSWER, chat_template=agent.chat_template, max_calls_per_turn=2)
 
 
+@pytest.mark.parametrize("cls", [ReActAgent, ToolAgent])
+async def test_react_budget_restarts_after_external_tools_tool_agent_budget_does_not(
+    qwen_tok: Any, cls: type[ToolAgent]
+) -> None:
+    # Act 1: internal call, then an external one (calls 0, 1). Act 2 keeps calling the internal tool.
+    web = {"type": "function", "function": {"name": "web", "description": "search", "parameters": {}}}
+    script = [_call("double", '{"x": 1}'), _call("web"), *[_call("double", '{"x": 2}')] * 3]
+    budget = {"max_react_steps": 3} if cls is ReActAgent else {"max_calls_per_turn": 3}
+    agent, client = make(cls, qwen_tok, script, tools=[double], external_tools=[web], **budget)
+    first = (await agent.act(sampling_seed=5)).steps
+    assert [s.action_target for s in first] == ["internal", "external"]
+    assert first[-1].tool_calls is not None
+    agent.on_tool_results([ToolResult(first[-1].tool_calls[0].id, "web", "found")])
+    second = (await agent.act(sampling_seed=5)).steps
+    # The final-answer instruction marks the last allowed call.
+    final_prompted = ["final_call_prompt" in s.info for s in second]
+    if cls is ReActAgent:
+        # A fresh budget of 3 calls for this act: two more tool rounds, then the forced answer.
+        assert [s.action_target for s in second] == ["internal", "internal", "env"]
+        assert [s.loop_index for s in second] == [2, 3, 4]  # still numbered over the whole turn
+        assert final_prompted == [False, False, True]
+        assert agent.final_answer_prompt in qwen_tok.decode(client.requests[-1].prompt_token_ids)
+        assert [r.seed for r in client.requests] == [derive_seed(5, i) for i in range(5)]
+    else:
+        # ToolAgent's max_calls_per_turn covers the whole turn: its third call is the last one.
+        assert [s.action_target for s in second] == ["env"] and second[0].loop_index == 2
+        assert second[0].info["unexecuted_tool_calls"] == ["double"]
+
+
 async def test_react_tool_errors_become_tool_messages_and_loop_continues(qwen_tok: Any) -> None:
     async def slow() -> str:
         """Never finishes in time."""

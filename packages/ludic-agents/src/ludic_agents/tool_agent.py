@@ -13,8 +13,9 @@ completion:
   ``tool_parse_error_penalty`` and ``tool_parse_error_feedback`` (``info["tool_parse_error"]``).
 
 Unknown tools, bad arguments, exceptions inside a tool and tool timeouts become tool messages the
-model sees; the loop goes on. The last allowed call of a turn is always env-targeted: whatever it
-contains is parsed as the answer. ``ReActAgent`` adds a final-answer instruction to that last call's
+model sees; the loop goes on. The last allowed call is always env-targeted: whatever it
+contains is parsed as the answer (``ToolAgent`` allows ``max_calls_per_turn`` calls per turn,
+``ReActAgent`` ``max_react_steps`` per ``act``, restarting after each external round trip). ``ReActAgent`` adds a final-answer instruction to that last call's
 prompt (a prompt-only user message: it is part of the turn's tokens but not of the stored history).
 
 All model calls of a turn share one token sequence (see :mod:`ludic_agents.extension`); tool
@@ -25,7 +26,7 @@ re-render the system prompt and break the extension.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -65,9 +66,13 @@ def _as_external_schema(spec: Tool | Callable[..., Any] | Mapping[str, Any]) -> 
 class ToolAgent(Agent):
     """An agent with internal tools (run here) and external tools (run by the protocol).
 
-    ``max_calls_per_turn`` bounds the model calls of one turn; ``tool_timeout_s`` bounds each tool
-    call whose :class:`Tool` sets no ``timeout_s`` of its own.
+    ``max_calls_per_turn`` bounds the model calls of one turn, external tool round trips included;
+    ``tool_timeout_s`` bounds each tool call whose :class:`Tool` sets no ``timeout_s`` of its own.
     """
+
+    budget_per_act: ClassVar[bool] = False
+    """Whether the call budget restarts at every ``act`` (after each external round trip) instead of
+    covering the whole turn."""
 
     def __init__(
         self,
@@ -129,9 +134,12 @@ class ToolAgent(Agent):
     ) -> AgentActResult:
         steps: list[AgentActStep] = []
         schemas = self.tool_schemas or None
+        # loop_index numbers the calls of the whole turn (seeds, traces); the budget counts from here
+        # when it is per act (ReActAgent), from the turn's first call otherwise.
+        budget_start = self._turn_calls if self.budget_per_act else 0
         while True:
             loop_index = self._turn_calls
-            last = loop_index >= self.max_calls_per_turn - 1
+            last = loop_index - budget_start >= self.max_calls_per_turn - 1
             extra = self.final_call_messages() if last else []
             prompt_ids, prompt_messages, render_info = self._next_prompt(tools=schemas, extra=extra)
             response = await self._complete(prompt_ids, inference, sampling_seed, timeout_s, loop_index)
@@ -255,8 +263,18 @@ class ToolAgent(Agent):
 
 
 class ReActAgent(ToolAgent):
-    """Think/act loop: at most ``max_react_steps`` model calls per turn, the last one prompted with
-    ``final_answer_prompt`` (a prompt-only user message) and parsed as the env answer."""
+    """Think/act loop: at most ``max_react_steps`` model calls per ``act``, the last one prompted with
+    ``final_answer_prompt`` (a prompt-only user message) and parsed as the env answer.
+
+    The count restarts at every ``act`` call, as in the original Ludic: when the agent hands external
+    tool calls to the protocol, the ``act`` that continues the turn after :meth:`on_tool_results` gets
+    ``max_react_steps`` calls of its own, so the model can still reason over the external results
+    instead of being forced to answer because of calls it made before asking for them. ``loop_index``
+    still numbers every call of the turn (seeds stay distinct); the protocol's ``max_external_rounds``
+    bounds the round trips.
+    """
+
+    budget_per_act: ClassVar[bool] = True
 
     def __init__(
         self,
