@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ludic_core.saw import BatchSource, SAWBatch, SAWItem
     from ludic_core.saw_builder import build_saw_items
     from ludic_core.seeding import derive_seed
+    from ludic_core.spo import SPOAdvantage, SPORequests, SPOValueTracker
     from ludic_core.strategies import GRPORequestStrategy, RequestStrategy
     from ludic_core.types import (
         AgentStep,
@@ -128,6 +129,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "ludic_core.saw": ("BatchSource", "SAWBatch", "SAWItem"),
     "ludic_core.saw_builder": ("build_saw_items",),
     "ludic_core.seeding": ("derive_seed",),
+    "ludic_core.spo": ("SPOAdvantage", "SPORequests", "SPOValueTracker"),
     "ludic_core.strategies": ("GRPORequestStrategy", "RequestStrategy"),
     "ludic_core.types": (
         "AgentStep",
@@ -191,6 +193,9 @@ __all__ = [
     "RolloutRequest",
     "SAWBatch",
     "SAWItem",
+    "SPOAdvantage",
+    "SPORequests",
+    "SPOValueTracker",
     "SamplingParams",
     "SingleAgentEnv",
     "SingleAgentProtocol",

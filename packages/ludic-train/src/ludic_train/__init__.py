@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         make_sapo,
         make_scalerl,
         make_sft,
+        make_spo,
         with_truncated_is,
     )
     from ludic_train.publisher import PolicyPublisher
@@ -86,6 +87,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "make_sapo",
         "make_scalerl",
         "make_sft",
+        "make_spo",
         "with_truncated_is",
     ),
     "ludic_train.publisher": ("PolicyPublisher",),
@@ -113,6 +115,7 @@ __all__ = [
     "make_sapo",
     "make_scalerl",
     "make_sft",
+    "make_spo",
     "with_truncated_is",
     "Loss",
     "SequenceLoss",

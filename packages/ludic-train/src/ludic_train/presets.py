@@ -11,6 +11,7 @@ mismatch to any preset.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
@@ -22,6 +23,8 @@ from ludic_core.credit import (
     MonteCarloReturn,
 )
 from ludic_core.errors import ConfigError
+from ludic_core.spo import SPOAdvantage, SPOValueTracker
+from ludic_core.types import Rollout
 from ludic_train.algorithm import RLAlgorithm
 from ludic_train.losses.base import SequenceLoss
 from ludic_train.losses.cispo import CISPOLoss
@@ -48,6 +51,7 @@ __all__ = [
     "make_sapo",
     "make_scalerl",
     "make_sft",
+    "make_spo",
     "with_truncated_is",
 ]
 
@@ -292,6 +296,43 @@ def make_scalerl(
         credit_assigner=HybridNormalizedReturn(group_size=group_size, positive_only=positive_only),
         loss=loss,
         preprocess=DropZeroWeight(drop_zero_weight_eps),
+    )
+
+
+def make_spo(
+    *,
+    tracker: SPOValueTracker,
+    reward_min: float = 0.0,
+    reward_max: float = 1.0,
+    adv_eps: float = 1e-8,
+    kl_of: Callable[[Rollout], float | None] | None = None,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    length_normalize: bool = False,
+    ratio_clip: float | None = None,
+    drop_zero_weight: bool = False,
+    drop_zero_weight_eps: float = 1e-4,
+    name: str = "spo",
+) -> RLAlgorithm:
+    """SPO (arXiv 2509.13232): tracker-baselined, batch-normalised advantages and PPO's clipped surrogate.
+
+    ``tracker`` is the :class:`~ludic_core.spo.SPOValueTracker` that the requests provider
+    (:class:`~ludic_core.spo.SPORequests`) samples prompts with: pass the same object to both, so the
+    prompts drawn are prioritised by the estimates the advantages use. The loss is the paper's PPO-Clip
+    objective on token ratios with the standard symmetric band ``[1−0.2, 1+0.2]``.
+    """
+    return RLAlgorithm(
+        name=name,
+        credit_assigner=SPOAdvantage(
+            tracker=tracker, eps=adv_eps, reward_min=reward_min, reward_max=reward_max, kl_of=kl_of
+        ),
+        loss=TokenClippedSurrogateLoss(
+            clip_eps_low=clip_eps_low,
+            clip_eps_high=clip_eps_high,
+            length_normalize=length_normalize,
+            ratio_clip=ratio_clip,
+        ),
+        preprocess=_drop_zero(drop_zero_weight, drop_zero_weight_eps),
     )
 
 
