@@ -1,75 +1,12 @@
-"""The package root exports the public API: every name resolves, lazily, without heavy imports."""
+"""ludic_envs' root exports the public API: every name resolves, lazily, with nothing heavy."""
 
 from __future__ import annotations
 
-import ast
-import importlib
-import inspect
-import subprocess
-import sys
-
-import pytest
-
-import ludic_envs
+from ludic_core.testing.public_api import check_public_api
 
 # math_verify is the `math` extra: answer checking imports it only when asked to.
 HEAVY = ("torch", "transformers", "datasets", "math_verify")
 
 
-def test_all_has_no_duplicates() -> None:
-    assert len(ludic_envs.__all__) == len(set(ludic_envs.__all__))
-
-
-def test_all_matches_the_lazy_map() -> None:
-    assert set(ludic_envs.__all__) - {"__version__"} == set(ludic_envs._MODULE_OF)
-
-
-@pytest.mark.parametrize("name", sorted(set(ludic_envs.__all__) - {"__version__"}))
-def test_every_name_resolves_to_its_submodule_object(name: str) -> None:
-    # The submodule import path keeps working and gives the very same object.
-    module = importlib.import_module(ludic_envs._MODULE_OF[name])
-    assert getattr(ludic_envs, name) is getattr(module, name)
-    assert name in dir(ludic_envs)
-
-
-def test_type_checking_imports_match_the_lazy_map() -> None:
-    """What mypy and IDEs see (the ``if TYPE_CHECKING:`` imports) is what the root resolves at run time."""
-    tree = ast.parse(inspect.getsource(ludic_envs))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-    )
-    seen = {
-        alias.name: node.module
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-    assert seen == ludic_envs._MODULE_OF
-
-
-def test_unknown_names_raise_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
-        _ = ludic_envs.NoSuchThing  # type: ignore[attr-defined]
-
-
-def _modules_after(code: str) -> list[str]:
-    script = f"import sys\n{code}\nprint(sorted(sys.modules))\n"
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
-    )
-    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
-
-
-def test_importing_the_root_imports_no_submodule_and_nothing_heavy() -> None:
-    loaded = _modules_after("import ludic_envs")
-    assert [m for m in loaded if m.startswith("ludic_envs.")] == []
-    assert [m for m in loaded if m.partition(".")[0] in HEAVY] == []
-
-
-def test_resolving_every_exported_name_imports_nothing_heavy() -> None:
-    loaded = _modules_after(
-        "import ludic_envs\nfor name in ludic_envs.__all__:\n    getattr(ludic_envs, name)"
-    )
-    assert [m for m in loaded if m.partition(".")[0] in HEAVY] == []
+def test_the_root_keeps_its_promises() -> None:
+    check_public_api("ludic_envs", not_on_import=HEAVY, not_on_resolve=HEAVY)

@@ -1,75 +1,14 @@
-"""The package root exports the public API: every name resolves, lazily, without optional dependencies."""
+"""ludic_train's root exports the public API: every name resolves, lazily, without optional dependencies."""
 
 from __future__ import annotations
 
-import ast
-import importlib
-import inspect
-import subprocess
-import sys
-
-import pytest
-
-import ludic_train
+from ludic_core.testing.public_api import check_public_api
 
 # The extras (lora, wandb, redis, plot): only the features that need them import them.
 OPTIONAL = ("peft", "wandb", "redis", "matplotlib")
 
 
-def test_all_has_no_duplicates() -> None:
-    assert len(ludic_train.__all__) == len(set(ludic_train.__all__))
-
-
-def test_all_matches_the_lazy_map() -> None:
-    assert set(ludic_train.__all__) - {"__version__"} == set(ludic_train._MODULE_OF)
-
-
-@pytest.mark.parametrize("name", sorted(set(ludic_train.__all__) - {"__version__"}))
-def test_every_name_resolves_to_its_submodule_object(name: str) -> None:
-    # The submodule import path keeps working and gives the very same object.
-    module = importlib.import_module(ludic_train._MODULE_OF[name])
-    assert getattr(ludic_train, name) is getattr(module, name)
-    assert name in dir(ludic_train)
-
-
-def test_type_checking_imports_match_the_lazy_map() -> None:
-    """What mypy and IDEs see (the ``if TYPE_CHECKING:`` imports) is what the root resolves at run time."""
-    tree = ast.parse(inspect.getsource(ludic_train))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+def test_the_root_keeps_its_promises() -> None:
+    check_public_api(
+        "ludic_train", not_on_import=(*OPTIONAL, "torch", "transformers"), not_on_resolve=OPTIONAL
     )
-    seen = {
-        alias.name: node.module
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-    assert seen == ludic_train._MODULE_OF
-
-
-def test_unknown_names_raise_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
-        _ = ludic_train.NoSuchThing  # type: ignore[attr-defined]
-
-
-def _modules_after(code: str) -> list[str]:
-    script = f"import sys\n{code}\nprint(sorted(sys.modules))\n"
-    out = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, check=True
-    )
-    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
-
-
-def test_importing_the_root_imports_no_submodule_and_not_torch() -> None:
-    loaded = _modules_after("import ludic_train")
-    assert [m for m in loaded if m.startswith("ludic_train.")] == []
-    assert [m for m in loaded if m.partition(".")[0] in (*OPTIONAL, "torch", "transformers")] == []
-
-
-def test_resolving_every_exported_name_imports_no_optional_dependency() -> None:
-    loaded = _modules_after(
-        "import ludic_train\nfor name in ludic_train.__all__:\n    getattr(ludic_train, name)"
-    )
-    assert [m for m in loaded if m.partition(".")[0] in OPTIONAL] == []

@@ -218,19 +218,8 @@ __all__ = [
     "run_eval_sync",
 ]
 
-# Hidden from type checkers: they read the names from the imports above, and a module-level
-# ``__getattr__`` would make them accept any attribute of the package, typos included.
+# Not for type checkers: they read the names from the imports above (see ludic_core.exports).
 if not TYPE_CHECKING:
+    from ludic_core.exports import lazy_attributes
 
-    def __getattr__(name: str) -> object:
-        module = _MODULE_OF.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        import importlib  # here, not at the top: only the first use of a name needs it
-
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later lookups find it directly, without this hook
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_MODULE_OF})
+    __getattr__, __dir__ = lazy_attributes(__name__, _MODULE_OF, globals())

@@ -1,12 +1,14 @@
 """Reusable test helpers: scripted clients, a minimal agent, a toy env and conformance checks.
 
-Third parties can use these in their own suites (``check_env``, ``check_client``).
+Third parties can use these in their own suites (``check_env``, ``check_client``, and
+``check_public_api`` for a package root built with :mod:`ludic_core.exports`).
 """
 
 from ludic_core.testing.agent import ScriptedAgent, identity_parser, render_text_dialog
 from ludic_core.testing.checks import check_client, check_env
 from ludic_core.testing.clients import ScriptedChatClient, SeededChatClient, TextChatClient
 from ludic_core.testing.envs import GuessNumberEnv
+from ludic_core.testing.public_api import check_public_api
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode, TokenizerLike
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "TokenizerLike",
     "check_client",
     "check_env",
+    "check_public_api",
     "identity_parser",
     "render_text_dialog",
 ]
