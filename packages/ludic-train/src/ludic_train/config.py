@@ -43,6 +43,14 @@ def _non_negative_int(name: str) -> Any:
     return check
 
 
+def _positive_int(name: str) -> Any:
+    def check(_i: Any, _a: Any, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"TrainerConfig.{name} must be an int >= 1, got {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class TrainerConfig:
     """Everything the optimisation loop needs; nothing about envs or rollouts.
@@ -60,6 +68,9 @@ class TrainerConfig:
     * ``max_lag`` — drop items whose ``meta["policy_version"]`` is more than this many steps behind.
     * ``max_refills`` — how many consecutive empty batches (everything stale or filtered) before giving up.
     * ``eval_at_start`` / ``eval_every_steps`` — when the trainer's evaluator runs.
+    * ``max_consecutive_skipped_steps`` — a step whose loss or gradient norm is not finite is skipped
+      (its gradients are dropped, the weights and optimiser state stay as they were); this many
+      skipped steps in a row raise instead, since the run is no longer recovering on its own.
     """
 
     pad_token_id: int = attrs.field(converter=resolve_pad_token_id)
@@ -80,6 +91,9 @@ class TrainerConfig:
     log_every: int = attrs.field(default=1, validator=_positive("log_every"))
     eval_at_start: bool = False
     eval_every_steps: int | None = attrs.field(default=None, validator=_positive("eval_every_steps"))
+    max_consecutive_skipped_steps: int = attrs.field(
+        default=3, validator=_positive_int("max_consecutive_skipped_steps")
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.optimizer not in ("adamw", "sgd"):

@@ -3,14 +3,19 @@
 Each step pulls a macro-batch from the batch source, drops items that lag the current policy by more
 than ``max_lag``, lets the algorithm preprocess and validate it, splits it into token-budget
 micro-batches, accumulates their gradients (each micro-batch loss scaled so the sum equals the
-macro-batch gradient), clips, steps the optimiser, publishes the weights every N steps with
+macro-batch gradient), clips, steps the optimiser (or skips the step when its loss or gradient norm
+is not finite), publishes the weights every N steps with
 ``version = step``, checkpoints, evaluates and logs. Envs, episodes and credit assignment live
 upstream of the batch source; new algorithms are new ``RLAlgorithm`` values, not new trainers.
+
+Items are checked where they enter (:mod:`ludic_train.guards`): a non-finite or out-of-range value
+drops the item with a warning and a count, and a non-finite step is never applied.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import resource
 import sys
@@ -25,6 +30,7 @@ from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 from ludic_train.algorithm import RLAlgorithm
 from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
 from ludic_train.config import TrainerConfig
+from ludic_train.guards import check_items, model_vocab_size
 from ludic_train.loggers.base import TrainingLogger, canonicalize, is_number
 from ludic_train.microbatch import collate_micro_batches, micro_loss_scale
 from ludic_train.publisher import PolicyPublisher
@@ -123,6 +129,8 @@ class Trainer:
         if config.gradient_checkpointing:
             self._enable_gradient_checkpointing(model)
         self.model = model
+        self._vocab_size = model_vocab_size(model)
+        self._consecutive_skips = 0
         self.optimizer = optimizer if optimizer is not None else self._make_optimizer()
         self.optimizer.zero_grad(set_to_none=True)
         self.step = 0
@@ -244,14 +252,7 @@ class Trainer:
                 weighted = value.detach().float() * scale
                 stat_sums[key] = stat_sums[key] + weighted if key in stat_sums else weighted
 
-        grad_norm = None
-        if cfg.max_grad_norm is not None:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self._trainable_parameters(), cfg.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
-        t_train = time.perf_counter()
-
+        grad_norm = _grad_norm(self._trainable_parameters(), cfg.max_grad_norm)
         real_tokens = sum(m.num_tokens for m in micro_batches)
         # Truncation to max_seq_len happens inside collate_micro_batches, so count it there.
         counts = {
@@ -263,25 +264,38 @@ class Trainer:
         }
         means = {"loss": loss_sum, **stat_sums}
         # One device→host transfer for every stat of the step; sharded ranks first combine theirs in
-        # one collective, so every rank logs the whole macro-batch's numbers, not its own shard's.
-        replicated: dict[str, torch.Tensor] = {}
-        if grad_norm is not None:
-            # clip_grad_norm_ over sharded (DTensor) grads returns the norm of the whole model.
-            full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
-            replicated["grad_norm"] = full_norm
+        # one collective, so every rank logs the whole macro-batch's numbers, not its own shard's. It
+        # runs before the optimiser step because the skip decision reads it: a NaN loss on any rank
+        # makes the combined loss NaN on every rank, so all ranks skip together and the shards stay
+        # in step.
+        # clip_grad_norm_ over sharded (DTensor) grads returns the norm of the whole model.
+        full_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+        replicated: dict[str, torch.Tensor] = {"grad_norm": full_norm}
+        # The objective that was backpropagated rides along as the last mean: a loss's own stats may
+        # report a "loss" of their own, which then replaces it in the logged metrics.
         host_means, host_counts, host_replicated = _combine_stats(
-            list(means.values()),
+            [*means.values(), loss_sum],
             list(counts.values()),
             list(replicated.values()),
             weight=total_items,
             device=self.device,
             across_ranks=self._fsdp,
         )
+        guarded = {"loss": host_means.pop(), "grad_norm": host_replicated[0]}
         metrics: dict[str, float] = {
             f"train/{k}" if "/" not in k else k: v
             for k, v in [*zip(means, host_means, strict=True), *zip(replicated, host_replicated, strict=True)]
         }
         totals = dict(zip(counts, host_counts, strict=True))
+        nonfinite = [k for k, v in guarded.items() if not math.isfinite(v)]
+        if nonfinite:
+            self._skip_step(nonfinite, guarded)
+        else:
+            self.optimizer.step()
+            self._consecutive_skips = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        t_train = time.perf_counter()
         metrics.update(
             {
                 "train/step": float(self.step),
@@ -292,6 +306,9 @@ class Trainer:
                 "train/num_action_tokens": totals["num_action_tokens"],
                 "train/seq_len_truncated_rate": totals["num_truncated"] / totals["num_samples"],
                 "train/stale_items_dropped": float(stale["dropped"]),
+                "train/invalid_items_dropped": float(stale["invalid"]),
+                "train/skipped_steps": 1.0 if nonfinite else 0.0,
+                "train/consecutive_skipped_steps": float(self._consecutive_skips),
             }
         )
         if stale["lags"]:
@@ -327,15 +344,47 @@ class Trainer:
             self.logger.log(self.step, result)
         return result
 
+    def _skip_step(self, nonfinite: list[str], values: Mapping[str, float]) -> None:
+        """Drop the step's gradients instead of applying them (weights and optimiser state unchanged),
+        or raise once ``max_consecutive_skipped_steps`` steps in a row were skipped."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self._consecutive_skips += 1
+        limit = self.config.max_consecutive_skipped_steps
+        log.warning(
+            "trainer.step_skipped",
+            step=self.step + 1,
+            nonfinite=nonfinite,
+            consecutive=self._consecutive_skips,
+            loss=values["loss"],
+            grad_norm=values["grad_norm"],
+        )
+        if self._consecutive_skips >= limit:
+            raise DataError(
+                f"step {self.step + 1}: {' and '.join(nonfinite)} not finite ({dict(values)}) on "
+                f"{self._consecutive_skips} consecutive steps, reaching "
+                f"TrainerConfig.max_consecutive_skipped_steps={limit} (no update applied since step "
+                f"{self.step + 1 - self._consecutive_skips}); lower the learning rate, check the batches' "
+                "weights and logprobs, or resume from an earlier checkpoint"
+            )
+
     async def _next_fresh_batch(self) -> tuple[SAWBatch, dict[str, Any]]:
         """Pull batches until one has items left after the staleness filter and the preprocess."""
         dropped = 0
+        invalid = 0
         lags: list[int] = []
         for _attempt in range(self.config.max_refills):
             batch = await self.batch_source.next_batch()
             if not isinstance(batch, SAWBatch):
                 raise DataError(f"batch source returned {type(batch).__name__}, expected SAWBatch")
-            items = batch.items
+            items, rejected = check_items(batch.items, vocab_size=self._vocab_size)
+            if rejected:
+                invalid += len(rejected)
+                log.warning(
+                    "trainer.invalid_items_dropped",
+                    step=self.step,
+                    count=len(rejected),
+                    items=rejected[:10],
+                )
             self._reject_future_versions(items)
             if self.config.max_lag is not None:
                 fresh: list[SAWItem] = []
@@ -359,11 +408,13 @@ class Trainer:
             if batch.items:
                 batch = self.algorithm.prepare(batch)
             if batch.items:
-                return batch, {"dropped": dropped, "lags": lags}
-            log.info("trainer.empty_batch", step=self.step, stale_dropped=dropped)
+                return batch, {"dropped": dropped, "invalid": invalid, "lags": lags}
+            log.info("trainer.empty_batch", step=self.step, stale_dropped=dropped, invalid_dropped=invalid)
         raise DataError(
             f"{self.config.max_refills} consecutive batches were empty after the staleness filter "
-            f"(max_lag={self.config.max_lag}, {dropped} items dropped) and the algorithm's preprocess; "
+            f"(max_lag={self.config.max_lag}, {dropped} items dropped), the item checks ({invalid} "
+            "invalid items dropped, see the trainer.invalid_items_dropped warnings) and the algorithm's "
+            "preprocess; "
             "check that the publisher moves the sampler's policy version"
         )
 
@@ -431,6 +482,19 @@ class Trainer:
             await self.publisher.aclose()
         if self.logger is not None:
             self.logger.close()
+
+
+def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> torch.Tensor:
+    """The global gradient norm, clipping to ``max_norm`` when given. Computed even without clipping,
+    because the step is skipped when it is not finite."""
+    import torch
+
+    if max_norm is not None:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    return torch.nn.utils.get_total_norm(grads)
 
 
 def _max_across_ranks(value: int, device: torch.device) -> int:
