@@ -88,16 +88,33 @@ def xml_parser(
     t = re.escape(tag)
     flags = re.IGNORECASE | re.DOTALL
     if kind == "inner":
-        pattern = re.compile(rf"^\s*<{t}>(.*?)</{t}>\s*$" if exact else rf"<{t}>(.*?)</{t}>", flags)
+        # Anchored at the start, so the engine tries one position and the lazy span is scanned once.
+        exact_pattern = re.compile(rf"^\s*<{t}>(.*?)</{t}>\s*$", flags)
+        open_tag = re.compile(rf"<{t}>", re.IGNORECASE)
+        close_tag = re.compile(rf"</{t}>", re.IGNORECASE)
+
+        def first_block(raw: str) -> str | None:
+            # What ``<tag>(.*?)</tag>`` finds with ``search``, in one pass: that regex retries the lazy
+            # span from every opening tag, so many unclosed tags cost quadratic time. The first
+            # opening tag is the match when any closing tag follows it, and none can match otherwise.
+            opened = open_tag.search(raw)
+            if opened is None:
+                return None
+            closed = close_tag.search(raw, opened.end())
+            return None if closed is None else raw[opened.end() : closed.start()]
 
         def parse_inner(raw: str) -> ParseResult:
-            match = pattern.search(raw)
-            if match is None:
+            if exact:
+                match = exact_pattern.search(raw)
+                block = None if match is None else match.group(1)
+            else:
+                block = first_block(raw)
+            if block is None:
                 where = "exactly one" if exact else "a"
                 return ParseResult(
                     None, error_reward, f"Invalid action format: expected {where} <{tag}>...</{tag}> block."
                 )
-            inner = match.group(1).strip()
+            inner = block.strip()
             if not inner:
                 return ParseResult(None, error_reward, f"Invalid action format: <{tag}> block is empty.")
             return ParseResult(inner, success_reward, None)
@@ -143,30 +160,32 @@ def think_prefix_parser(raw: str, *, success_reward: float = 0.1, error_reward: 
 cot_prefix_parser: Callable[..., ParseResult] = think_prefix_parser
 
 
+_BOXED_MARKER = "\\boxed{"
+# A backslash with the character it escapes, or a brace: the only things brace matching looks at.
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
+
+
 def extract_last_boxed_content(raw: str) -> str | None:
     r"""The content of the last well-formed ``\boxed{…}``; nested braces are balanced and
     backslash-escaped braces (``\{``, ``\}``) do not count. ``None`` when there is none."""
-    marker = "\\boxed{"
-    last: str | None = None
-    start = raw.find(marker)
-    while start != -1:
-        i = start + len(marker)
-        depth = 1
-        while i < len(raw):
-            ch = raw[i]
-            if ch == "\\":
-                i += 2  # an escaped character never opens or closes a group
-                continue
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    last = raw[start + len(marker) : i]
-                    break
-            i += 1
-        start = raw.find(marker, start + 1)
-    return last
+    if _BOXED_MARKER not in raw:
+        return None
+    # One left-to-right pass with a stack of open braces: scanning to the end from every marker
+    # costs quadratic time on many unclosed markers. The brace of a marker always follows a "d",
+    # so it is never escaped and the pass matches it exactly as a scan starting there would.
+    open_braces: list[int] = []
+    best: tuple[int, int] | None = None  # (start, end) of the content of the last-starting box
+    for token in _BRACE_TOKEN.finditer(raw):
+        ch = token.group()
+        if ch == "{":
+            open_braces.append(token.start())
+        elif ch == "}" and open_braces:
+            brace = open_braces.pop()
+            marker = brace - len(_BOXED_MARKER) + 1
+            is_box = marker >= 0 and raw.startswith(_BOXED_MARKER, marker)
+            if is_box and (best is None or brace + 1 > best[0]):
+                best = (brace + 1, token.start())
+    return None if best is None else raw[best[0] : best[1]]
 
 
 def boxed_parser(raw: str, *, success_reward: float = 0.1, error_reward: float = -1.0) -> ParseResult:

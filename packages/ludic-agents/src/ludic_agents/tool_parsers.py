@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -66,8 +66,62 @@ class ToolCallParser(Protocol):
         ...
 
 
-_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN = "<tool_call>"
+_CLOSE = "</tool_call>"
+
+
+def _blocks(text: str, open_: str, close: str, start: int = 0) -> Iterator[tuple[int, int, str]]:
+    """``(start, end, body)`` of each ``open_ body close`` block, as ``finditer`` over
+    ``open_(.*?)close`` (DOTALL) finds them, in linear time.
+
+    That regex retries its lazy span from every opening marker, so text with many unclosed markers
+    costs quadratic time. Here the first opening marker at or after the search position is the next
+    match whenever a closing marker follows it, and when none follows no later opening can match.
+    """
+    pos = start
+    while True:
+        opened = text.find(open_, pos)
+        if opened == -1:
+            return
+        closed = text.find(close, opened + len(open_))
+        if closed == -1:
+            return
+        yield opened, closed + len(close), text[opened + len(open_) : closed]
+        pos = closed + len(close)
+
+
+_NAME_STOP = re.compile(r"[>\n]")
+
+
+def _named_blocks(text: str, open_: str, close: str) -> Iterator[tuple[str, str]]:
+    """``(name, body)`` of each block ``finditer`` over ``open_([^>\n]+)>(.*?)close`` (DOTALL) finds,
+    in linear time (``open_`` is ``<function=`` or ``<parameter=``).
+
+    A name runs to the first ``>`` or newline, so a candidate whose name stops at a newline (or is
+    empty) cannot match and the next one is tried; the name stop is remembered, since every
+    candidate that starts before it stops there too. A valid candidate with no closing marker after
+    its ``>`` ends the search: every later candidate's ``>`` is at or after it.
+    """
+    pos = 0
+    stop_from, stop = -1, -1  # the search position and result of the last name-stop search
+    while True:
+        opened = text.find(open_, pos)
+        if opened == -1:
+            return
+        name_start = opened + len(open_)
+        if not stop_from <= name_start <= stop:
+            found = _NAME_STOP.search(text, name_start)
+            stop_from, stop = name_start, (found.start() if found else len(text))
+        if stop == len(text):
+            return
+        if stop == name_start or text[stop] != ">":
+            pos = opened + 1
+            continue
+        closed = text.find(close, stop + 1)
+        if closed == -1:
+            return
+        yield text[name_start:stop], text[stop + 1 : closed]
+        pos = closed + len(close)
 
 
 def _strip_blocks(text: str, spans: list[tuple[int, int]]) -> str:
@@ -95,9 +149,9 @@ class HermesToolParser:
         calls: list[ToolCall] = []
         errors: list[str] = []
         spans: list[tuple[int, int]] = []
-        for i, match in enumerate(_BLOCK.finditer(text)):
-            spans.append(match.span())
-            body = match.group(1).strip()
+        for i, (start, end, block) in enumerate(_blocks(text, _OPEN, _CLOSE)):
+            spans.append((start, end))
+            body = block.strip()
             try:
                 obj = json.loads(body)
             except json.JSONDecodeError as exc:
@@ -122,10 +176,6 @@ class HermesToolParser:
         return ToolParseResult(
             tool_calls=tuple(calls), content=_strip_blocks(text, spans), errors=tuple(errors)
         )
-
-
-_FUNCTION = re.compile(r"<function=([^>\n]+)>(.*?)</function>", re.DOTALL)
-_PARAMETER = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
 
 
 def _param_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
@@ -159,21 +209,18 @@ class Qwen3CoderToolParser:
         calls: list[ToolCall] = []
         errors: list[str] = []
         spans: list[tuple[int, int]] = []
-        for i, block in enumerate(_BLOCK.finditer(text)):
-            spans.append(block.span())
-            fn_match = _FUNCTION.search(block.group(1))
-            if fn_match is None:
-                errors.append(
-                    f"tool call {i}: no <function=...>...</function> inside: {block.group(1)[:200]!r}"
-                )
+        for i, (start, end, block) in enumerate(_blocks(text, _OPEN, _CLOSE)):
+            spans.append((start, end))
+            function = next(_named_blocks(block, "<function=", "</function>"), None)
+            if function is None:
+                errors.append(f"tool call {i}: no <function=...>...</function> inside: {block[:200]!r}")
                 continue
-            name = fn_match.group(1).strip()
+            name = function[0].strip()
             types_for = declared.get(name, {})
             arguments: dict[str, Any] = {}
-            for param in _PARAMETER.finditer(fn_match.group(2)):
-                key = param.group(1).strip()
+            for raw_key, value in _named_blocks(function[1], "<parameter=", "</parameter>"):
+                key = raw_key.strip()
                 # The template writes "\n" around each value; strip exactly those, keep the rest.
-                value = param.group(2)
                 value = value[1:] if value.startswith("\n") else value
                 value = value[:-1] if value.endswith("\n") else value
                 arguments[key] = (
