@@ -7,12 +7,22 @@ Layout under ``output_dir``::
         optimizer.pt        optimizer state (``save_optimizer=True``)
         state.pt            trainer state, batch-source position, RNG states (plain data + tensors)
         trainer_state.json  the same trainer state, human-readable
-    latest.json             {"last_checkpoint": "step_000010", "step": 10}
+        manifest.json       sha256 and size of every file above, the step, the run line and the parent
+    latest.json             {"last_checkpoint": "step_000010", "step": 10, "line": "<run line id>"}
 
-A checkpoint is written into a hidden temporary directory and renamed into place, so every
-``step_*`` directory is complete: after a kill at any moment, the newest ``step_*`` loads. Everything
-is read back with ``torch.load(weights_only=True)`` (no pickled code), so batch-source states and RNG
-states are stored as plain data.
+A checkpoint is written into a hidden temporary directory (every file fsynced) and renamed into
+place, so every ``step_*`` directory is complete. Re-saving an existing step first renames the old copy
+to ``.prev-step_*`` and deletes it only once the new one is in place; a manager started after a kill
+in between renames it back. Loading verifies every file against the manifest; when resuming the
+newest checkpoint, one that fails is skipped with a warning and the next older one on the run's line
+is tried. Everything is read back with ``torch.load(weights_only=True)`` (no pickled code), so
+batch-source states and RNG states are stored as plain data; a file that does not load is reported
+by name, never with advice to unpickle it.
+
+Each save belongs to a *line*: a run continues the line of the checkpoint it resumed from when that
+was the line's newest, and starts a new line (whose parent is the resumed checkpoint) when it resumed
+an older one. ``latest.json`` follows the line that saved last, and only moves forward along it, so
+checkpoints of an abandoned continuation are never picked as "latest" (and are the first pruned).
 
 Under FSDP2, full state dicts are gathered with ``torch.distributed.checkpoint.state_dict`` (every rank
 joins), rank 0 writes, and loading broadcasts from rank 0.
@@ -20,13 +30,17 @@ joins), rank 0 writes, and loading broadcasts from rank 0.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
 import random
 import re
 import shutil
 import tempfile
 import time
+import uuid
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -48,11 +62,15 @@ __all__ = [
     "StatefulBatchSource",
     "capture_rng_states",
     "restore_rng_states",
+    "verify_checkpoint",
 ]
 
 log = get_logger(__name__)
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_PREV_DIR = re.compile(r"^\.prev-(step_\d+)-")
+MANIFEST = "manifest.json"
+_HASH_CHUNK = 1 << 20
 RNGState = Any  # random.Random | numpy.random.Generator | torch.Generator
 
 
@@ -225,6 +243,72 @@ def _save_file(obj: Any, path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    """The checkpoint's manifest, ``None`` for a checkpoint written before manifests existed."""
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DataError(f"{manifest}: unreadable manifest ({e})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        raise DataError(f"{manifest}: not a checkpoint manifest (no 'files' mapping)")
+    return data
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Raise :class:`DataError` naming the first file of ``path`` that is missing or differs from the
+    manifest (size, then sha256). Checkpoints without a manifest (older ones) pass unchecked."""
+    manifest = _read_manifest(path)
+    if manifest is None:
+        log.info("checkpoint.unverified", path=str(path), reason=f"no {MANIFEST}")
+        return
+    for name, entry in sorted(manifest["files"].items()):
+        file = path / name
+        if not file.is_file():
+            raise DataError(f"{file}: listed in {MANIFEST} but missing")
+        size = file.stat().st_size
+        if size != entry.get("bytes"):
+            raise DataError(f"{file}: {size} bytes but {MANIFEST} records {entry.get('bytes')} (truncated?)")
+        digest = _sha256(file)
+        if digest != entry.get("sha256"):
+            raise DataError(f"{file}: sha256 {digest} does not match {MANIFEST} ({entry.get('sha256')})")
+
+
+def _torch_load(path: Path) -> Any:
+    """``torch.load(weights_only=True)`` with failures named by file: torch's own messages suggest
+    ``weights_only=False``, which would run whatever code a tampered file holds."""
+    import torch
+
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError as e:
+        raise DataError(f"{path}: missing; the checkpoint is incomplete, resume from another one") from e
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, zipfile.BadZipFile, OSError) as e:
+        raise DataError(
+            f"{path}: could not be read with torch.load(weights_only=True) ({type(e).__name__}); the file "
+            "is corrupt or was not written by CheckpointManager. Resume from another checkpoint (an older "
+            "step, or resume_from='latest' to fall back automatically); do not load it with "
+            "weights_only=False"
+        ) from e
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with path.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -239,11 +323,30 @@ class CheckpointManager:
 
     def __init__(self, cfg: CheckpointConfig) -> None:
         self.cfg = cfg
+        # This manager's line and the checkpoint its next save descends from (set by load()).
+        self._line = uuid.uuid4().hex
+        self._parent: str | None = None
         if _rank() == 0:
             cfg.output_dir.mkdir(parents=True, exist_ok=True)
-            # Leftovers of a save that was killed half-way; never loadable, safe to remove.
-            for stale in cfg.output_dir.glob(".tmp-step_*"):
-                shutil.rmtree(stale, ignore_errors=True)
+            self._recover()
+
+    def _recover(self) -> None:
+        """Undo what a kill in the middle of a save left behind."""
+        for prev in self.cfg.output_dir.glob(".prev-step_*"):
+            match = _PREV_DIR.match(prev.name)
+            final = self.cfg.output_dir / match.group(1) if match else None
+            # A re-save killed between moving the old copy aside and moving the new one in: the old
+            # copy is the only good one, so it goes back; once the new one is in place it is garbage.
+            if final is not None and not (final / "state.pt").is_file():
+                if final.exists():
+                    shutil.rmtree(final, ignore_errors=True)
+                os.rename(prev, final)
+                log.warning("checkpoint.recovered", path=str(final), reason="a re-save was interrupted")
+            else:
+                shutil.rmtree(prev, ignore_errors=True)
+        # Leftovers of a save that was killed half-way; never loadable, safe to remove.
+        for stale in self.cfg.output_dir.glob(".tmp-step_*"):
+            shutil.rmtree(stale, ignore_errors=True)
 
     # -- queries --
 
@@ -261,9 +364,52 @@ class CheckpointManager:
                 found.append((int(match.group(1)), entry))
         return sorted(found)
 
-    def latest(self) -> Path | None:
+    def _read_latest(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.cfg.output_dir / "latest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _lineage(self) -> list[Path]:
+        """Resume candidates, best first: the newest checkpoint of the line ``latest.json`` names, then
+        its ancestors (parent links, else older steps); checkpoints of other lines come last, so a
+        resume can still fall back to them rather than start over."""
         found = self.checkpoints()
-        return found[-1][1] if found else None
+        by_name = {path.name: (step, path) for step, path in found}
+        latest = self._read_latest()
+        line = latest.get("line") if latest else None
+        meta: dict[str, dict[str, Any]] = {}
+        for _step, path in found:
+            try:
+                meta[path.name] = _read_manifest(path) or {}
+            except DataError:
+                meta[path.name] = {}
+        on_line = [(step, path) for step, path in found if line and meta[path.name].get("line") == line]
+        if not on_line:
+            return [path for _step, path in reversed(found)]
+        order: list[Path] = []
+        seen: set[str] = set()
+        step, current = on_line[-1]
+        while True:
+            order.append(current)
+            seen.add(current.name)
+            parent = meta[current.name].get("parent")
+            if isinstance(parent, str) and parent in by_name and parent not in seen:
+                step, current = by_name[parent]
+                continue
+            # The parent was pruned or never recorded: continue with the next older step.
+            older = [(s, p) for s, p in found if s < step and p.name not in seen]
+            if not older:
+                break
+            step, current = older[-1]
+        order.extend(path for _step, path in reversed(found) if path.name not in seen)
+        return order
+
+    def latest(self) -> Path | None:
+        """The newest checkpoint of the line that saved last (unverified; :meth:`load` verifies)."""
+        order = self._lineage()
+        return order[0] if order else None
 
     def resolve(self, target: int | str | os.PathLike[str] | None) -> Path:
         """``None``: the newest checkpoint; an int (or a digit string that is not a path): that step;
@@ -332,25 +478,39 @@ class CheckpointManager:
             _save_file(model_state, tmp / "model.pt")
             if optim_state is not None:
                 _save_file(optim_state, tmp / "optimizer.pt")
-            # state.pt marks the directory complete; write it last.
             _save_file(state, tmp / "state.pt")
             readable = {"step": step, "time": state["time"], "weights": self.cfg.weights, **state["trainer"]}
-            (tmp / "trainer_state.json").write_text(
-                json.dumps(readable, indent=2, default=str), encoding="utf-8"
-            )
+            _write_bytes(tmp / "trainer_state.json", json.dumps(readable, indent=2, default=str).encode())
+            files = {
+                f.name: {"sha256": _sha256(f), "bytes": f.stat().st_size}
+                for f in sorted(tmp.iterdir())
+                if f.is_file()
+            }
+            parent = self._parent if self._parent != final.name else None
+            manifest = {"step": step, "line": self._line, "parent": parent, "files": files}
+            _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
             _fsync_dir(tmp)
-            if final.exists():  # re-saving a step (e.g. after a resume): swap, never leave a gap
-                trash = self.cfg.output_dir / f".tmp-step_{step:06d}-old-{os.getpid()}"
-                os.rename(final, trash)
+            if final.exists():  # re-saving a step (e.g. after a resume): the old copy stays until the swap
+                prev = self.cfg.output_dir / f".prev-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                os.rename(final, prev)
                 os.rename(tmp, final)
-                shutil.rmtree(trash, ignore_errors=True)
+                _fsync_dir(self.cfg.output_dir)
+                shutil.rmtree(prev, ignore_errors=True)
             else:
                 os.rename(tmp, final)
             _fsync_dir(self.cfg.output_dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        _write_json_atomic(self.cfg.output_dir / "latest.json", {"last_checkpoint": final.name, "step": step})
+        self._parent = final.name
+        latest = self._read_latest()
+        # latest.json only moves forward along this line; a save of an older step of the same line
+        # (an explicit save() call) leaves it where it is.
+        if not (latest and latest.get("line") == self._line and int(latest.get("step", -1)) > step):
+            _write_json_atomic(
+                self.cfg.output_dir / "latest.json",
+                {"last_checkpoint": final.name, "step": step, "line": self._line},
+            )
         self._prune()
         log.info("checkpoint.saved", step=step, path=str(final))
         _barrier()
@@ -380,8 +540,9 @@ class CheckpointManager:
         return optimizer.state_dict()
 
     def _prune(self) -> None:
-        found = self.checkpoints()
-        for _step, path in found[: max(0, len(found) - self.cfg.max_to_keep)]:
+        """Keep the ``max_to_keep`` best resume candidates (this line's newest and its ancestors);
+        checkpoints of abandoned lines go first."""
+        for path in self._lineage()[self.cfg.max_to_keep :]:
             shutil.rmtree(path, ignore_errors=True)
 
     # -- load --
@@ -395,17 +556,35 @@ class CheckpointManager:
         batch_source: Any = None,
         rngs: Mapping[str, RNGState] | None = None,
     ) -> LoadedCheckpoint:
-        import torch
+        """Load ``target`` (see :meth:`resolve`) into the given objects after verifying its files.
 
-        path = self.resolve(target)
-        state = torch.load(path / "state.pt", weights_only=True, map_location="cpu")
-        model_state = torch.load(path / "model.pt", weights_only=True, map_location="cpu")
+        ``target=None`` tries the resume candidates newest first and skips, with a warning naming each
+        one and why, those that fail verification or do not load; an explicit target raises instead.
+        Nothing is modified until every file of the chosen checkpoint has been read.
+        """
+        if target is not None:
+            path = self.resolve(target)
+            files = self._read_checkpoint(path, optimizer is not None)
+        else:
+            candidates = self._lineage()
+            if not candidates:
+                raise DataError(f"no checkpoint found under {self.cfg.output_dir}")
+            skipped: list[str] = []
+            found: tuple[dict[str, Any], Any, Any] | None = None
+            for path in candidates:
+                try:
+                    found = self._read_checkpoint(path, optimizer is not None)
+                    break
+                except DataError as e:
+                    skipped.append(f"{path.name}: {e}")
+            if skipped:
+                log.warning("checkpoint.skipped", skipped=skipped, loaded=path.name if found else None)
+            if found is None:
+                raise DataError(f"no checkpoint under {self.cfg.output_dir} verifies: " + "; ".join(skipped))
+            files = found
+        state, model_state, optim_state = files
         self._load_model(model, model_state, trainable_only=state.get("weights") == "trainable", path=path)
         if optimizer is not None:
-            optim_path = path / "optimizer.pt"
-            if not optim_path.is_file():
-                raise DataError(f"{path} has no optimizer state (saved with save_optimizer=False)")
-            optim_state = torch.load(optim_path, weights_only=True, map_location="cpu")
             if is_fsdp_module(model):
                 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
@@ -421,10 +600,44 @@ class CheckpointManager:
                 )
             batch_source.load_state_dict(state["batch_source"])
         restore_rng_states(state["rng"], rngs)
+        self._adopt(path)
         log.info("checkpoint.loaded", step=state["step"], path=str(path))
         return LoadedCheckpoint(
             path=path, step=int(state["step"]), trainer_state=dict(state.get("trainer", {}))
         )
+
+    def _read_checkpoint(self, path: Path, with_optimizer: bool) -> tuple[dict[str, Any], Any, Any]:
+        """``(state, model state, optimizer state or None)`` of a verified checkpoint."""
+        verify_checkpoint(path)
+        state = _torch_load(path / "state.pt")
+        model_state = _torch_load(path / "model.pt")
+        optim_state = None
+        if with_optimizer:
+            optim_path = path / "optimizer.pt"
+            if not optim_path.is_file():
+                raise DataError(f"{path} has no optimizer state (saved with save_optimizer=False)")
+            optim_state = _torch_load(optim_path)
+        return state, model_state, optim_state
+
+    def _adopt(self, path: Path) -> None:
+        """Continue the loaded checkpoint's line when it is that line's newest; otherwise later saves
+        fork a new line from it, so the abandoned continuation never becomes "latest" again."""
+        try:
+            manifest = _read_manifest(path) or {}
+        except DataError:
+            manifest = {}
+        line = manifest.get("line")
+        step = manifest.get("step")
+        newer_on_line = False
+        if isinstance(line, str) and isinstance(step, int):
+            for other_step, other in self.checkpoints():
+                if other_step > step:
+                    try:
+                        newer_on_line = newer_on_line or (_read_manifest(other) or {}).get("line") == line
+                    except DataError:
+                        continue
+        self._line = line if isinstance(line, str) and not newer_on_line else uuid.uuid4().hex
+        self._parent = path.name if path.parent.resolve() == self.cfg.output_dir.resolve() else None
 
     def _load_model(
         self, model: Any, model_state: dict[str, Any], *, trainable_only: bool, path: Path
