@@ -23,7 +23,10 @@ GSM8K_SYSTEM_PROMPT = (
 def _format(value: Fraction) -> str:
     if value.denominator == 1:
         return str(value.numerator)
-    decimal = value.numerator / value.denominator
+    try:
+        decimal = value.numerator / value.denominator
+    except OverflowError:  # beyond float range: keep the exact fraction
+        return f"{value.numerator}/{value.denominator}"
     return repr(decimal) if Fraction(decimal) == value else f"{value.numerator}/{value.denominator}"
 
 

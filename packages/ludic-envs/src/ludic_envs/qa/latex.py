@@ -58,6 +58,13 @@ _REMOVE = (
 )
 
 
+# "5 cm": the language of r"(-?[\d,]*\.?\d+)\s+[a-zA-Z ]+", written so that nothing backtracks over
+# a long run (that form took quadratic time on a long digit or space run that does not match). The
+# number ends in a digit (the lookbehind); the unit words either follow the maximal whitespace run,
+# or are the final space of a run of two or more.
+_NUMBER_WITH_UNIT = re.compile(r"(-?[\d,]*+(?:\.\d++)?)(?<=\d)(?:\s++[a-zA-Z ]+|\s*+(?<=\s\s)(?<= ))")
+
+
 def _strip_text_wrappers(s: str) -> str:
     # \text{cm}, \mbox{ units}: keep the inside; unit words are dropped below when a number precedes.
     return re.sub(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}", r"\1", s)
@@ -81,7 +88,7 @@ def normalize_math_answer(answer: str) -> str:
     s = re.sub(r"^\s*[a-zA-Z]\s*=\s*", "", s)  # "x = 5" -> "5"
     s = s.rstrip(".").strip()
     # A number followed by unit words ("5 cm", "12 inches").
-    unit = re.fullmatch(r"(-?[\d,]*\.?\d+)\s+[a-zA-Z ]+", s)
+    unit = _NUMBER_WITH_UNIT.fullmatch(s)
     if unit:
         s = unit.group(1)
     if re.fullmatch(r"-?\d{1,3}(,\d{3})+", s):

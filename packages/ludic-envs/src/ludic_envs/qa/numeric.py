@@ -15,37 +15,43 @@ __all__ = ["extract_gsm8k_target", "last_number", "numbers_match", "parse_number
 # A sign, then digits with optional thousands separators, an optional decimal part, or a bare ".5".
 # A simple fraction "3/4" is one number.
 _NUMBER = re.compile(
-    r"(?<![\w.])(?P<sign>[-+−]?)\s*[$€£]?\s*"
+    # The lookahead only skips positions where nothing but an empty match is possible, cheaply.
+    r"(?=[-+−$€£./\d\s])(?<![\w.])(?P<sign>[-+−]?)\s*[$€£]?\s*"
     r"(?P<int>\d{1,3}(?:,\d{3})+|\d+)?(?P<frac>\.\d+)?"
     r"(?:\s*/\s*(?P<den>\d+))?"
 )
 
 
+def _states_a_number(match: re.Match[str]) -> bool:
+    if match.group("int") is None and match.group("frac") is None:
+        return False
+    denominator = match.group("den")
+    return denominator is None or denominator.strip("0") != ""
+
+
 def _to_fraction(match: re.Match[str]) -> Fraction | None:
     whole, decimals, denominator = match.group("int"), match.group("frac"), match.group("den")
-    if whole is None and decimals is None:
+    try:
+        value = Fraction((whole or "0").replace(",", "") + (decimals or ""))
+        if denominator is not None:
+            value /= int(denominator)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits())
         return None
-    value = Fraction((whole or "0").replace(",", "") + (decimals or ""))
-    if denominator is not None:
-        if int(denominator) == 0:
-            return None
-        value /= int(denominator)
     return -value if match.group("sign") in ("-", "−") else value
 
 
-def _numbers(text: str) -> list[Fraction]:
-    found = []
-    for match in _NUMBER.finditer(text):
-        value = _to_fraction(match)
-        if value is not None:
-            found.append(value)
-    return found
-
-
 def last_number(text: str) -> Fraction | None:
-    """The last number written in ``text`` (the final answer usually comes last), or None."""
-    numbers = _numbers(text)
-    return numbers[-1] if numbers else None
+    """The last number written in ``text`` (the final answer usually comes last), or None.
+
+    None too when that number has more digits than Python converts to an integer (4300 by
+    default): an earlier number is not the answer the text commits to.
+    """
+    # Only the last number is converted: converting every one costs far more than finding them.
+    last: re.Match[str] | None = None
+    for match in _NUMBER.finditer(text):
+        if _states_a_number(match):
+            last = match
+    return None if last is None else _to_fraction(last)
 
 
 def parse_number(text: str) -> Fraction | None:
