@@ -1,7 +1,12 @@
 """Dataset question answering: :class:`DatasetQAEnv` and ready envs for GSM8K and MATH."""
 
 from ludic_envs.qa.env import DatasetQAEnv
-from ludic_envs.qa.equivalence import math_answers_equivalent, math_verify_available
+from ludic_envs.qa.equivalence import (
+    MathVerdict,
+    grade_math_answer,
+    math_answers_equivalent,
+    math_verify_available,
+)
 from ludic_envs.qa.gsm8k import gsm8k_answer, make_gsm8k_env
 from ludic_envs.qa.latex import last_boxed, normalize_math_answer
 from ludic_envs.qa.loading import clear_dataset_cache, load_rows
@@ -11,8 +16,10 @@ from ludic_envs.qa.numeric import extract_gsm8k_target, numbers_match, parse_num
 __all__ = [
     "DatasetQAEnv",
     "MathQAEnv",
+    "MathVerdict",
     "clear_dataset_cache",
     "extract_gsm8k_target",
+    "grade_math_answer",
     "gsm8k_answer",
     "last_boxed",
     "load_rows",

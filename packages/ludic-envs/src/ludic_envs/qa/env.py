@@ -16,7 +16,9 @@ __all__ = ["AnswerParser", "DatasetQAEnv", "PromptBuilder", "TargetParser", "Ver
 PromptBuilder = Callable[[Mapping[str, Any]], str]
 TargetParser = Callable[[str], str]
 AnswerParser = Callable[[str], "str | None"]
-Verifier = Callable[[str, str], bool]
+# The result's truth value decides; a result with a true ``timed_out`` attribute (such as
+# ``MathVerdict``) also sets ``info["grading_timeout"]``.
+Verifier = Callable[[str, str], object]
 
 _ID_KEYS = ("id", "unique_id", "uid", "question_id")
 
@@ -46,7 +48,8 @@ class DatasetQAEnv(SingleAgentEnv):
 
     Grading: ``answer_parser`` extracts the answer from the action (None: no answer found, which is
     graded incorrect), ``target_parser`` extracts the reference from ``sample[answer_key]``, and
-    ``verifier(parsed_answer, target)`` decides. Rewards: ``correct_reward``, ``incorrect_reward``,
+    ``verifier(parsed_answer, target)`` decides (its truth value; when it reports ``timed_out``, as
+    the MATH env's verdicts do, ``info["grading_timeout"]`` is set). Rewards: ``correct_reward``, ``incorrect_reward``,
     and ``no_answer_reward`` (defaults to ``incorrect_reward``).
     """
 
@@ -153,7 +156,9 @@ class DatasetQAEnv(SingleAgentEnv):
         self._done = True
         target = self.target(sample)
         parsed = self.answer_parser(action)
-        correct = parsed is not None and bool(self.verifier(parsed, target))
+        verdict = self.verifier(parsed, target) if parsed is not None else False
+        correct = bool(verdict)
+        grading_timeout = bool(getattr(verdict, "timed_out", False))
         if parsed is None:
             reward, obs = self.no_answer_reward, f"No answer found. Expected {target}."
         elif correct:
@@ -168,4 +173,6 @@ class DatasetQAEnv(SingleAgentEnv):
             "answer_found": parsed is not None,
             "correct": correct,
         }
+        if grading_timeout:  # graded wrong without a decision: say so rather than pass it off as one
+            info["grading_timeout"] = True
         return StepOutcome(obs=obs, reward=reward, terminated=True, info=info)

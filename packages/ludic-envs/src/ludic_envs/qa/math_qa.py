@@ -8,7 +8,7 @@ from typing import Any
 
 from ludic_core.errors import DataError
 from ludic_envs.qa.env import DatasetQAEnv
-from ludic_envs.qa.equivalence import math_answers_equivalent
+from ludic_envs.qa.equivalence import grade_math_answer
 from ludic_envs.qa.latex import last_boxed
 from ludic_envs.qa.loading import DataFiles, load_rows
 
@@ -55,12 +55,15 @@ def make_math_env(
     sample: Mapping[str, Any] | None = None,
     system_prompt: str | None = MATH_SYSTEM_PROMPT,
     use_math_verify: bool = True,
+    grading_timeout_s: float = 5.0,
     **kwargs: Any,
 ) -> MathQAEnv:
     """A MATH env (MATH-500 by default); rows chosen as in :func:`~ludic_envs.qa.gsm8k.make_gsm8k_env`.
 
     Answers are compared with ``math-verify`` when installed (and ``use_math_verify``), otherwise by
-    normalised strings (:func:`~ludic_envs.qa.latex.normalize_math_answer`).
+    normalised strings (:func:`~ludic_envs.qa.latex.normalize_math_answer`). math-verify runs in a
+    child process killed after ``grading_timeout_s`` seconds; such an answer is graded wrong with
+    ``info["grading_timeout"] = True``.
     """
     samples: Sequence[Mapping[str, Any]] | None = None
     if sample is None:
@@ -72,7 +75,7 @@ def make_math_env(
         prompt_key="problem",
         answer_key="answer",
         answer_parser=math_answer,
-        verifier=partial(math_answers_equivalent, use_math_verify=use_math_verify),
+        verifier=partial(grade_math_answer, use_math_verify=use_math_verify, timeout_s=grading_timeout_s),
         system_prompt=system_prompt,
         **kwargs,
     )
