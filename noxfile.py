@@ -37,6 +37,8 @@ nox.options.sessions = [
     "examples",
     "bench",
     "demo",
+    "docs",
+    "doctest-md",
 ]
 nox.options.reuse_venv = "no"
 # Locally a session whose Python is not installed is skipped (and listed as skipped); on CI it fails.
@@ -460,3 +462,60 @@ def build(session: nox.Session) -> None:
     out = ROOT / "dist"
     for package in PACKAGES:
         session.run("python", "-m", "build", "--outdir", str(out), str(PACKAGES_DIR / package))
+
+
+# The documentation site: MkDocs + Material for MkDocs + mkdocstrings. Markdown-native like the READMEs,
+# and mkdocstrings' Python handler reads the docstrings by static analysis (griffe), so the API reference
+# builds without importing any package: no torch, no optional dependency. Pinned so a release of the
+# theme or of griffe cannot start failing the strict build on its own.
+DOCS_REQUIREMENTS = (
+    "mkdocs==1.6.1",
+    "mkdocs-material==9.8.2",
+    "mkdocstrings==1.0.8",
+    "mkdocstrings-python==2.0.11",
+)
+# Code blocks of docs/*.md, README.md and packages/*/README.md run as tests by pytest-markdown-docs: a
+# pytest plugin (so it shares the test suite's runner, fixtures, timeouts and pytest-asyncio, which runs
+# blocks with top-level `await`), with `continuation` to chain blocks of one file and `notest` to mark a
+# block that cannot run here. Fixtures for blocks (`fixture:<name>`) live in tools/markdown_fixtures.py.
+MARKDOWN_DOCS = "pytest-markdown-docs==0.9.2"
+DOCTEST_MD_REQUIREMENTS = (*FULL_STACK, "ludic-core[test]")
+
+
+def _markdown_files() -> list[str]:
+    files = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
+    return [*files, *sorted(str(p.relative_to(ROOT)) for p in PACKAGES_DIR.glob("*/README.md"))]
+
+
+@nox.session(python=PYTHON)
+@disposable_venv
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (mkdocs.yml, docs/) with warnings as errors, into a temporary dir."""
+    _prepare(session)
+    session.install(PIP_QUIET, *DOCS_REQUIREMENTS)
+    session.env["NO_MKDOCS_2_WARNING"] = "1"
+    out = Path(session.create_tmp()) / "site"
+    session.run(
+        "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(out)
+    )
+
+
+@nox.session(name="doctest-md", python=PYTHON)
+@disposable_venv
+def doctest_md(session: nox.Session) -> None:
+    """Run every ```python block of the docs and the READMEs (blocks marked `notest` say why they don't)."""
+    _prepare(session)
+    _install_local(session, DOCTEST_MD_REQUIREMENTS, editable=True)
+    session.install(PIP_QUIET, "-c", str(CONSTRAINTS), MARKDOWN_DOCS)
+    session.env["PYTHONPATH"] = str(ROOT / "tools")
+    session.run(
+        "pytest",
+        "--markdown-docs",
+        "-p",
+        "markdown_fixtures",
+        "-o",
+        "addopts=-ra --strict-markers --strict-config",
+        f"--timeout={TEST_TIMEOUT_S}",
+        *_markdown_files(),
+        *session.posargs,
+    )
