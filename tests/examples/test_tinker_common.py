@@ -40,9 +40,11 @@ class _TrainingClient:
 
 
 async def test_tokenizer_option_loads_a_local_directory_instead_of_the_base_models(tmp_path: Path) -> None:
-    from ludic_agents.testing import qwen25_tokenizer
+    # A tokenizer trained here in 0.1 s: the examples session has transformers but not the test extras
+    # that build the real Qwen tokenizer offline.
+    from ludic_train.testing import bpe_tokenizer
 
-    qwen25_tokenizer().save_pretrained(tmp_path / "tok")
+    bpe_tokenizer().save_pretrained(tmp_path / "tok")
     with open_service(_args("--tokenizer", str(tmp_path / "tok"))) as wiring:
         tokenizer = await wiring.tokenizer_for(_TrainingClient())
     assert tokenizer.decode(tokenizer.encode("hello tinker")) == "hello tinker"
