@@ -268,12 +268,21 @@ async def test_update_during_generation_marks_the_sample_mixed(
             asyncio.ensure_future(client.complete_tokens(request(seed=s, max_tokens=LONG))) for s in seeds
         ]
         await asyncio.sleep(0.05)
-        await set_weights(vllm_server.url, perturbed(base_weights, seed=23 + attempt))
+        # Freeze generation first: on a loaded machine the upload can take longer than the requests,
+        # which would then all finish under the old weights. Frozen, every request already admitted is
+        # still in flight when the update lands. (The update pauses the engine itself too; a second
+        # pause of a paused engine is a no-op, and the update's resume or ours lets them finish.)
+        await client.control.pause("keep")
+        try:
+            await set_weights(vllm_server.url, perturbed(base_weights, seed=23 + attempt))
+        finally:
+            await client.control.resume()
         results = await asyncio.wait_for(asyncio.gather(*tasks), 120)
         assert all(r.finish_reason == "length" for r in results)
-        assert all(r.policy_version_start == before for r in results)
+        # A request that reached the server while the update ran waited for it: it is pure new-version.
+        assert all(r.policy_version_start in (before, before + 1) for r in results)
         assert all(r.policy_version_end in (before, before + 1) for r in results)
-        mixed = [r for r in results if r.policy_version_end == before + 1]
+        mixed = [r for r in results if (r.policy_version_start, r.policy_version_end) == (before, before + 1)]
         if mixed:
             break
     assert mixed, "the update never landed while a request was in flight"
