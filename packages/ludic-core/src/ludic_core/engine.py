@@ -40,7 +40,7 @@ from ludic_core.filters import SampleFilter, apply_filter
 from ludic_core.inference import InferenceSpec
 from ludic_core.logs import get_logger
 from ludic_core.protocols.base import InteractionProtocol
-from ludic_core.protocols.standard import StandardProtocolFactory
+from ludic_core.protocols.standard import StandardProtocolFactory, _short_repr
 from ludic_core.registry import ENVS, PROTOCOLS, Registry
 from ludic_core.requests import RolloutRequest
 from ludic_core.rollout_log import RolloutLog
@@ -138,11 +138,6 @@ _EXPECTED = {
         "`lambda: SingleAgentProtocol(Agent(client=client, parser=parser))`"
     ),
 }
-
-
-def _short_repr(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_factories(mapping_name: str, factories: object) -> dict[str, Callable[..., Any]]:

@@ -34,7 +34,8 @@ from typing import Any
 
 import attrs
 
-from ludic_core.credit import RolloutStepKey
+from ludic_core.credit import RolloutStepKey, _check_unique_ids, _fill
+from ludic_core.curriculum import _check_int
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.requests import RolloutRequest
 from ludic_core.seeding import MAX_SEED, random_state_from_json, random_state_to_json
@@ -288,13 +289,7 @@ class SPOAdvantage:
             )
 
     def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]:
-        seen: set[str] = set()
-        for rollout in rollouts:
-            if rollout.id in seen:
-                raise DataError(
-                    f"rollout id {rollout.id!r} appears twice; credit is keyed by (rollout.id, step.index)"
-                )
-            seen.add(rollout.id)
+        _check_unique_ids(rollouts)
         if not rollouts:
             return {}
         span = self.reward_max - self.reward_min
@@ -325,12 +320,7 @@ class SPOAdvantage:
             mean = math.fsum(raw) / len(raw)
             std = math.sqrt(math.fsum((a - mean) ** 2 for a in raw) / len(raw))
             advantage = [(a - mean) / (std + self.eps) for a in raw]
-        return {(r.id, s.index): a for r, a in zip(rollouts, advantage, strict=True) for s in r.steps}
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+        return _fill(rollouts, {r.id: a for r, a in zip(rollouts, advantage, strict=True)})
 
 
 @attrs.define
