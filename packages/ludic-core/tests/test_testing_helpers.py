@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError, ConformanceError
-from ludic_core.inference import TokenCompletionRequest
+from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_core.testing import (
     ByteTokenizer,
     GuessNumberEnv,
@@ -15,6 +15,7 @@ from ludic_core.testing import (
     SeededChatClient,
     check_client,
     check_env,
+    scripted_prompt_logprob,
 )
 from ludic_core.types import ChatResponse, Info, StepOutcome
 
@@ -70,10 +71,32 @@ def test_check_env_reports_unknown_agents() -> None:
 
 
 async def test_scripted_clients_conform() -> None:
-    await check_client(SeededChatClient(["hello", "world"]), prompt_token_ids=[5, 6])
+    await check_client(SeededChatClient(["hello", "world"]), prompt_token_ids=[5, 6], prompt_logprobs=True)
     await check_client(
-        ScriptedChatClient(["abcdefghijklmnop"], cycle=True), prompt_token_ids=[5, 6], max_tokens=4
+        ScriptedChatClient(["abcdefghijklmnop"], cycle=True),
+        prompt_token_ids=[5, 6, 7],
+        max_tokens=4,
+        prompt_logprobs=True,
     )
+
+
+async def test_scripted_prompt_logprobs_are_a_fixed_function_of_position_and_token() -> None:
+    client = ScriptedChatClient(["ok"], cycle=True)
+    prompt = (7, 3, 3, 9)
+
+    async def score(**kwargs: object) -> tuple[float, ...] | None:
+        request = TokenCompletionRequest(
+            prompt_token_ids=prompt, return_=ReturnSpec(return_prompt_logprobs=True), **kwargs
+        )
+        return (await client.complete_tokens(request)).prompt_logprobs
+
+    expected = tuple(scripted_prompt_logprob(p, prompt[p]) for p in (1, 2, 3))
+    assert await score() == expected
+    assert await score(seed=5, sampling=SamplingParams(temperature=0.2)) == expected
+    assert len(set(expected)) == 3 and all(lp < 0 for lp in expected)
+    # Not asked for: none.
+    plain = await client.complete_tokens(TokenCompletionRequest(prompt_token_ids=prompt))
+    assert plain.prompt_logprobs is None
 
 
 class LyingClient:
@@ -92,6 +115,41 @@ async def test_check_client_reports_every_problem() -> None:
     text = str(err.value)
     assert "prompt_token_ids differ" in text and "exceed max_tokens" in text
     assert "finish_reason 'weird'" in text and "logprobs were requested" in text
+
+
+class PromptLogprobClient(ScriptedChatClient):
+    """Returns the prompt logprobs that ``make`` builds, whatever they are."""
+
+    def __init__(self, make: Callable[[TokenCompletionRequest], list[float] | None]) -> None:
+        super().__init__(["ok"], cycle=True)
+        self.make = make
+
+    async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
+        response = await super().complete_tokens(request)
+        values = self.make(request) if request.return_.return_prompt_logprobs else None
+        # object.__setattr__: bypass the response's own length check, as a broken client's parser might.
+        object.__setattr__(response, "prompt_logprobs", None if values is None else tuple(values))
+        return response
+
+
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (lambda r: None, "prompt logprobs were requested (return_prompt_logprobs) but not returned"),
+        (lambda r: [-1.0], "1 prompt logprobs for a 3-token prompt; expected 2"),
+        (lambda r: [-1.0, float("nan")], "prompt logprobs must be finite"),
+        (lambda r: [-1.0, 0.5], "prompt logprobs must be <= 0"),
+        (lambda r: [-1.0, -r.sampling.temperature - 1], "prompt logprobs depend on the sampling temperature"),
+    ],
+)
+async def test_check_client_checks_prompt_logprobs_when_asked(
+    make: Callable[[TokenCompletionRequest], list[float] | None], problem: str
+) -> None:
+    client = PromptLogprobClient(make)
+    await check_client(client, prompt_token_ids=[5, 6, 7])  # not asked: not checked
+    with pytest.raises(ConformanceError) as err:
+        await check_client(client, prompt_token_ids=[5, 6, 7], prompt_logprobs=True)
+    assert problem in str(err.value)
 
 
 async def test_scripted_client_cuts_at_max_tokens_and_reports_length() -> None:

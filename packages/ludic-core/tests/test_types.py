@@ -45,6 +45,27 @@ def test_chat_response_policy_version_and_trace() -> None:
         ChatResponse(text="a", prompt_token_ids=[1], completion_token_ids=[2], completion_logprobs=[])
 
 
+def test_chat_response_prompt_logprobs_have_one_entry_per_prompt_token_after_the_first() -> None:
+    r = ChatResponse(
+        text="", prompt_token_ids=[1, 2, 3], completion_token_ids=[4], prompt_logprobs=[-1, -0.5]
+    )
+    assert r.prompt_logprobs == (-1.0, -0.5)
+    assert (
+        ChatResponse(
+            text="", prompt_token_ids=[1], completion_token_ids=[], prompt_logprobs=[]
+        ).prompt_logprobs
+        == ()
+    )
+    assert ChatResponse(text="", prompt_token_ids=[1, 2], completion_token_ids=[]).prompt_logprobs is None
+    for wrong in ([-1.0], [-1.0, -2.0, -3.0]):
+        with pytest.raises(DataError, match=rf"prompt_logprobs has {len(wrong)} entries .* has 3; .*\(2\)"):
+            ChatResponse(text="", prompt_token_ids=[1, 2, 3], completion_token_ids=[], prompt_logprobs=wrong)
+    with pytest.raises(DataError, match=r"prompt_logprobs\[1\] must be a number, got None"):
+        ChatResponse(
+            text="", prompt_token_ids=[1, 2, 3], completion_token_ids=[], prompt_logprobs=[-1.0, None]
+        )
+
+
 def test_step_outcome_validation() -> None:
     with pytest.raises(DataError, match="obs must be a str"):
         StepOutcome(obs=3)  # type: ignore[arg-type]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 import torch
 
-from ludic_core.errors import ConfigError
+from ludic_core.errors import ConfigError, DataError
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_tinker import TinkerChatClient, TinkerLoss, TinkerTrainer
 from ludic_tinker.testing import EOS_ID, FakeTinkerService
@@ -85,6 +89,65 @@ async def test_stop_token_ids_end_the_completion(training_client, tokenizer, fak
     assert stopped.completion_token_ids == greedy.completion_token_ids[:cut]
     assert stopped.finish_reason == "stop"
     assert fake_service.sample_requests[-1]["sampling_params"]["stop"] == [stop_id]
+
+
+async def test_prompt_logprobs_are_the_sampler_models_logprobs_of_the_prompt(
+    training_client, tokenizer, fake_service: FakeTinkerService
+):
+    client = await _client(training_client, tokenizer)
+    prompt = tokenizer.encode("<abcab")
+    request = TokenCompletionRequest(
+        prompt_token_ids=prompt,
+        sampling=SamplingParams(temperature=1.0, max_tokens=1),
+        return_=ReturnSpec(return_prompt_logprobs=True),
+        seed=3,
+    )
+    response = await client.complete_tokens(request)
+    assert fake_service.sample_requests[-1]["prompt_logprobs"] is True
+    model = fake_service.base_model_instance()
+    with torch.no_grad():
+        expected = model.token_logprobs(prompt[:-1], prompt[1:]).tolist()
+    assert response.prompt_logprobs is not None and len(response.prompt_logprobs) == len(prompt) - 1
+    assert list(response.prompt_logprobs) == pytest.approx(expected, abs=1e-5)
+    # Not asked: not requested from Tinker, none returned.
+    plain = await client.complete_tokens(_request(tokenizer))
+    assert not fake_service.sample_requests[-1].get("prompt_logprobs")
+    assert plain.prompt_logprobs is None
+
+
+class _ScriptedSampler:
+    """Answers every sample call with one sequence and these prompt logprobs."""
+
+    def __init__(self, prompt_logprobs: list[float | None] | None) -> None:
+        self.prompt_logprobs = prompt_logprobs
+
+    def sample(self, **kwargs):  # type: ignore[no-untyped-def]
+        sequence = SimpleNamespace(tokens=[5], logprobs=[-0.5], stop_reason="length")
+        response = SimpleNamespace(sequences=[sequence], prompt_logprobs=self.prompt_logprobs)
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        future.set_result(response)
+        return future
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        (None, "no prompt logprobs, but the request asked for them"),
+        ([None, -1.0], "2 prompt logprobs for a 3-token prompt"),
+        ([None, -1.0, None], r"no prompt logprob at prompt positions \[2\]"),
+    ],
+)
+async def test_missing_or_short_prompt_logprobs_are_data_errors(tokenizer, values, problem):
+    client = TinkerChatClient(_ScriptedSampler(values), tokenizer)
+    request = TokenCompletionRequest(
+        prompt_token_ids=[3, 4, 5],
+        sampling=SamplingParams(max_tokens=1),
+        return_=ReturnSpec(return_prompt_logprobs=True),
+    )
+    with pytest.raises(DataError, match=problem):
+        await client.complete_tokens(request)
+    client_ok = TinkerChatClient(_ScriptedSampler([None, -1.0, -2.0]), tokenizer)
+    assert (await client_ok.complete_tokens(request)).prompt_logprobs == (-1.0, -2.0)
 
 
 async def test_unsupported_sampling_options_raise_or_are_reported(training_client, tokenizer):

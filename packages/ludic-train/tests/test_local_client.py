@@ -157,7 +157,7 @@ async def test_top_k_one_is_greedy(tok, model) -> None:  # type: ignore[no-untyp
 
 async def test_passes_the_ludic_client_conformance_checks(tok, model) -> None:  # type: ignore[no-untyped-def]
     client = LocalPolicyClient(model, tok)
-    await check_client(client, prompt_token_ids=tok.encode("hello there"))
+    await check_client(client, prompt_token_ids=tok.encode("hello there"), prompt_logprobs=True)
 
 
 # --- shared prompts, batched sampling, canonical order, timeouts ---------------------------------------
@@ -417,7 +417,7 @@ def test_inverse_cdf_never_picks_a_zero_weight_token_and_inverts_the_cumulative_
 def _slow_generate(seconds: float):  # type: ignore[no-untyped-def]
     def generate(requests):  # type: ignore[no-untyped-def]
         time.sleep(seconds)
-        return [([5], [-0.5], "length") for _ in requests]
+        return [([5], [-0.5], "length", None) for _ in requests]
 
     return generate
 
@@ -496,3 +496,96 @@ def _busy(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
+
+
+# --- prompt logprobs ------------------------------------------------------------------------------------
+
+
+def reference_prompt_logprobs(model, prompt) -> list[float]:  # type: ignore[no-untyped-def]
+    """``log p(prompt[i+1] | prompt[:i+1])`` from one plain forward pass, untempered."""
+    with torch.no_grad():
+        logits = model(torch.tensor([list(prompt)])).logits[0].float()
+    logp = torch.log_softmax(logits, -1)
+    return [logp[i, t].item() for i, t in enumerate(prompt[1:])]
+
+
+def scoring_requests(tok) -> list[TokenCompletionRequest]:  # type: ignore[no-untyped-def]
+    """Shared system prompts, nested shared prefixes and a repeated prompt, at three temperatures and
+    with filters, every other one asking for prompt logprobs."""
+    prompts = [chat(tok, b) for b in BOARDS] + [chat(tok, BOARDS[0])] + nested_prompts()
+    return [
+        TokenCompletionRequest(
+            prompt_token_ids=p,
+            sampling=SamplingParams(
+                temperature=(1.0, 0.7, 0.0)[i % 3], max_tokens=3, top_k=20 if i % 4 == 1 else None
+            ),
+            return_=ReturnSpec(return_chosen_logprobs=True, return_prompt_logprobs=i % 2 == 0),
+            seed=i,
+        )
+        for i, p in enumerate(prompts)
+    ]
+
+
+@pytest.mark.parametrize("variant", ["shared", "unshared", "plain_lm"])
+async def test_prompt_logprobs_are_the_untempered_logprobs_of_a_full_forward(tok, model, variant) -> None:  # type: ignore[no-untyped-def]
+    requests = scoring_requests(tok)
+    served = _PlainLM(model) if variant == "plain_lm" else model
+    client = LocalPolicyClient(served, tok, batch_window_s=0.05, share_prefix=variant != "unshared")
+    responses = await asyncio.gather(*(client.complete_tokens(r) for r in requests))
+    assert client.stats["batches"] == 1
+    if variant == "shared":  # the prefixes still ran once
+        assert client.stats["prefill_tokens"] < client.stats["prompt_tokens"] / 2
+    for request, response in zip(requests, responses, strict=True):
+        if not request.return_.return_prompt_logprobs:
+            assert response.prompt_logprobs is None
+            continue
+        assert response.prompt_logprobs is not None
+        assert len(response.prompt_logprobs) == len(request.prompt_token_ids) - 1
+        ref = reference_prompt_logprobs(model, request.prompt_token_ids)
+        assert response.prompt_logprobs == pytest.approx(ref, abs=1e-4)
+        # Decoding is untouched: the completion's logprobs still match a full forward.
+        ref_completion = reference_logprobs(
+            model, request.prompt_token_ids, response.completion_token_ids, request.sampling.temperature
+        )
+        assert response.completion_logprobs == pytest.approx(ref_completion, abs=1e-4)
+
+
+async def test_prompt_logprobs_score_a_sampled_token_as_its_completion_logprob_did(tok, model) -> None:  # type: ignore[no-untyped-def]
+    # The alignment a teacher scorer relies on: the token sampled after a prompt, appended to it, gets
+    # as its last prompt logprob the logprob it was sampled with (temperature 1).
+    client = LocalPolicyClient(model, tok)
+    sampled = await client.complete_tokens(req(tok, "Natalia has 48 clips", seed=5, max_tokens=6))
+    full = sampled.prompt_token_ids + sampled.completion_token_ids
+    scored = await client.complete_tokens(
+        TokenCompletionRequest(
+            prompt_token_ids=full,
+            sampling=SamplingParams(temperature=1.0, max_tokens=1),
+            return_=ReturnSpec(return_prompt_logprobs=True),
+        )
+    )
+    assert scored.prompt_logprobs is not None and sampled.completion_logprobs is not None
+    tail = scored.prompt_logprobs[len(sampled.prompt_token_ids) - 1 :]
+    assert tail == pytest.approx(sampled.completion_logprobs, abs=1e-4)
+    # A one-token prompt has no token with a context: no entries.
+    lone = await client.complete_tokens(
+        TokenCompletionRequest(prompt_token_ids=[42], return_=ReturnSpec(return_prompt_logprobs=True))
+    )
+    assert lone.prompt_logprobs == ()
+
+
+async def test_prompt_logprobs_are_bit_identical_whatever_the_arrival_order(tok, model) -> None:  # type: ignore[no-untyped-def]
+    requests = scoring_requests(tok)
+
+    async def run(order: list[int]) -> dict[int, Any]:
+        client = LocalPolicyClient(model, tok, batch_window_s=0.05, seed=7)
+        responses = await asyncio.gather(*(client.complete_tokens(requests[i]) for i in order))
+        assert client.stats["batches"] == 1
+        return {
+            i: (r.completion_token_ids, r.completion_logprobs, r.prompt_logprobs)
+            for i, r in zip(order, responses, strict=True)
+        }
+
+    first = await run(list(range(len(requests))))
+    order = list(range(len(requests)))
+    random.Random(3).shuffle(order)
+    assert await run(order) == first

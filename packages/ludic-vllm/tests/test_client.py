@@ -16,7 +16,7 @@ from ludic_core.inference import (
     VersionedClient,
 )
 from ludic_vllm._http import RetryPolicy
-from ludic_vllm.client import VLLMClient
+from ludic_vllm.client import VLLMClient, parse_prompt_logprobs
 from ludic_vllm.errors import EngineDeadError, RequestRejectedError, ServerError
 
 FAST_RETRY = RetryPolicy(max_attempts=4, initial_delay_s=0.01, max_delay_s=0.02, deadline_s=5.0)
@@ -167,6 +167,71 @@ async def test_malformed_responses_raise_protocol_errors(fake_server: Any, clien
     fake_server.completion_handler = changed_prompt
     with pytest.raises(ProtocolError, match="changed the prompt"):
         await client.complete_tokens(req())
+
+
+def vllm_prompt_logprobs(prompt: list[int], key: str = "{}") -> list[Any]:
+    """``choices[0].prompt_logprobs`` as vLLM writes it for ``prompt_logprobs: 0``."""
+    return [None] + [
+        {key.format(t): {"logprob": -1.0 - p / 10, "rank": 3, "decoded_token": "x"}}
+        for p, t in enumerate(prompt[1:], start=1)
+    ]
+
+
+async def test_prompt_logprobs_are_requested_and_parsed(fake_server: Any, client: VLLMClient) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def handler(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        seen.append(body)
+        data = completion(body, [40], logprobs="logprobs" in body)
+        if "prompt_logprobs" in body:
+            data["choices"][0]["prompt_logprobs"] = vllm_prompt_logprobs(body["prompt"])
+        return 200, data
+
+    fake_server.completion_handler = handler
+    scoring = req(
+        prompt=[5, 6, 7, 8],
+        sampling=SamplingParams(temperature=1.0, max_tokens=1),
+        return_=ReturnSpec(return_prompt_logprobs=True),
+    )
+    response = await client.complete_tokens(scoring)
+    assert seen[-1]["prompt_logprobs"] == 0 and "logprobs" not in seen[-1]
+    assert response.prompt_logprobs == pytest.approx((-1.1, -1.2, -1.3))
+    assert response.completion_logprobs is None
+    plain = await client.complete_tokens(req())
+    assert "prompt_logprobs" not in seen[-1] and plain.prompt_logprobs is None
+
+
+def test_parse_prompt_logprobs_reads_the_prompt_tokens_entries() -> None:
+    prompt = [11, 12, 13]
+    assert parse_prompt_logprobs(vllm_prompt_logprobs(prompt), prompt) == pytest.approx([-1.1, -1.2])
+    keyed = vllm_prompt_logprobs(prompt, key="token_id:{}")
+    assert parse_prompt_logprobs(keyed, prompt) == pytest.approx([-1.1, -1.2])
+    # With alternatives (prompt_logprobs: k > 0) the prompt token's own entry is the one read.
+    wide = vllm_prompt_logprobs(prompt)
+    wide[2] = {"99": {"logprob": -0.01}, "13": {"logprob": -4.0}}
+    assert parse_prompt_logprobs(wide, prompt) == pytest.approx([-1.1, -4.0])
+    assert parse_prompt_logprobs([None], [11]) == []
+    with pytest.raises(ProtocolError, match="prompt_logprobs is missing"):
+        parse_prompt_logprobs(None, prompt)
+    with pytest.raises(ProtocolError, match="2 entries for a 3-token prompt"):
+        parse_prompt_logprobs(vllm_prompt_logprobs(prompt)[:2], prompt)
+    wrong_token = vllm_prompt_logprobs(prompt)
+    wrong_token[1] = {"99": {"logprob": -0.5}}
+    with pytest.raises(ProtocolError, match=r"prompt_logprobs\[1\] has no logprob for prompt token 12"):
+        parse_prompt_logprobs(wrong_token, prompt)
+    null_value = vllm_prompt_logprobs(prompt)
+    null_value[2] = {"13": {"logprob": None}}
+    with pytest.raises(ProtocolError, match=r"prompt_logprobs\[2\] has no logprob for prompt token 13"):
+        parse_prompt_logprobs(null_value, prompt)
+
+
+async def test_missing_prompt_logprobs_are_a_protocol_error(fake_server: Any, client: VLLMClient) -> None:
+    async def handler(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return 200, completion(body, [40], logprobs=False)
+
+    fake_server.completion_handler = handler
+    with pytest.raises(ProtocolError, match="prompt_logprobs is missing"):
+        await client.complete_tokens(req(return_=ReturnSpec(return_prompt_logprobs=True)))
 
 
 async def test_concurrency_is_bounded(fake_server: Any) -> None:

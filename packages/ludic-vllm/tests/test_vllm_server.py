@@ -107,6 +107,33 @@ async def test_tokens_and_logprobs_match_transformers(
         assert sampled.completion_logprobs == pytest.approx(reference, abs=2e-3)
 
 
+async def test_prompt_logprobs_match_transformers(
+    vllm_server: Any, client: VLLMClient, hf_model: Any, base_weights: dict[str, Any]
+) -> None:
+    await set_weights(vllm_server.url, base_weights)
+    load_state_into(hf_model, base_weights)
+    sampled = await client.complete_tokens(request(temperature=1.0, max_tokens=8, seed=4))
+    full = list(PROMPT) + list(sampled.completion_token_ids)
+    # Scored at temperature 1 (how a teacher scores a student's tokens) and at 0.7: prompt logprobs are
+    # the plain distribution's either way.
+    for temperature in (1.0, 0.7):
+        scored = await client.complete_tokens(
+            TokenCompletionRequest(
+                prompt_token_ids=full,
+                sampling=SamplingParams(temperature=temperature, max_tokens=1),
+                return_=ReturnSpec(return_prompt_logprobs=True),
+                seed=0,
+            )
+        )
+        assert scored.prompt_logprobs is not None and len(scored.prompt_logprobs) == len(full) - 1
+        reference = hf_token_logprobs(hf_model, full[:1], full[1:], 1.0)
+        assert scored.prompt_logprobs == pytest.approx(reference, abs=2e-3)
+    # The completion's tokens, scored as prompt, get the logprobs they were sampled with (T = 1).
+    assert sampled.completion_logprobs is not None
+    tail = scored.prompt_logprobs[len(PROMPT) - 1 :]
+    assert tail == pytest.approx(sampled.completion_logprobs, abs=2e-3)
+
+
 async def test_stop_token_ids_end_the_completion(client: VLLMClient) -> None:
     first = await client.complete_tokens(request(temperature=0.0, max_tokens=12))
     stop_id = first.completion_token_ids[3]

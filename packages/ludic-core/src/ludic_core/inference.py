@@ -86,10 +86,16 @@ class SamplingParams:
 
 @attrs.frozen
 class ReturnSpec:
-    """What a client must return besides the completion ids."""
+    """What a client must return besides the completion ids.
+
+    ``return_prompt_logprobs`` asks for the logprob of every prompt token after the first under the
+    model's plain distribution (see :class:`~ludic_core.types.ChatResponse`): what a teacher scores a
+    student's tokens with (:class:`~ludic_core.teachers.TeacherScorer`).
+    """
 
     return_chosen_logprobs: bool = False
     top_logprobs_k: int = 1
+    return_prompt_logprobs: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.top_logprobs_k < 1:
@@ -171,6 +177,10 @@ class ChatClient(Protocol):
       untempered ``log softmax(logits)``); otherwise logprobs may be omitted;
     * ``ChatResponse.sampling_temperature``, when set, is the temperature those logprobs are under
       (trainers score the same distribution); ``None`` lets the protocol record the request's;
+    * when ``return_.return_prompt_logprobs`` is set, ``prompt_logprobs`` has ``len(prompt_token_ids) - 1``
+      entries, entry ``i`` being ``log p(prompt[i+1] | prompt[:i+1])`` under the untempered, unfiltered
+      distribution ``log softmax(logits)`` whatever the sampling parameters; a client that cannot compute
+      them raises a :class:`~ludic_core.errors.ConfigError` naming ``return_prompt_logprobs``;
     * the same ``seed`` and request give the same completion wherever the backend can promise it;
     * failures raise :class:`~ludic_core.errors.LudicError` subclasses, never return placeholders.
     """

@@ -150,6 +150,15 @@ def _check_logprobs_length(instance: Any, _attr: attrs.Attribute[Any], value: An
         )
 
 
+def _check_prompt_logprobs_length(instance: Any, _attr: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and len(value) != max(len(instance.prompt_token_ids) - 1, 0):
+        raise DataError(
+            f"prompt_logprobs has {len(value)} entries but prompt_token_ids has "
+            f"{len(instance.prompt_token_ids)}; it must have one per prompt token after the first "
+            f"({max(len(instance.prompt_token_ids) - 1, 0)})"
+        )
+
+
 @attrs.frozen
 class TokenTrace:
     """The exact tokens of one model call: the single source of truth for training.
@@ -211,6 +220,11 @@ class ChatResponse:
     policies (a weight update landed mid-generation). ``sampling_temperature``: the temperature the
     completion was sampled with and its logprobs computed under (see :class:`TokenTrace`), or ``None``
     when the client does not report it.
+
+    ``prompt_logprobs`` (only when the request set ``ReturnSpec.return_prompt_logprobs``): one entry
+    per prompt token after the first, ``prompt_logprobs[i] = log p(prompt[i+1] | prompt[:i+1])`` under
+    the model's plain distribution (``log softmax(logits)``: temperature 1, no top-k / top-p / min-p),
+    whatever the request's sampling parameters. The first prompt token has no context, so no entry.
     """
 
     text: str
@@ -225,6 +239,11 @@ class ChatResponse:
     info: Mapping[str, Any] = attrs.field(factory=dict)
     sampling_temperature: float | None = attrs.field(
         default=None, converter=to_float_or_none, validator=check_temperature
+    )
+    prompt_logprobs: tuple[float, ...] | None = attrs.field(
+        default=None,
+        converter=to_float_tuple_or_none,
+        validator=[check_floats, _check_prompt_logprobs_length],
     )
 
     @property

@@ -2,6 +2,8 @@
 
 Token ids in, token ids + chosen-token logprobs + finish reason out. The prompt ids the agent sent are
 canonical: they go to Tinker as one ``EncodedTextChunk`` and come back unchanged in the response.
+Prompt logprobs (``ReturnSpec.return_prompt_logprobs``) are Tinker's ``include_prompt_logprobs``, the
+values its ``compute_logprobs`` returns: one per prompt token, ``None`` for the first (dropped here).
 """
 
 from __future__ import annotations
@@ -165,14 +167,22 @@ class TinkerChatClient:
             raise ConfigError(
                 "this TinkerChatClient has no sampler yet: pass one, or let TinkerTrainer.refresh_sampler() set it"
             )
+        # Only when asked: the flag makes Tinker score every prompt position.
+        extra = {"include_prompt_logprobs": True} if request.return_.return_prompt_logprobs else {}
         future = sampler.sample(
             prompt=tinker.ModelInput.from_ints(list(request.prompt_token_ids)),
             num_samples=1,
             sampling_params=params,
+            **extra,
         )
         response = await wait_result(future, timeout_s=self.timeout_s, what="sample")
         if len(response.sequences) != 1:
             raise DataError(f"Tinker returned {len(response.sequences)} sequences for num_samples=1")
+        prompt_logprobs = (
+            _prompt_logprobs(response.prompt_logprobs, len(request.prompt_token_ids))
+            if request.return_.return_prompt_logprobs
+            else None
+        )
         seq = response.sequences[0]
         tokens = [int(t) for t in seq.tokens]
         logprobs = None if seq.logprobs is None else [float(x) for x in seq.logprobs]
@@ -209,4 +219,21 @@ class TinkerChatClient:
             policy_version_end=version,
             info=info,
             sampling_temperature=request.sampling.temperature,
+            prompt_logprobs=prompt_logprobs,
         )
+
+
+def _prompt_logprobs(values: Sequence[float | None] | None, prompt_length: int) -> list[float]:
+    """Tinker's prompt logprobs (``None`` at position 0) as one float per prompt token after the first."""
+    if values is None:
+        raise DataError(
+            "Tinker returned no prompt logprobs, but the request asked for them (return_prompt_logprobs)"
+        )
+    if len(values) != prompt_length:
+        raise DataError(
+            f"Tinker returned {len(values)} prompt logprobs for a {prompt_length}-token prompt; expected one per token"
+        )
+    missing = [i for i in range(1, prompt_length) if values[i] is None]
+    if missing:
+        raise DataError(f"Tinker returned no prompt logprob at prompt positions {missing[:20]}")
+    return [float(v) for v in values[1:] if v is not None]

@@ -47,6 +47,16 @@ before that. Each error names its bound.
 Logprobs are the chosen tokens' log-probabilities under ``softmax(logits / temperature)`` — after
 temperature, before top-k / top-p / min-p filtering (the distribution a ratio-based loss recomputes).
 At temperature 0 (greedy) they are the untempered log-probabilities.
+
+Prompt logprobs (``ReturnSpec.return_prompt_logprobs``, what a teacher scores a student's tokens with)
+come from the same prefill that starts decoding: a batch in which some request asks for them has the
+model return the logits of every prompt position instead of the last one only (shared prefixes still
+run once; each prompt reads its logprobs from the rows that ran its tokens), and each prompt token
+after the first gets ``log_softmax(logits)`` of the position before it, in float32, untempered and
+unfiltered whatever the request's sampling parameters. Those logits are ``[rows, prompt length,
+vocabulary]``: bound the batch (``max_batch_size``, or the concurrency of whoever sends the requests)
+for long prompts and large vocabularies. The batch's other rows decode from the same forward pass, so
+which requests share a batch still fixes every number, as above.
 """
 
 from __future__ import annotations
@@ -88,6 +98,10 @@ _LEVEL_COST_TOKENS = 16
 # just got its completion needs a handful of iterations (future callbacks, task wake-ups, a semaphore
 # hand-over) before it asks for the next one; each idle iteration costs microseconds.
 _QUIET_ITERATIONS = 16
+
+
+_Decoded = tuple[list[int], list[float], str, list[float] | None]
+"""One request's result: completion ids, their logprobs, the finish reason, the prompt logprobs."""
 
 
 @attrs.define
@@ -307,7 +321,7 @@ class LocalPolicyClient:
             self.stats["batches"] += 1
             self.stats["requests"] += len(batch)
             version_end = self._version
-            for p, (ids, logps, reason) in zip(batch, results, strict=True):
+            for p, (ids, logps, reason, prompt_logps) in zip(batch, results, strict=True):
                 if p.future.done():
                     continue
                 self.stats["generated_tokens"] += len(ids)
@@ -321,25 +335,22 @@ class LocalPolicyClient:
                         finish_reason=reason,
                         policy_version_start=p.version_start,
                         policy_version_end=version_end,
+                        prompt_logprobs=prompt_logps,
                     )
                 )
 
     # --- generation ---------------------------------------------------------------------------------
 
-    def _generate(
-        self, requests: Sequence[TokenCompletionRequest]
-    ) -> list[tuple[list[int], list[float], str]]:
+    def _generate(self, requests: Sequence[TokenCompletionRequest]) -> list[_Decoded]:
         """Decode ``requests`` as one batch; results in the order of ``requests``."""
         order = sorted(range(len(requests)), key=lambda i: _canonical_key(requests[i]))
         decoded = self._generate_canonical([requests[i] for i in order])
-        results: list[tuple[list[int], list[float], str]] = [([], [], "length")] * len(requests)
+        results: list[_Decoded] = [([], [], "length", None)] * len(requests)
         for row, i in enumerate(order):
             results[i] = decoded[row]
         return results
 
-    def _generate_canonical(
-        self, requests: Sequence[TokenCompletionRequest]
-    ) -> list[tuple[list[int], list[float], str]]:
+    def _generate_canonical(self, requests: Sequence[TokenCompletionRequest]) -> list[_Decoded]:
         import torch
 
         model = self.model
@@ -364,8 +375,9 @@ class LocalPolicyClient:
             # no_grad, not inference_mode: a buffer a forward pass rebuilds (dynamic RoPE) would become
             # an inference tensor and break the trainer's next backward pass through the shared model.
             with torch.no_grad():
-                cache, logits, attention, next_pos = self._prefill(
-                    [r.prompt_token_ids for r in requests], device
+                want_prompt_logps = [r.return_.return_prompt_logprobs for r in requests]
+                cache, logits, attention, next_pos, prompt_logps = self._prefill(
+                    [r.prompt_token_ids for r in requests], device, prompt_logprobs=any(want_prompt_logps)
                 )
                 sampler = _BatchSampler(requests, generators, device)
                 # Rows leave the batch when they finish, where the cache can be re-indexed.
@@ -398,7 +410,7 @@ class LocalPolicyClient:
                         t if reasons[i] is None else self._pad for t, i in zip(tokens, rows, strict=True)
                     ]
                     attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
-                    logits, cache = self._forward_last(
+                    logits, _, cache = self._forward_last(
                         input_ids=torch.tensor(chosen, dtype=torch.long, device=device).view(-1, 1),
                         attention_mask=attention,
                         position_ids=next_pos,
@@ -407,16 +419,25 @@ class LocalPolicyClient:
                     next_pos = next_pos + 1
         finally:
             model.train(was_training)
-        return [(outputs[i], logps[i], reasons[i] or "length") for i in range(n)]
+        return [
+            (
+                outputs[i],
+                logps[i],
+                reasons[i] or "length",
+                prompt_logps[i] if prompt_logps is not None and want_prompt_logps[i] else None,
+            )
+            for i in range(n)
+        ]
 
     def _prefill(
-        self, prompts: Sequence[Sequence[int]], device: torch.device
-    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, list[list[float]] | None]:
         """Run the prompts; return the KV cache, the last position's float32 logits per row, the
-        attention mask so far and the next position id per row."""
+        attention mask so far, the next position id per row and, when ``prompt_logprobs``, each
+        prompt's logprobs (one per token after the first)."""
         self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
         if self.share_prefix and self._cache_shareable is not False and len(prompts) > 1:
-            shared = self._prefill_shared(prompts, device)
+            shared = self._prefill_shared(prompts, device, prompt_logprobs=prompt_logprobs)
             if shared is not None:
                 self._cache_shareable = True
                 return shared
@@ -426,11 +447,15 @@ class LocalPolicyClient:
             log.info(
                 "local_client.prompt_sharing_off", reason="the model's KV cache cannot be copied to rows"
             )
-        return self._prefill_rows(prompts, device, prefix=0, cache=None)
+        scores: list[list[float]] | None = [[] for _ in prompts] if prompt_logprobs else None
+        cache, logits, attention, next_pos = self._prefill_rows(
+            prompts, device, prefix=0, cache=None, scores=scores
+        )
+        return cache, logits, attention, next_pos, scores
 
     def _prefill_shared(
-        self, prompts: Sequence[Sequence[int]], device: torch.device
-    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, list[list[float]] | None] | None:
         """Run each distinct prompt once, and each prefix that several of them share once (in the
         levels :func:`_plan_levels` picks); ``None`` when the model's cache cannot be copied between
         rows."""
@@ -439,6 +464,7 @@ class LocalPolicyClient:
         first: dict[tuple[int, ...], int] = {}
         which = [first.setdefault(tuple(p), len(first)) for p in prompts]
         unique = list(first)
+        scores: list[list[float]] | None = [[] for _ in unique] if prompt_logprobs else None
         cache: Any = None
         start = 0
         rows_before: list[int] = []  # the row of the previous level each prompt continues
@@ -453,32 +479,47 @@ class LocalPolicyClient:
                     torch.tensor([rows_before[u] for u in members], dtype=torch.long, device=device)
                 )
             ids = torch.tensor([list(unique[u][start:cut]) for u in members], dtype=torch.long, device=device)
-            _, cache = self._forward_last(
+            _, every, cache = self._forward_last(
                 input_ids=ids,
                 attention_mask=torch.ones((len(members), cut), dtype=torch.long, device=device),
                 position_ids=torch.arange(start, cut, device=device).repeat(len(members), 1),
                 past_key_values=cache,
+                all_positions=scores is not None,
             )
+            if scores is not None and every is not None:
+                # Positions start..cut-1 of a row score tokens start+1..cut of each prompt it carries;
+                # the prompts of a row agree up to `cut - 1` but may differ at `cut`.
+                for u, row in enumerate(rows):
+                    scores[u].extend(_chosen_logprobs(every[row], unique[u][start + 1 : cut + 1]))
             self.stats["prefill_tokens"] += ids.numel()
             if not _can_copy_rows(cache):
                 return None
             rows_before, start = rows, cut
         if cache is not None:
             cache.batch_select_indices(torch.tensor(rows_before, dtype=torch.long, device=device))
-        cache, logits, attention, next_pos = self._prefill_rows(unique, device, prefix=start, cache=cache)
+        cache, logits, attention, next_pos = self._prefill_rows(
+            unique, device, prefix=start, cache=cache, scores=scores
+        )
         if not _can_copy_rows(cache):
             return None
         if len(unique) < len(prompts):
             index = torch.tensor(which, dtype=torch.long, device=device)
             cache.batch_select_indices(index)
             logits, attention, next_pos = logits[index], attention[index], next_pos[index]
-        return cache, logits, attention, next_pos
+        return cache, logits, attention, next_pos, None if scores is None else [scores[w] for w in which]
 
     def _prefill_rows(
-        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prefix: int, cache: Any
+        self,
+        prompts: Sequence[Sequence[int]],
+        device: torch.device,
+        *,
+        prefix: int,
+        cache: Any,
+        scores: list[list[float]] | None = None,
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Run each prompt after its first ``prefix`` tokens, which ``cache`` holds already (one row
-        per prompt)."""
+        per prompt); with ``scores``, append to ``scores[i]`` the logprobs of prompt ``i``'s tokens
+        after ``prefix + 1``."""
         import torch
 
         n = len(prompts)
@@ -494,16 +535,29 @@ class LocalPolicyClient:
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, prefix:]
         self.stats["prefill_tokens"] += sum(lengths)
-        logits, cache = self._forward_last(
-            input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache
+        logits, every, cache = self._forward_last(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            all_positions=scores is not None,
         )
+        if scores is not None and every is not None:
+            for i, p in enumerate(prompts):
+                # Row i holds its suffix in the last lengths[i] columns; the last one scores the
+                # completion, the ones before it the prompt's next tokens.
+                rows = every[i, width - lengths[i] : width - 1]
+                scores[i].extend(_chosen_logprobs(rows, p[prefix + 1 :]))
         return cache, logits, attention, positions[:, -1:] + 1
 
-    def _forward_last(self, **inputs: Any) -> tuple[torch.Tensor, Any]:
-        """One forward pass: the last position's logits in float32, and the KV cache."""
-        extra = {"logits_to_keep": 1} if self._keeps_last_logits_only else {}
+    def _forward_last(
+        self, *, all_positions: bool = False, **inputs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+        """One forward pass: the last position's logits in float32, the logits of every position when
+        ``all_positions`` (else ``None``), and the KV cache."""
+        extra = {"logits_to_keep": 1} if self._keeps_last_logits_only and not all_positions else {}
         out = self.model(**inputs, use_cache=True, **extra)
-        return out.logits[:, -1, :].float(), out.past_key_values
+        return out.logits[:, -1, :].float(), out.logits if all_positions else None, out.past_key_values
 
     def _hit_stop_string(self, ids: list[int], stops: tuple[str, ...]) -> bool:
         if not stops:
@@ -561,6 +615,17 @@ class LocalPolicyClient:
             return int(pad_token_id)
         pad = getattr(tokenizer, "pad_token_id", None)
         return int(pad) if pad is not None else eos[0]
+
+
+def _chosen_logprobs(logits: torch.Tensor, targets: Sequence[int]) -> list[float]:
+    """``log_softmax(logits[k])[targets[k]]`` for each row ``k`` of ``[len(targets), V]`` logits, in float32."""
+    import torch
+
+    if not targets:
+        return []
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    index = torch.tensor(list(targets), dtype=torch.long, device=logits.device)[:, None]
+    return [float(x) for x in logprobs.gather(-1, index).squeeze(-1).tolist()]
 
 
 def _canonical_key(request: TokenCompletionRequest) -> tuple[Any, ...]:

@@ -6,6 +6,9 @@ samples) and failures and retries stay per sample. Prompt ids go in as-is and th
 chosen-token logprobs (after temperature when the server runs ``--logprobs-mode processed_logprobs``,
 which ``ludic-vllm serve`` sets) and finish reason come back. Responses report the request's
 temperature as ``sampling_temperature``; at temperature 0 vLLM's processed logprobs are untempered.
+Prompt logprobs (``ReturnSpec.return_prompt_logprobs``) are asked for as ``prompt_logprobs: 0``: vLLM
+then returns the logprob of each prompt token itself, computed from the raw logits (no temperature,
+no filtering) whatever the logprobs mode; :func:`parse_prompt_logprobs` reads them.
 
 Policy versions come from the Ludic routes: the server stamps every ``/v1/*`` response with the version
 it held when the request arrived and when the response started (``x-ludic-policy-version-start`` /
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -31,7 +34,7 @@ from ludic_vllm.control import ServerControl, ServerHealth
 from ludic_vllm.errors import RequestRejectedError
 from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START
 
-__all__ = ["VLLM_EXTENSION_KEYS", "VLLMClient", "VLLMClientConfig"]
+__all__ = ["VLLM_EXTENSION_KEYS", "VLLMClient", "VLLMClientConfig", "parse_prompt_logprobs"]
 
 log = get_logger("ludic_vllm.client")
 
@@ -114,6 +117,39 @@ def _header_version(headers: Mapping[str, str], name: str) -> int | None:
         return int(value)
     except ValueError as exc:
         raise DataError(f"server sent a non-integer {name} header: {value!r}") from exc
+
+
+def parse_prompt_logprobs(raw: object, prompt_token_ids: Sequence[int]) -> list[float]:
+    """The prompt logprobs of a ``/v1/completions`` choice, one per prompt token after the first.
+
+    vLLM answers ``prompt_logprobs: k`` with one entry per prompt token: ``null`` for the first (it has
+    no context), then a mapping from token id (``"72"``, or ``"token_id:72"`` under
+    ``return_tokens_as_token_ids`` on some versions) to ``{"logprob": ..., "rank": ...}`` that holds the
+    prompt token itself plus up to ``k`` alternatives. Anything else raises :class:`ProtocolError`.
+    """
+    if not isinstance(raw, list):
+        raise ProtocolError(
+            "prompt logprobs were requested but choices[0].prompt_logprobs is "
+            f"{'missing' if raw is None else f'a {type(raw).__name__}, not a list'}"
+        )
+    if len(raw) != len(prompt_token_ids):
+        raise ProtocolError(
+            f"choices[0].prompt_logprobs has {len(raw)} entries for a {len(prompt_token_ids)}-token prompt; "
+            "vLLM sends one per prompt token"
+        )
+    values: list[float] = []
+    for position in range(1, len(raw)):
+        entry, token = raw[position], prompt_token_ids[position]
+        found = None
+        if isinstance(entry, Mapping):
+            found = entry.get(str(token), entry.get(f"token_id:{token}"))
+        logprob = found.get("logprob") if isinstance(found, Mapping) else None
+        if isinstance(logprob, bool) or not isinstance(logprob, (int, float)):
+            raise ProtocolError(
+                f"choices[0].prompt_logprobs[{position}] has no logprob for prompt token {token}: {entry!r:.300}"
+            )
+        values.append(float(logprob))
+    return values
 
 
 class VLLMClient:
@@ -242,6 +278,9 @@ class VLLMClient:
         if request.return_.return_chosen_logprobs:
             # The sampled token is always included; k only adds alternatives we do not read.
             body["logprobs"] = 1
+        if request.return_.return_prompt_logprobs:
+            # 0: the prompt token's own logprob only, no alternatives.
+            body["prompt_logprobs"] = 0
         ext = request.extensions.get("vllm", {}) if request.extensions else {}
         if not isinstance(ext, Mapping):
             raise ConfigError(f"extensions['vllm'] must be a mapping, got {type(ext).__name__}")
@@ -311,6 +350,9 @@ class VLLMClient:
             if any(v is None for v in token_logprobs):
                 raise ProtocolError("the server returned a null logprob for a sampled token")
             logprobs = [float(v) for v in token_logprobs]
+        prompt_logprobs: list[float] | None = None
+        if request.return_.return_prompt_logprobs:
+            prompt_logprobs = parse_prompt_logprobs(choice.get("prompt_logprobs"), request.prompt_token_ids)
         info: dict[str, Any] = {
             "backend": "vllm",
             "server": self.base_url,
@@ -331,6 +373,7 @@ class VLLMClient:
             policy_version_end=_header_version(headers, HEADER_POLICY_VERSION),
             info=info,
             sampling_temperature=request.sampling.temperature,
+            prompt_logprobs=prompt_logprobs,
         )
 
     async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:

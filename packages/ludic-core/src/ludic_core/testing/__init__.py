@@ -6,7 +6,12 @@ Third parties can use these in their own suites (``check_env``, ``check_client``
 
 from ludic_core.testing.agent import ScriptedAgent, identity_parser, render_text_dialog
 from ludic_core.testing.checks import check_client, check_env
-from ludic_core.testing.clients import ScriptedChatClient, SeededChatClient, TextChatClient
+from ludic_core.testing.clients import (
+    ScriptedChatClient,
+    SeededChatClient,
+    TextChatClient,
+    scripted_prompt_logprob,
+)
 from ludic_core.testing.envs import GuessNumberEnv
 from ludic_core.testing.public_api import check_public_api
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode, TokenizerLike
@@ -25,4 +30,5 @@ __all__ = [
     "check_public_api",
     "identity_parser",
     "render_text_dialog",
+    "scripted_prompt_logprob",
 ]

@@ -10,6 +10,7 @@ Each raises :class:`~ludic_core.errors.ConformanceError` listing every problem f
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -179,7 +180,27 @@ def _check_response(
             problems.append(f"{label}: logprobs were requested but not returned")
         elif any(lp > 1e-6 for lp in response.completion_logprobs):
             problems.append(f"{label}: logprobs must be <= 0")
+    if request.return_.return_prompt_logprobs:
+        _check_prompt_logprobs(label, request, response, problems)
     return response
+
+
+def _check_prompt_logprobs(
+    label: str, request: TokenCompletionRequest, response: ChatResponse, problems: list[str]
+) -> None:
+    values = response.prompt_logprobs
+    expected = len(request.prompt_token_ids) - 1
+    if values is None:
+        problems.append(f"{label}: prompt logprobs were requested (return_prompt_logprobs) but not returned")
+    elif len(values) != expected:
+        problems.append(
+            f"{label}: {len(values)} prompt logprobs for a {len(request.prompt_token_ids)}-token prompt; "
+            f"expected {expected} (one per prompt token after the first)"
+        )
+    elif not all(math.isfinite(lp) for lp in values):
+        problems.append(f"{label}: prompt logprobs must be finite, got {list(values)[:20]}")
+    elif any(lp > 1e-6 for lp in values):
+        problems.append(f"{label}: prompt logprobs must be <= 0, got {list(values)[:20]}")
 
 
 async def check_client(
@@ -189,8 +210,14 @@ async def check_client(
     max_tokens: int = 8,
     seed: int = 1234,
     deterministic_with_seed: bool = True,
+    prompt_logprobs: bool = False,
 ) -> None:
-    """Check the :class:`ChatClient` contract with a few real requests."""
+    """Check the :class:`ChatClient` contract with a few real requests.
+
+    ``prompt_logprobs=True`` also checks ``ReturnSpec.return_prompt_logprobs`` (for clients that
+    implement it): one finite logprob ``<= 0`` per prompt token after the first, at the sampling
+    temperature of the other requests and at temperature 0 alike.
+    """
     problems: list[str] = []
     plain = TokenCompletionRequest(
         prompt_token_ids=tuple(prompt_token_ids),
@@ -208,14 +235,45 @@ async def check_client(
         sampling=SamplingParams(temperature=1.0, max_tokens=1),
         seed=seed,
     )
+    cases = [("plain", plain), ("logprobs", with_logprobs), ("max_tokens=1", one_token)]
+    if prompt_logprobs:
+        for temperature in (1.0, 0.0):
+            cases.append(
+                (
+                    f"prompt_logprobs at temperature {temperature}",
+                    TokenCompletionRequest(
+                        prompt_token_ids=tuple(prompt_token_ids),
+                        sampling=SamplingParams(temperature=temperature, max_tokens=1),
+                        return_=ReturnSpec(return_prompt_logprobs=True),
+                        seed=seed,
+                    ),
+                )
+            )
     responses = {}
-    for label, request in (("plain", plain), ("logprobs", with_logprobs), ("max_tokens=1", one_token)):
+    for label, request in cases:
         try:
             responses[label] = _check_response(
                 label, request, await client.complete_tokens(request), problems
             )
         except Exception as exc:
             problems.append(f"{label}: complete_tokens raised {type(exc).__name__}: {exc}")
+    if prompt_logprobs:
+        tempered, greedy = (responses.get(f"prompt_logprobs at temperature {t}") for t in (1.0, 0.0))
+        if (
+            tempered is not None
+            and greedy is not None
+            and tempered.prompt_logprobs is not None
+            and greedy.prompt_logprobs is not None
+            and len(tempered.prompt_logprobs) == len(greedy.prompt_logprobs)
+            and any(
+                abs(a - b) > 1e-4
+                for a, b in zip(tempered.prompt_logprobs, greedy.prompt_logprobs, strict=True)
+            )
+        ):
+            problems.append(
+                "prompt logprobs depend on the sampling temperature; they must be those of the plain "
+                "distribution log softmax(logits)"
+            )
     if deterministic_with_seed and responses.get("plain") is not None:
         again = await client.complete_tokens(plain)
         first = responses["plain"]

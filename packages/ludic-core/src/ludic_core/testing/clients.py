@@ -3,6 +3,10 @@
 They are real implementations of the contract (validated requests, ``max_tokens`` cut-off with
 ``finish_reason="length"``, one logprob per token when asked, per-request seeds), so protocols,
 agents and the engine can be tested end to end without a model.
+
+Prompt logprobs (``ReturnSpec.return_prompt_logprobs``) are :func:`scripted_prompt_logprob` of each
+prompt token after the first: a fixed, seed-free function of the token's position and id, so a test can
+compute the value a scripted teacher gives any token by hand.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from ludic_core.seeding import derive_seed
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode
 from ludic_core.types import ChatResponse
 
-__all__ = ["ScriptedChatClient", "SeededChatClient", "TextChatClient"]
+__all__ = ["ScriptedChatClient", "SeededChatClient", "TextChatClient", "scripted_prompt_logprob"]
 
 ResponseFn = Callable[[TokenCompletionRequest, int], str]
 
@@ -27,6 +31,17 @@ ResponseFn = Callable[[TokenCompletionRequest, int], str]
 def _pseudo_logprob(seed: int | None, position: int, token_id: int) -> float:
     # Deterministic, strictly negative and token-dependent, so alignment bugs show up in tests.
     u = derive_seed(0 if seed is None else seed, position, token_id) / 2**31
+    return math.log(0.05 + 0.9 * u)
+
+
+def scripted_prompt_logprob(position: int, token_id: int) -> float:
+    """The logprob the scripted clients give the prompt token ``token_id`` at ``position`` (>= 1).
+
+    Strictly negative, different for neighbouring positions and ids (an off-by-one in a consumer shows
+    up), and independent of the request's seed and sampling parameters, as prompt logprobs of the
+    plain distribution are.
+    """
+    u = derive_seed(0, "prompt_logprob", position, token_id) / 2**31
     return math.log(0.05 + 0.9 * u)
 
 
@@ -75,6 +90,12 @@ class TextChatClient(abc.ABC):
             if request.return_.return_chosen_logprobs
             else None
         )
+        prompt = request.prompt_token_ids
+        prompt_logprobs = (
+            [scripted_prompt_logprob(p, prompt[p]) for p in range(1, len(prompt))]
+            if request.return_.return_prompt_logprobs
+            else None
+        )
         return ChatResponse(
             text=text,
             prompt_token_ids=request.prompt_token_ids,
@@ -83,6 +104,7 @@ class TextChatClient(abc.ABC):
             finish_reason=finish_reason,
             policy_version_start=self.policy_version,
             policy_version_end=self.policy_version,
+            prompt_logprobs=prompt_logprobs,
         )
 
     async def get_policy_version(self) -> int:
