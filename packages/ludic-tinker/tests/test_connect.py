@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -44,3 +46,60 @@ def test_unreachable_service_fails_within_the_reachability_timeout():
 def test_timeouts_must_be_positive():
     with pytest.raises(ConfigError, match="train_s"):
         TinkerTimeouts(train_s=0)
+
+
+_STALLED_SERVICE_SCRIPT = """
+import asyncio, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ludic_core.errors import LudicTimeoutError
+from ludic_tinker import TinkerTimeouts, connect
+from ludic_tinker.connect import create_training_client
+
+
+class Stalled(BaseHTTPRequestHandler):
+    # Answers the reachability probe, then never answers anything else (a wedged service).
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path.endswith("/healthz"):
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+        else:
+            time.sleep(3600)
+
+    do_POST = do_GET
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Stalled)
+server.daemon_threads = True
+threading.Thread(target=server.serve_forever, daemon=True).start()
+timeouts = TinkerTimeouts(create_client_s=1.0)
+
+
+async def main():
+    service = connect(base_url=f"http://127.0.0.1:{server.server_address[1]}", api_key="tml-x", timeouts=timeouts)
+    try:
+        await create_training_client(service, "Qwen/Qwen3-0.6B", timeouts=timeouts)
+    except LudicTimeoutError as exc:
+        print("timed out:", exc)
+
+
+asyncio.run(main())
+"""
+
+
+def test_the_process_exits_promptly_after_a_client_creation_timeout():
+    # The SDK keeps retrying in the abandoned worker thread; a non-daemon thread kept the process
+    # alive for minutes after the timeout had already been reported.
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _STALLED_SERVICE_SCRIPT], capture_output=True, text=True, timeout=90
+    )
+    elapsed = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "timed out: waited 1 s for Tinker create_lora_training_client" in done.stdout
+    assert elapsed < 30.0, f"the process took {elapsed:.0f}s to exit"

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Generic, TypeVar
 
 from ludic_core.errors import ProtocolError
+from ludic_core.threads import run_in_daemon_thread
 from ludic_core.types import Info, StepOutcome
 
 __all__ = ["LudicEnv", "SingleAgentEnv"]
@@ -30,7 +31,15 @@ class LudicEnv(abc.ABC, Generic[AgentID]):
       winner's move).
 
     Envs must be deterministic given the seed and must keep their own RNG (never the global one).
+
+    ``blocking_step``: set it to ``True`` on an env whose synchronous ``step`` can block for long
+    (grading in a subprocess, a simulator call, heavy CPU work). The default :meth:`astep` then runs
+    ``step`` in a worker thread, so the event loop keeps serving other episodes and the engine's
+    ``episode_timeout_s`` still fires while the step is stuck (the abandoned step finishes in a daemon
+    thread). Cheap steps stay on the loop: a thread hop per step would cost more than the step.
     """
+
+    blocking_step: bool = False
 
     @property
     @abc.abstractmethod
@@ -48,7 +57,10 @@ class LudicEnv(abc.ABC, Generic[AgentID]):
 
     async def astep(self, actions: Mapping[AgentID, str]) -> dict[AgentID, StepOutcome]:
         """What protocols call. Defaults to :meth:`step`; override it in envs that wait on I/O (a code
-        sandbox, a remote simulator) so that other episodes keep running on the event loop meanwhile."""
+        sandbox, a remote simulator) so that other episodes keep running on the event loop meanwhile.
+        With ``blocking_step`` set, ``step`` runs in a worker thread."""
+        if self.blocking_step:
+            return await run_in_daemon_thread(lambda: self.step(actions), name=f"{self.name}.step")
         return self.step(actions)
 
     @property
@@ -89,7 +101,10 @@ class SingleAgentEnv(LudicEnv[str]):
         return {self._agent_id: self.env_reset(seed=seed)}
 
     async def aenv_step(self, action: str) -> StepOutcome:
-        """Async twin of :meth:`env_step` (see :meth:`LudicEnv.astep`); defaults to ``env_step``."""
+        """Async twin of :meth:`env_step` (see :meth:`LudicEnv.astep`); defaults to ``env_step``, in a
+        worker thread when ``blocking_step`` is set."""
+        if self.blocking_step:
+            return await run_in_daemon_thread(lambda: self.env_step(action), name=f"{self.name}.env_step")
         return self.env_step(action)
 
     def _single_action(self, actions: Mapping[str, str]) -> str:

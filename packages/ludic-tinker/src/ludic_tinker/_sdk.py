@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import tinker
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
+from ludic_core.threads import run_in_daemon_thread
 
 T = TypeVar("T")
 
@@ -122,7 +123,9 @@ async def call_for_client(fn: Callable[[], Any], *, timeout_s: float, what: str)
 
     The call runs in a worker thread because the SDK may block the caller (≤0.36 always does, and
     every version does while it opens its session). A future of the client (0.38) is unwrapped.
-    The worker thread cannot be cancelled: on timeout it is abandoned and the error says so.
+    The worker thread cannot be cancelled: on timeout it is abandoned and the error says so. It is a
+    daemon thread: on the event loop's default executor, ``asyncio.run`` would wait at shutdown for
+    the SDK's background retries (minutes) before the process could exit.
     """
 
     def call_and_unwrap() -> Any:
@@ -132,7 +135,9 @@ async def call_for_client(fn: Callable[[], Any], *, timeout_s: float, what: str)
         return result
 
     try:
-        return await asyncio.wait_for(asyncio.to_thread(call_and_unwrap), timeout=timeout_s)
+        return await asyncio.wait_for(
+            run_in_daemon_thread(call_and_unwrap, name="ludic-tinker-create-client"), timeout=timeout_s
+        )
     except TimeoutError as exc:
         raise LudicTimeoutError(
             f"waited {timeout_s:g} s for Tinker {what}; the service did not answer in time "

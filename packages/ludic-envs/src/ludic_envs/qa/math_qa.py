@@ -31,6 +31,10 @@ class MathQAEnv(DatasetQAEnv):
     """A :class:`DatasetQAEnv` whose reference answer is the row's ``answer`` field when present
     (MATH-500), else the last ``\\boxed{}`` of its ``solution`` (the original MATH rows)."""
 
+    # Grading may wait seconds on the symbolic-check process: step off the event loop so other
+    # episodes keep sampling and the engine's episode timeout still applies.
+    blocking_step = True
+
     def target(self, sample: Mapping[str, Any]) -> str:
         answer = sample.get(self.answer_key)
         if answer is not None and str(answer).strip():
