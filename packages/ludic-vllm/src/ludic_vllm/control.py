@@ -114,25 +114,48 @@ class ServerControl:
         rejected: type[ServerError],
     ) -> dict[str, Any]:
         url = f"{self.base_url}{path}"
+        deadline_s = timeout_s or self.timeout_s
         timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self._connect_timeout_s, sock_read=timeout_s or self.timeout_s
+            total=None, sock_connect=self._connect_timeout_s, sock_read=deadline_s
         )
         headers = {"Content-Type": "application/octet-stream"} if data is not None else None
+        # aiohttp's read timeout is per socket read: a server that drips a byte at a time would never
+        # trip it. The deadline bounds the whole request, answer body included.
+        deadline = asyncio.timeout(deadline_s)
+        try:
+            async with deadline:
+                status, body = await self._send(method, url, json_body, data, params, timeout, headers)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise  # aiohttp's own (connect) timeout: the retry policy decides
+            raise LudicTimeoutError(
+                f"{method} {url}: no complete answer within timeout_s={deadline_s:g} "
+                "(a deadline for the whole request, not per read)"
+            ) from exc
+        if status >= 400:
+            raise error_for_status(status, body, url, rejected=rejected)
+        try:
+            parsed = json.loads(body) if body else {}
+        except ValueError as exc:
+            raise DataError(f"{url} answered HTTP {status} with non-JSON body: {body[:500]!r}") from exc
+        if not isinstance(parsed, dict):
+            raise DataError(f"{url} answered with a JSON {type(parsed).__name__}, expected an object")
+        return parsed
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        json_body: Any,
+        data: bytes | None,
+        params: dict[str, str] | None,
+        timeout: aiohttp.ClientTimeout,
+        headers: dict[str, str] | None,
+    ) -> tuple[int, str]:
         async with self._sessions.get().request(
             method, url, json=json_body, data=data, params=params, timeout=timeout, headers=headers
         ) as resp:
-            body = await resp.text()
-            if resp.status >= 400:
-                raise error_for_status(resp.status, body, url, rejected=rejected)
-            try:
-                parsed = json.loads(body) if body else {}
-            except ValueError as exc:
-                raise DataError(
-                    f"{url} answered HTTP {resp.status} with non-JSON body: {body[:500]!r}"
-                ) from exc
-            if not isinstance(parsed, dict):
-                raise DataError(f"{url} answered with a JSON {type(parsed).__name__}, expected an object")
-            return parsed
+            return resp.status, await resp.text()
 
     async def _call(
         self,
@@ -163,6 +186,8 @@ class ServerControl:
             return await retry_transient(once, policy=self._retry, rng=self._rng, what=what)
         try:
             return await once()
+        except LudicTimeoutError:
+            raise
         except aiohttp.SocketTimeoutError as exc:
             raise LudicTimeoutError(f"{what}: no answer within {timeout_s or self.timeout_s:.1f}s") from exc
         except (aiohttp.ClientError, OSError) as exc:
