@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 from core_data_builders import guess_engine
 
 from ludic_core.credit import GroupNormalizedReturn, MonteCarloReturn
-from ludic_core.engine import RolloutEngine
+from ludic_core.engine import DEFAULT_EPISODE_TIMEOUT_S, DEFAULT_MODEL_CALL_TIMEOUT_S, RolloutEngine
 from ludic_core.errors import ConfigError, EpisodeError, RegistryError, TransportError
 from ludic_core.inference import InferenceSpec, ReturnSpec, TokenCompletionRequest
 from ludic_core.protocols import SingleAgentProtocol
@@ -122,7 +124,7 @@ async def test_meta_is_merged_and_engine_block_added() -> None:
         "episode_index": 0,
         "max_steps": 2,
         "timeout_s": 5.0,
-        "episode_timeout_s": None,
+        "episode_timeout_s": DEFAULT_EPISODE_TIMEOUT_S,
         "env_kind": "guess",
         "protocol_kind": "single",
         "env_seed": 3,
@@ -243,6 +245,57 @@ async def test_episode_timeout_and_client_errors_become_failures() -> None:
     )
     result = await engine.generate_rollouts([guess_request()], max_steps=1, on_failure="continue")
     assert result.episodes[0].failure is not None and result.episodes[0].failure.stage == "client"
+
+
+async def test_every_wait_is_bounded_by_default_and_the_engine_owns_the_defaults() -> None:
+    result = await guess_engine().generate_rollouts([guess_request()], max_steps=1)
+    engine_meta = result.rollouts[0].meta["engine"]
+    assert engine_meta["timeout_s"] == DEFAULT_MODEL_CALL_TIMEOUT_S
+    assert engine_meta["episode_timeout_s"] == DEFAULT_EPISODE_TIMEOUT_S
+    # Set once on the engine, used by every call that passes none; a call may still override.
+    engine = guess_engine(timeout_s=7.0, episode_timeout_s=70.0)
+    result = await engine.generate_rollouts([guess_request()], max_steps=1)
+    assert result.rollouts[0].meta["engine"]["timeout_s"] == 7.0
+    assert result.rollouts[0].meta["engine"]["episode_timeout_s"] == 70.0
+    result = await engine.generate_rollouts([guess_request()], max_steps=1, episode_timeout_s=9.0)
+    assert result.rollouts[0].meta["engine"]["episode_timeout_s"] == 9.0
+    for bad in (None, 0, -1.0, math.inf, True):
+        with pytest.raises(
+            ConfigError, match=r"RolloutEngine\.episode_timeout_s must be a finite number > 0"
+        ):
+            guess_engine(episode_timeout_s=bad)
+    with pytest.raises(
+        ConfigError, match=r"RolloutEngine\.timeout_s must be a finite number > 0, got 'soon'"
+    ):
+        guess_engine(timeout_s="soon")
+
+
+class StuckStepEnv(GuessNumberEnv):
+    """A synchronous step that blocks (a stand-in for grading in a subprocess or a simulator call)."""
+
+    blocking_step = True
+
+    def env_step(self, action: str) -> StepOutcome:
+        time.sleep(3.0)
+        return super().env_step(action)
+
+
+async def test_a_blocking_env_step_runs_off_the_loop_so_the_episode_timeout_fires() -> None:
+    client = ScriptedChatClient(["1"], cycle=True)
+    engine = RolloutEngine(
+        env_factories={"stuck": StuckStepEnv, "guess": GuessNumberEnv},
+        protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(client))},
+        episode_timeout_s=0.5,
+    )
+    requests = [RolloutRequest(EnvSpec("stuck"), ProtocolSpec("single"))] + [guess_request()] * 3
+    start = time.monotonic()
+    result = await engine.generate_rollouts(requests, max_steps=1, on_failure="continue")
+    elapsed = time.monotonic() - start
+    assert elapsed < 2.0, f"the stuck step held the event loop for {elapsed:.2f}s"
+    [stuck, *others] = result.episodes
+    assert stuck.failure is not None and stuck.failure.stage == "timeout"
+    assert "episode_timeout_s=0.5" in stuck.failure.message
+    assert all(e.failure is None for e in others)
 
 
 async def test_concurrency_is_bounded() -> None:

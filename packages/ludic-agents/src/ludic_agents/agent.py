@@ -53,7 +53,8 @@ class Agent:
     * ``reject_incomplete_completions``: a completion cut by ``max_tokens`` (``finish_reason ==
       "length"``) is a parse failure with ``incomplete_completion_penalty`` and
       ``incomplete_completion_feedback``, and ``info["incomplete_completion"] = True``.
-    * ``call_timeout_s``: bound for each model call when ``act`` is given no ``timeout_s``.
+    * ``call_timeout_s``: bound for each model call; when ``act`` is also given a ``timeout_s`` (the
+      rollout engine always passes its own), the tighter of the two applies.
     """
 
     def __init__(
@@ -218,7 +219,8 @@ class Agent:
         spec = inference if inference is not None else self.inference
         seed = None if sampling_seed is None else derive_seed(sampling_seed, loop_index)
         request = TokenCompletionRequest.from_spec(prompt_ids, spec, seed=seed, model=self.model)
-        timeout = timeout_s if timeout_s is not None else self.call_timeout_s
+        bounds = [t for t in (timeout_s, self.call_timeout_s) if t is not None]
+        timeout = min(bounds) if bounds else None
         self._turn_calls += 1
         try:
             response = await asyncio.wait_for(self.client.complete_tokens(request), timeout)

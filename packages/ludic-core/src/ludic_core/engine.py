@@ -1,8 +1,8 @@
 """The rollout engine: requests in, rollouts (or SAW batches) out.
 
 For every episode the engine builds a **fresh** env and a fresh protocol (and with it the agents and
-their contexts), runs it under a bounded-concurrency semaphore and an optional per-episode timeout,
-and stamps the rollouts' meta:
+their contexts), runs it under a bounded-concurrency semaphore and a per-episode timeout, and stamps
+the rollouts' meta:
 
 * the request meta, merged in at top level and kept whole under ``request_meta``;
 * ``episode_index`` (the engine's running episode counter);
@@ -19,12 +19,19 @@ the engine adds timeouts and crashes of the protocol itself. ``on_failure="raise
 the batch at the first failure and raises :class:`~ludic_core.errors.EpisodeError`;
 ``on_failure="continue"`` keeps going and reports every failed episode in the result. Failed episodes
 never produce SAW items.
+
+Timeouts. Every wait is bounded by default: each model call by ``timeout_s`` (default
+:data:`DEFAULT_MODEL_CALL_TIMEOUT_S`) and each episode by ``episode_timeout_s`` (default
+:data:`DEFAULT_EPISODE_TIMEOUT_S`), both set on the engine and overridable per call. An env whose
+``step`` blocks must set ``blocking_step`` (see :class:`~ludic_core.env.LudicEnv`), or a stuck step
+holds the event loop and no timeout can fire.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -50,6 +57,8 @@ from ludic_core.seeding import MAX_SEED, derive_seed
 from ludic_core.types import EpisodeFailure, Rollout, seeded_ids
 
 __all__ = [
+    "DEFAULT_EPISODE_TIMEOUT_S",
+    "DEFAULT_MODEL_CALL_TIMEOUT_S",
     "EpisodeResult",
     "FailurePolicy",
     "RolloutEngine",
@@ -124,9 +133,20 @@ def _check_positive_int(name: str, value: Any) -> None:
         raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _check_timeout(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-        raise ConfigError(f"{name} must be None or a number > 0, got {value!r}")
+def _check_timeout(name: str, value: Any, *, optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        rule = "None or a finite number > 0" if optional else "a finite number > 0"
+        raise ConfigError(f"{name} must be {rule}, got {value!r}")
+
+
+DEFAULT_MODEL_CALL_TIMEOUT_S = 600.0
+"""The engine's default bound on one model call: generous for a long completion on a slow CPU backend,
+yet a dead server surfaces as a named timeout within minutes rather than a silent hang."""
+
+DEFAULT_EPISODE_TIMEOUT_S = 3600.0
+"""The engine's default bound on one whole episode (every model call, tool call and env step)."""
 
 
 _EXPECTED = {
@@ -194,6 +214,8 @@ class RolloutEngine:
 
     ``env_factories``/``protocol_factories`` map kinds to factories and take precedence over the
     global registry. ``rollout_log`` (a path or a :class:`RolloutLog`) appends every rollout as JSONL.
+    ``timeout_s`` (each model call) and ``episode_timeout_s`` (each episode) are the defaults of every
+    ``generate_*`` call that does not pass its own.
     """
 
     def __init__(
@@ -205,11 +227,17 @@ class RolloutEngine:
         rollout_log: RolloutLog | str | Path | None = None,
         concurrency: int = 8,
         deterministic_ids: bool = False,
+        timeout_s: float = DEFAULT_MODEL_CALL_TIMEOUT_S,
+        episode_timeout_s: float = DEFAULT_EPISODE_TIMEOUT_S,
     ) -> None:
         seed: object = base_seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
             raise ConfigError(f"RolloutEngine.base_seed must be an int in [0, {MAX_SEED}], got {base_seed!r}")
         _check_positive_int("RolloutEngine.concurrency", concurrency)
+        _check_timeout("RolloutEngine.timeout_s", timeout_s, optional=False)
+        _check_timeout("RolloutEngine.episode_timeout_s", episode_timeout_s, optional=False)
+        self.timeout_s = float(timeout_s)
+        self.episode_timeout_s = float(episode_timeout_s)
         self.env_factories = _check_factories("env_factories", env_factories)
         self.protocol_factories = _check_factories("protocol_factories", protocol_factories)
         self.base_seed = base_seed
@@ -264,7 +292,8 @@ class RolloutEngine:
         """Run one episode per request.
 
         ``timeout_s`` bounds each model call (passed to the protocol); ``episode_timeout_s`` bounds a
-        whole episode. ``on_episode_done`` is called as each episode finishes (progress bars).
+        whole episode; ``None`` takes the engine's. ``on_episode_done`` is called as each episode
+        finishes (progress bars).
         """
         _check_positive_int("max_steps", max_steps)
         _check_timeout("timeout_s", timeout_s)
@@ -289,7 +318,11 @@ class RolloutEngine:
         first_index = self._episodes_started
         self._episodes_started += len(requests)
         semaphore = asyncio.Semaphore(limit)
-        settings = {"max_steps": max_steps, "timeout_s": timeout_s, "episode_timeout_s": episode_timeout_s}
+        settings = {
+            "max_steps": max_steps,
+            "timeout_s": self.timeout_s if timeout_s is None else timeout_s,
+            "episode_timeout_s": self.episode_timeout_s if episode_timeout_s is None else episode_timeout_s,
+        }
 
         async def run(i: int) -> EpisodeResult:
             async with semaphore:
