@@ -224,6 +224,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from ludic_agents.chat_template import HFChatTemplate
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
     from ludic_core.credit import ConstantCredit
+    from ludic_core.errors import MissingExtraError
     from ludic_core.saw_builder import build_saw_items
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
@@ -263,7 +264,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         sampled_temperature=TRAIN_TEMPERATURE,
     )
     evals: dict[str, dict[str, Any]] = {}
-    timeline: list[tuple[str, float]] = []
 
     async def evaluate(
         label: str, run_engine: Any, *, games: bool = True, max_positions: int | None = None
@@ -284,7 +284,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 if mode + "_games" in e
             )
         )
-        timeline.append((label, time.perf_counter() - started))
 
     # Yardsticks: scripted players through the same evaluation (seconds; no model involved).
     await evaluate(
@@ -371,11 +370,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     (args.out / "evaluations.json").write_text(json.dumps(evals))
     _table(console, evals, gains)
-    plotted = _plot(evals, timeline, summary["train_reward"], args.out / "eval_curve.png")
+    stage_steps = {"base model": 0, "warm start": args.sft_steps, "GRPO": args.sft_steps + args.grpo_steps}
+    try:
+        plot_evaluations(evals, args.out / "metrics.jsonl", stage_steps, args.out / "eval_curve.png")
+        plotted = ", eval_curve.png"
+    except MissingExtraError:
+        plotted = ' (pip install "ludic-train[plot]" for a plot)'
     console.print(
         f"Wall time {summary['wall_s']:.0f} s. Files in {args.out}/: summary.json, evaluations.json, "
-        "metrics.jsonl, rollouts.jsonl"
-        + (", eval_curve.png" if plotted else " (install matplotlib for a plot)")
+        "metrics.jsonl, rollouts.jsonl" + plotted
     )
     return summary
 
@@ -427,41 +430,48 @@ def _table(console: Any, evals: dict[str, dict[str, Any]], gains: dict[str, dict
         )
 
 
-def _plot(
-    evals: dict[str, dict[str, Any]], timeline: list[tuple[str, float]], rewards: list[Any], path: Path
-) -> bool:
-    try:
-        import matplotlib
+def evaluation_panels(
+    evals: dict[str, dict[str, Any]], metrics_path: Path, stage_steps: dict[str, int]
+) -> list[Any]:
+    """The figure's two panels. Left: the positions' legal- and optimal-move rates of each stage, placed
+    at the optimiser step where that stage's evaluation ran, beside the random-legal and perfect
+    players' optimal-move rates. Right: GRPO's mean game reward per step, read back from the metrics
+    JSONL (the warm start's lines carry no reward, so only GRPO's steps are drawn)."""
+    from ludic_train.plots import MetricSeries, Panel, ReferenceLine, read_metric_series
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
     stages = [s for s in ("base model", "warm start", "GRPO") if s in evals]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for key in ("legal_move_rate", "optimal_move_rate"):
-        left.plot(
-            stages, [evals[s]["positions"][key] for s in stages], marker="o", label=key.replace("_", " ")
-        )
-    for yard, style in (("random legal", ":"), ("perfect", "--")):
-        left.axhline(
-            evals[yard]["positions"]["optimal_move_rate"],
-            linestyle=style,
-            color="grey",
-            label=f"{yard}: optimal-move rate",
-        )
-    left.set_ylim(0, 1.05)
-    left.set_title("Positions scored by the solver")
-    left.legend(fontsize=7, loc="lower right")
-    xs = [i + 1 for i, r in enumerate(rewards) if r is not None]
-    right.plot(xs, [r for r in rewards if r is not None], marker=".", label="train: mean game reward")
-    right.set_xlabel("GRPO step")
-    right.set_title("GRPO training reward")
-    right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    steps = [stage_steps[s] for s in stages]
+    positions = Panel(
+        "Positions scored by the solver",
+        [
+            MetricSeries(key.replace("_", " "), steps, [evals[s]["positions"][key] for s in stages])
+            for key in ("legal_move_rate", "optimal_move_rate")
+        ],
+        references=[
+            ReferenceLine(evals[yard]["positions"]["optimal_move_rate"], f"{yard}: optimal-move rate", style)
+            for yard, style in (("random legal", ":"), ("perfect", "--"))
+        ],
+        xlabel="optimiser steps (warm start, then GRPO)",
+        ylim=(0, 1.05),
+        step_labels={step: f"{stage}\n{step}" for stage, step in zip(stages, steps, strict=True)},
+    )
+    [reward] = read_metric_series(metrics_path, ["train/avg_total_reward"])
+    training = Panel(
+        "GRPO training reward",
+        [MetricSeries("train: mean game reward", reward.steps, reward.values)],
+        xlabel="GRPO step",
+    )
+    return [positions, training]
+
+
+def plot_evaluations(
+    evals: dict[str, dict[str, Any]], metrics_path: Path, stage_steps: dict[str, int], path: Path
+) -> Path:
+    """Write the demo's figure (:func:`evaluation_panels`) to ``path``; raises ``MissingExtraError``
+    without matplotlib (the ``plot`` extra)."""
+    from ludic_train.plots import plot_panels
+
+    return plot_panels(evaluation_panels(evals, metrics_path, stage_steps), path)
 
 
 def check(summary: dict[str, Any]) -> list[str]:

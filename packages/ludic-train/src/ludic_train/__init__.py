@@ -6,8 +6,9 @@ The concepts a user needs are importable from the package root::
 
 that is the :class:`Trainer` with its :class:`TrainerConfig`, the algorithm presets (``make_grpo``,
 ``make_sft`` …) and :class:`RLAlgorithm`, the loss protocols, collation, checkpoints, the loggers,
-:class:`LocalPolicyClient` for colocated runs, the :class:`PolicyPublisher` contract, offline SFT data,
-the Redis actor/learner pipeline, and model wrapping (:func:`apply_lora`, :func:`shard_model`).
+training-curve plots (:func:`plot_metrics`), :class:`LocalPolicyClient` for colocated runs, the
+:class:`PolicyPublisher` contract, offline SFT data, the Redis actor/learner pipeline, and model
+wrapping (:func:`apply_lora`, :func:`shard_model`).
 
 The submodules hold the rest and keep every name importable where it was: ``ludic_train.losses``
 (every loss), ``ludic_train.preprocess``, ``ludic_train.microbatch``, ``ludic_train.pipeline``,
@@ -37,6 +38,14 @@ if TYPE_CHECKING:
     from ludic_train.losses.base import Loss, SequenceLoss, TokenLoss
     from ludic_train.microbatch import collate_micro_batches
     from ludic_train.pipeline import RedisBatchSource, run_pipeline_actor
+    from ludic_train.plots import (
+        MetricSeries,
+        Panel,
+        ReferenceLine,
+        plot_metrics,
+        plot_panels,
+        read_metric_series,
+    )
     from ludic_train.presets import (
         make_cispo,
         make_dr_grpo,
@@ -75,6 +84,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "ludic_train.losses.base": ("Loss", "SequenceLoss", "TokenLoss"),
     "ludic_train.microbatch": ("collate_micro_batches",),
     "ludic_train.pipeline": ("RedisBatchSource", "run_pipeline_actor"),
+    "ludic_train.plots": (
+        "MetricSeries",
+        "Panel",
+        "ReferenceLine",
+        "plot_metrics",
+        "plot_panels",
+        "read_metric_series",
+    ),
     "ludic_train.presets": (
         "make_cispo",
         "make_dr_grpo",
@@ -130,6 +147,13 @@ __all__ = [
     "TeeLogger",
     "TrainingLogger",
     "WandbLogger",
+    # training curves (the plot extra)
+    "MetricSeries",
+    "Panel",
+    "ReferenceLine",
+    "plot_metrics",
+    "plot_panels",
+    "read_metric_series",
     # sampling and weight hand-over
     "LocalPolicyClient",
     "PolicyPublisher",

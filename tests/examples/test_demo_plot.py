@@ -1,0 +1,72 @@
+"""The CPU demo's figure (examples/demo.py), drawn by ludic_train.plots from small synthetic results
+shaped like a real run's: its evaluations and a metrics JSONL in which the warm start's and GRPO's
+trainers both count their steps from 1."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+
+
+def _demo() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ludic_demo", DEMO)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _evals() -> dict[str, dict[str, Any]]:
+    def rates(legal: float, optimal: float) -> dict[str, Any]:
+        return {"positions": {"legal_move_rate": legal, "optimal_move_rate": optimal}}
+
+    return {
+        "random legal": rates(1.0, 0.40),
+        "perfect": rates(1.0, 1.0),
+        "base model": rates(0.0, 0.0),
+        "warm start": rates(0.98, 0.55),
+        "GRPO": rates(1.0, 0.57),
+    }
+
+
+def _metrics(path: Path) -> Path:
+    from ludic_train.loggers.jsonl import JsonlLogger
+
+    logger = JsonlLogger(path)
+    for step in range(1, 4):  # the warm start: SFT batches carry no reward
+        logger.log(step, {"train/loss": 2.0 / step, "train/grad_norm": 1.0})
+    for step, reward in enumerate([0.2, 0.35, 0.5], start=1):  # GRPO, counting from 1 again
+        logger.log(step, {"train/loss": 0.1, "train/avg_total_reward": reward})
+    logger.close()
+    return path
+
+
+def test_the_demo_figure_shows_stages_yardsticks_and_grpo_reward(tmp_path: Path) -> None:
+    demo = _demo()
+    metrics = _metrics(tmp_path / "metrics.jsonl")
+    stage_steps = {"base model": 0, "warm start": 3, "GRPO": 6}
+
+    positions, training = demo.evaluation_panels(_evals(), metrics, stage_steps)
+
+    legal, optimal = positions.series
+    assert (legal.name, legal.steps, legal.values) == ("legal move rate", (0, 3, 6), (0.0, 0.98, 1.0))
+    assert (optimal.name, optimal.values) == ("optimal move rate", (0.0, 0.55, 0.57))
+    assert [(r.label, r.value, r.style) for r in positions.references] == [
+        ("random legal: optimal-move rate", 0.40, ":"),
+        ("perfect: optimal-move rate", 1.0, "--"),
+    ]
+    assert positions.step_labels == {0: "base model\n0", 3: "warm start\n3", 6: "GRPO\n6"}
+    [reward] = training.series
+    assert (reward.steps, reward.values) == ((1, 2, 3), (0.2, 0.35, 0.5))  # GRPO's steps only
+
+    written = demo.plot_evaluations(_evals(), metrics, stage_steps, tmp_path / "eval_curve.png")
+    assert written == tmp_path / "eval_curve.png"
+    assert written.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
