@@ -15,7 +15,9 @@ import pytest
 from aiohttp import web
 
 from ludic_core.errors import LudicTimeoutError
+from ludic_core.inference import TokenCompletionRequest
 from ludic_vllm._http import RetryPolicy
+from ludic_vllm.client import VLLMClient
 from ludic_vllm.control import ServerControl
 
 DRIP_INTERVAL_S = 0.05
@@ -79,3 +81,21 @@ async def test_control_calls_time_out_on_a_dripping_server(drip_server: DripServ
     assert elapsed < 2.0, f"{call} waited {elapsed:.1f}s"
     # An expired deadline is not retried, even for idempotent calls: the server may still be working.
     assert drip_server.calls == 1
+
+
+async def test_completions_and_model_listing_time_out_on_a_dripping_server(drip_server: DripServer) -> None:
+    async with VLLMClient(
+        base_url=drip_server.url, model="tiny", request_timeout_s=0.5, control_timeout_s=0.5
+    ) as client:
+        started = time.monotonic()
+        with pytest.raises(LudicTimeoutError, match=r"within request_timeout_s=0\.5"):
+            await client.complete_tokens(TokenCompletionRequest(prompt_token_ids=(1, 2, 3)))
+        assert time.monotonic() - started < 2.0
+    async with VLLMClient(base_url=drip_server.url, control_timeout_s=0.5) as client:
+        started = time.monotonic()
+        with pytest.raises(
+            LudicTimeoutError, match=r"/v1/models: no complete answer within control_timeout_s=0\.5"
+        ):
+            await client.model_name()
+        assert time.monotonic() - started < 2.0
+    assert drip_server.calls == 2  # neither expired deadline was retried

@@ -17,7 +17,7 @@ from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.logs import get_logger
 from ludic_vllm.errors import EngineDeadError, RequestRejectedError, ServerError
 
-__all__ = ["RETRYABLE_STATUSES", "RetryPolicy", "error_for_status", "retry_transient"]
+__all__ = ["RETRYABLE_STATUSES", "RetryPolicy", "error_for_status", "retry_transient", "with_deadline"]
 
 log = get_logger("ludic_vllm.http")
 
@@ -124,6 +124,8 @@ async def retry_transient(
             if exc.status not in RETRYABLE_STATUSES:
                 raise
             last: BaseException = exc
+        except LudicTimeoutError:
+            raise  # a request deadline ran out: the request may still be running on the server
         except aiohttp.SocketTimeoutError as exc:
             raise LudicTimeoutError(f"{what}: no response within the read timeout ({exc})") from exc
         except (aiohttp.ClientError, OSError) as exc:
@@ -141,6 +143,27 @@ async def retry_transient(
         delay = min(policy.delay(attempt - 1, rng), max(0.0, policy.deadline_s - elapsed))
         log.warning("retrying", what=what, attempt=attempt, delay_s=round(delay, 3), error=repr(last))
         await asyncio.sleep(delay)
+
+
+async def with_deadline(call: Callable[[], Awaitable[T]], *, deadline_s: float, what: str, setting: str) -> T:
+    """Run one HTTP exchange under a deadline for the whole of it, answer body included.
+
+    aiohttp's ``sock_read`` timeout restarts on every chunk received, so a server that drips a byte at
+    a time would never trip it. An expired deadline raises :class:`LudicTimeoutError` naming ``what``
+    and the ``setting`` that bounds it; aiohttp's own (connect) timeouts pass through unchanged, for
+    the retry policy to judge.
+    """
+    deadline = asyncio.timeout(deadline_s)
+    try:
+        async with deadline:
+            return await call()
+    except TimeoutError as exc:
+        if not deadline.expired():
+            raise
+        raise LudicTimeoutError(
+            f"{what}: no complete answer within {setting}={deadline_s:g} "
+            "(a deadline for the whole request, not per read)"
+        ) from exc
 
 
 class SessionHolder:

@@ -18,6 +18,7 @@ it held when the request arrived and when the response started (``x-ludic-policy
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,7 +30,7 @@ from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, Protoco
 from ludic_core.inference import TokenCompletionRequest
 from ludic_core.logs import get_logger
 from ludic_core.types import ChatResponse
-from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient
+from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient, with_deadline
 from ludic_vllm.control import ServerControl, ServerHealth
 from ludic_vllm.errors import RequestRejectedError
 from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START
@@ -73,8 +74,9 @@ def _check_url(_i: Any, _a: Any, value: str) -> None:
 class VLLMClientConfig:
     """Connection settings for :class:`VLLMClient`.
 
-    ``request_timeout_s`` is the socket read timeout of one generation request: it must exceed the
-    longest generation plus any pause or weight update the request may sit through. ``keepalive_s``
+    ``request_timeout_s`` is the deadline of one generation request as a whole (not per socket read):
+    it must exceed the longest generation plus any pause or weight update the request may sit through.
+    ``control_timeout_s`` bounds each control-plane call the same way. ``keepalive_s``
     stays below uvicorn's 5 s keep-alive so that a pooled connection is never reused just as the server
     closes it. ``retry_aborted`` resubmits a request the server aborted (``finish_reason == "abort"``,
     e.g. an ``abort``-mode pause) up to ``max_abort_retries`` times; the last abort is returned as is.
@@ -235,11 +237,23 @@ class VLLMClient:
                 sock_connect=self.config.connect_timeout_s,
                 sock_read=self.config.control_timeout_s,
             )
-            async with self._sessions.get().get(url, timeout=timeout) as resp:
-                body = await resp.text()
-                if resp.status >= 400:
-                    raise error_for_status(resp.status, body, url)
-                data = await resp.json(content_type=None)
+
+            async def exchange() -> tuple[int, str]:
+                async with self._sessions.get().get(url, timeout=timeout) as resp:
+                    return resp.status, await resp.text()
+
+            status, body = await with_deadline(
+                exchange,
+                deadline_s=self.config.control_timeout_s,
+                what=f"GET {url}",
+                setting="control_timeout_s",
+            )
+            if status >= 400:
+                raise error_for_status(status, body, url)
+            try:
+                data = json.loads(body)
+            except ValueError as exc:
+                raise DataError(f"{url} answered with non-JSON: {body[:500]!r}") from exc
             models = data.get("data") if isinstance(data, dict) else None
             if not models:
                 raise DataError(f"{url} lists no models: {body[:500]!r}")
@@ -304,16 +318,24 @@ class VLLMClient:
             total=None, sock_connect=self.config.connect_timeout_s, sock_read=self.config.request_timeout_s
         )
 
-        async def once() -> tuple[dict[str, Any], Mapping[str, str]]:
+        async def exchange() -> tuple[int, str, dict[str, str]]:
             async with self._sessions.get().post(url, json=body, timeout=timeout) as resp:
-                text = await resp.text()
-                if resp.status >= 400:
-                    raise error_for_status(resp.status, text, url, rejected=RequestRejectedError)
-                try:
-                    data = await resp.json(content_type=None)
-                except ValueError as exc:
-                    raise DataError(f"{url} answered with non-JSON: {text[:500]!r}") from exc
-                return data, dict(resp.headers)
+                return resp.status, await resp.text(), dict(resp.headers)
+
+        async def once() -> tuple[dict[str, Any], Mapping[str, str]]:
+            status, text, headers = await with_deadline(
+                exchange,
+                deadline_s=self.config.request_timeout_s,
+                what=f"POST {url}",
+                setting="request_timeout_s",
+            )
+            if status >= 400:
+                raise error_for_status(status, text, url, rejected=RequestRejectedError)
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise DataError(f"{url} answered with non-JSON: {text[:500]!r}") from exc
+            return data, headers
 
         return await retry_transient(once, policy=self.config.retry, rng=self._rng, what=f"POST {url}")
 

@@ -19,7 +19,7 @@ import attrs
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
 from ludic_core.logs import get_logger
-from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient
+from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient, with_deadline
 from ludic_vllm.errors import ServerError, UpdateRejectedError
 from ludic_vllm.wire import PAUSE_MODES, TRANSPORTS, Manifest
 
@@ -119,19 +119,12 @@ class ServerControl:
             total=None, sock_connect=self._connect_timeout_s, sock_read=deadline_s
         )
         headers = {"Content-Type": "application/octet-stream"} if data is not None else None
-        # aiohttp's read timeout is per socket read: a server that drips a byte at a time would never
-        # trip it. The deadline bounds the whole request, answer body included.
-        deadline = asyncio.timeout(deadline_s)
-        try:
-            async with deadline:
-                status, body = await self._send(method, url, json_body, data, params, timeout, headers)
-        except TimeoutError as exc:
-            if not deadline.expired():
-                raise  # aiohttp's own (connect) timeout: the retry policy decides
-            raise LudicTimeoutError(
-                f"{method} {url}: no complete answer within timeout_s={deadline_s:g} "
-                "(a deadline for the whole request, not per read)"
-            ) from exc
+        status, body = await with_deadline(
+            lambda: self._send(method, url, json_body, data, params, timeout, headers),
+            deadline_s=deadline_s,
+            what=f"{method} {url}",
+            setting="timeout_s",
+        )
         if status >= 400:
             raise error_for_status(status, body, url, rejected=rejected)
         try:
