@@ -6,7 +6,15 @@ from pathlib import Path
 import pytest
 
 from ludic_core.errors import RegistryError
-from ludic_core.registry import ENVS, Registry, make_env, register_env
+from ludic_core.registry import (
+    ALGORITHMS,
+    ENVS,
+    Registry,
+    make_algorithm,
+    make_env,
+    register_algorithm,
+    register_env,
+)
 from ludic_core.testing import GuessNumberEnv
 
 
@@ -43,6 +51,24 @@ def test_module_level_env_registry() -> None:
         assert isinstance(make_env("test-guess"), GuessNumberEnv)
     finally:
         ENVS.unregister("test-guess")
+
+
+def test_algorithms_registry_builds_presets_by_name() -> None:
+    calls: list[dict[str, object]] = []
+
+    def make_toy(**kwargs: object) -> str:
+        calls.append(kwargs)
+        return "toy algorithm"
+
+    assert ALGORITHMS.entry_point_group == "ludic.algorithms"
+    register_algorithm("test-toy", make_toy)
+    try:
+        assert make_algorithm("test-toy", group_size=4) == "toy algorithm" and calls == [{"group_size": 4}]
+        assert "test-toy" in ALGORITHMS
+        with pytest.raises(RegistryError, match=r"unknown algorithm 'test-nope'; known: \[.*'test-toy'"):
+            make_algorithm("test-nope")
+    finally:
+        ALGORITHMS.unregister("test-toy")
 
 
 def test_entry_points_make_envs_available_without_import(

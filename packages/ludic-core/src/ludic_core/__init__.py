@@ -53,9 +53,11 @@ if TYPE_CHECKING:
     from ludic_core.protocols import InteractionProtocol, MultiAgentProtocol, SingleAgentProtocol
     from ludic_core.registry import (
         make_agent,
+        make_algorithm,
         make_env,
         make_protocol,
         register_agent,
+        register_algorithm,
         register_env,
         register_protocol,
     )
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
     from ludic_core.seeding import derive_seed
     from ludic_core.spo import SPOAdvantage, SPORequests, SPOValueTracker
     from ludic_core.strategies import GRPORequestStrategy, RequestStrategy
+    from ludic_core.teachers import TeacherScoredBatchSource, TeacherScorer
     from ludic_core.types import (
         AgentStep,
         ChatResponse,
@@ -119,9 +122,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "ludic_core.protocols": ("InteractionProtocol", "MultiAgentProtocol", "SingleAgentProtocol"),
     "ludic_core.registry": (
         "make_agent",
+        "make_algorithm",
         "make_env",
         "make_protocol",
         "register_agent",
+        "register_algorithm",
         "register_env",
         "register_protocol",
     ),
@@ -131,6 +136,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "ludic_core.seeding": ("derive_seed",),
     "ludic_core.spo": ("SPOAdvantage", "SPORequests", "SPOValueTracker"),
     "ludic_core.strategies": ("GRPORequestStrategy", "RequestStrategy"),
+    "ludic_core.teachers": ("TeacherScoredBatchSource", "TeacherScorer"),
     "ludic_core.types": (
         "AgentStep",
         "ChatResponse",
@@ -201,6 +207,8 @@ __all__ = [
     "SingleAgentProtocol",
     "Step",
     "StepOutcome",
+    "TeacherScoredBatchSource",
+    "TeacherScorer",
     "TokenCompletionRequest",
     "TokenTrace",
     "TransportError",
@@ -209,9 +217,11 @@ __all__ = [
     "build_saw_items",
     "derive_seed",
     "make_agent",
+    "make_algorithm",
     "make_env",
     "make_protocol",
     "register_agent",
+    "register_algorithm",
     "register_env",
     "register_protocol",
     "run_eval",

@@ -27,13 +27,16 @@ from ludic_core.errors import RegistryError
 
 __all__ = [
     "AGENTS",
+    "ALGORITHMS",
     "ENVS",
     "PROTOCOLS",
     "Registry",
     "make_agent",
+    "make_algorithm",
     "make_env",
     "make_protocol",
     "register_agent",
+    "register_algorithm",
     "register_env",
     "register_protocol",
 ]
@@ -145,3 +148,18 @@ def make_protocol(name: str, /, **kwargs: Any) -> Any:
 
 def make_agent(name: str, /, **kwargs: Any) -> Any:
     return AGENTS.build(name, **kwargs)
+
+
+ALGORITHMS: Registry[Any] = Registry("algorithm", "ludic.algorithms")
+"""RL algorithm presets by name: each factory takes keyword arguments and returns an algorithm (for
+``ludic-train``, an ``RLAlgorithm``). Installing ``ludic-train`` registers its presets under their
+names without the ``make_`` prefix (``"grpo"``, ``"spo"``, ``"opd"``, ``"mopd"`` …)."""
+
+
+def register_algorithm(name: str, factory: Factory[Any], *, overwrite: bool = False) -> Factory[Any]:
+    return ALGORITHMS.register(name, factory, overwrite=overwrite)
+
+
+def make_algorithm(name: str, /, **kwargs: Any) -> Any:
+    """Build a registered algorithm preset: ``make_algorithm("grpo", group_size=8)``."""
+    return ALGORITHMS.build(name, **kwargs)
