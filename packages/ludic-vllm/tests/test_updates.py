@@ -15,6 +15,7 @@ from ludic_core.errors import DataError, LudicTimeoutError, TransportError
 from ludic_vllm.control import ServerControl
 from ludic_vllm.errors import UpdateRejectedError
 from ludic_vllm.publisher import FilePublisher, GlooPublisher, Rank0OnlyPublisher
+from ludic_vllm.routes import is_loopback
 from ludic_vllm.wire import Manifest, TensorSpec
 
 
@@ -213,6 +214,47 @@ async def test_weight_routes_need_loopback_or_the_token(monkeypatch: pytest.Monk
             await control.resume()
     finally:
         await guarded.stop()
+
+
+def test_loopback_includes_ipv4_mapped_addresses() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("127.8.9.10") and is_loopback("::1")
+    assert is_loopback("::ffff:127.0.0.1")  # a dual-stack socket's view of an IPv4 loopback caller
+    assert not is_loopback("::ffff:10.0.0.1") and not is_loopback("203.0.113.5") and not is_loopback(None)
+
+
+@pytest.mark.parametrize(
+    "header", ["X-Forwarded-For", "Forwarded", "X-Real-IP", "X-Forwarded-Host"], ids=lambda h: h.lower()
+)
+async def test_proxied_requests_are_never_trusted_as_loopback(fake_server: Any, header: str) -> None:
+    # The peer is loopback (a proxy on the same host), but the request came from elsewhere.
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
+            f"{fake_server.url}/ludic/pause", json={"mode": "keep"}, headers={header: "127.0.0.1"}
+        ) as resp,
+    ):
+        assert resp.status == 403
+        assert "proxied request" in await resp.text()
+    assert not fake_server.engine.paused
+    async with ServerControl(fake_server.url) as control:  # the same call, unproxied, is allowed
+        await control.pause("keep")
+        assert await control.is_paused()
+
+
+async def test_resume_and_cache_reset_wait_for_an_update_in_progress(fake_server: Any) -> None:
+    fake_server.worker.stall_s = 0.5
+    upload = FilePublisher(fake_server.url, mode="upload")
+    publish = asyncio.ensure_future(upload.publish(weights(1), version=1))
+    await asyncio.sleep(0.2)  # the update is loading weights now
+    async with ServerControl(fake_server.url) as control:
+        await asyncio.gather(control.resume(), control.reset_prefix_cache())
+    await publish
+    await upload.aclose()
+    calls = fake_server.engine.calls
+    # Neither route ran inside the update: both come after the update set its new version.
+    set_version = calls.index("ludic_set_version")
+    assert calls.count("resume") >= 1 and calls.index("resume") > set_version, calls
+    assert calls.index("reset_prefix_cache") > set_version, calls
 
 
 async def test_rank0_only_publisher_publishes_on_rank_zero_only() -> None:

@@ -8,7 +8,9 @@ start on the new weights.
 
 Weight-changing routes accept only loopback callers, unless a bearer token is configured
 (``LUDIC_VLLM_API_TOKEN`` in the server's environment; ``ludic-vllm serve --ludic-api-token``), in which
-case they require ``Authorization: Bearer <token>`` from every caller.
+case they require ``Authorization: Bearer <token>`` from every caller. Without a token, a request that
+carries proxy headers (``Forwarded``, ``X-Forwarded-For``, ...) is refused whatever its peer address:
+a proxy on the same host would otherwise make remote callers look local.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ludic_core.logs import get_logger
 from ludic_vllm.service import ConflictError, UpdateService
 from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START, ROUTE_PREFIX
 
-__all__ = ["ENV_API_TOKEN", "ENV_INITIAL_VERSION", "LudicRoutes", "is_loopback"]
+__all__ = ["ENV_API_TOKEN", "ENV_INITIAL_VERSION", "FORWARDING_HEADERS", "LudicRoutes", "is_loopback"]
 
 log = get_logger("ludic_vllm.routes")
 
@@ -58,13 +60,22 @@ GENERATION_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 MAX_UPLOAD_BYTES = 8 * 2**30
 
 
+# Headers a proxy adds: a request carrying one came through a proxy, so its loopback peer address says
+# nothing about the real caller (a reverse proxy or sidecar on the same host forwards remote traffic).
+FORWARDING_HEADERS = frozenset({b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip"})
+
+
 def is_loopback(host: str | None) -> bool:
+    """``127.0.0.0/8``, ``::1`` and IPv4-mapped loopback (``::ffff:127.0.0.1``, what a dual-stack
+    socket reports for an IPv4 loopback caller)."""
     if not host:
         return False
     try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
         return host == "localhost"
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 class HttpError(Exception):
@@ -138,6 +149,16 @@ class LudicRoutes:
             return
         client = scope.get("client")
         host = client[0] if client else None
+        forwarded = sorted(
+            key.decode("latin-1") for key, _ in scope.get("headers", []) if key.lower() in FORWARDING_HEADERS
+        )
+        if forwarded:
+            raise HttpError(
+                403,
+                f"{scope['path']} changes weights; a proxied request (it carries {', '.join(forwarded)}) is "
+                f"never trusted as a loopback caller; set {ENV_API_TOKEN} on the server to allow "
+                "authenticated callers",
+            )
         if not is_loopback(host):
             raise HttpError(
                 403,

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -365,20 +366,40 @@ class UpdateService:
 
     # -- generation control -----------------------------------------------------------------------
 
+    # Pause, resume and cache resets take the update lock too: a resume landing mid-update would let
+    # requests run on half-loaded weights, and a reset would race the update's own.
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, what: str) -> AsyncIterator[None]:
+        try:
+            async with asyncio.timeout(self.rpc_timeout_s):
+                await self._lock.acquire()
+        except TimeoutError as exc:
+            raise LudicTimeoutError(
+                f"{what}: a weight update held the update lock for over {self.rpc_timeout_s:g}s"
+            ) from exc
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     async def pause(self, body: Mapping[str, Any]) -> dict[str, Any]:
         mode = body.get("mode", "keep")
         if mode not in PAUSE_MODES:
             raise ConfigError(f"/ludic/pause: mode must be one of {sorted(PAUSE_MODES)}, got {mode!r}")
-        if not await _compat.pause_generation(self.engine, str(mode)):
-            raise ConfigError(f"/ludic/pause: vLLM {_compat.vllm_version()} cannot pause generation")
+        async with self._exclusive("/ludic/pause"):
+            if not await _compat.pause_generation(self.engine, str(mode)):
+                raise ConfigError(f"/ludic/pause: vLLM {_compat.vllm_version()} cannot pause generation")
         return {"ok": True, "paused": True, "mode": mode}
 
     async def resume(self) -> dict[str, Any]:
-        await _compat.resume_generation(self.engine)
+        async with self._exclusive("/ludic/resume"):
+            await _compat.resume_generation(self.engine)
         return {"ok": True, "paused": False}
 
     async def is_paused(self) -> dict[str, Any]:
         return {"paused": bool(await _compat.is_paused(self.engine))}
 
     async def reset_prefix_cache(self) -> dict[str, Any]:
-        return {"success": bool(await self.engine.reset_prefix_cache())}
+        async with self._exclusive("/ludic/reset_prefix_cache"):
+            return {"success": bool(await self.engine.reset_prefix_cache())}
