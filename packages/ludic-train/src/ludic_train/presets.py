@@ -11,6 +11,7 @@ mismatch to any preset.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Literal
 
@@ -45,6 +46,7 @@ __all__ = [
     "make_gmpo",
     "make_grpo",
     "make_gspo",
+    "make_mopd",
     "make_opd",
     "make_reinforce",
     "make_reinforce_baseline",
@@ -348,11 +350,61 @@ def make_sft(*, length_normalize: bool = False, name: str = "sft") -> RLAlgorith
 def make_opd(*, kl_coeff: float = 1.0, length_normalize: bool = True, name: str = "opd") -> RLAlgorithm:
     """On-policy distillation: per-token reverse KL to a teacher on the student's own samples.
 
-    Needs ``teacher_logps`` on every item; the item weight (constant credit) is not used."""
+    Needs ``teacher_logps`` on every item (:class:`~ludic_core.teachers.TeacherScoredBatchSource`
+    provides them); the item weight (constant credit) is not used. :func:`make_mopd` with its defaults."""
+    return make_mopd(kl_coeff=kl_coeff, length_normalize=length_normalize, name=name)
+
+
+def make_mopd(
+    *,
+    kl_coeff: float = 1.0,
+    outcome_coeff: float = 0.0,
+    group_size: int | None = None,
+    length_normalize: bool = True,
+    name: str = "mopd",
+) -> RLAlgorithm:
+    """Multi-teacher on-policy distillation: per-token reverse KL from the student to each item's own
+    teacher, optionally plus the env's outcome reward.
+
+    The teachers live outside the algorithm: a :class:`~ludic_core.teachers.TeacherScorer` routes each
+    item to its teacher (by default by the ``"teacher"`` its rollout request's meta names) and fills
+    ``teacher_logps``, which this loss reads whoever the teacher was. With ``outcome_coeff == 0`` it is
+    plain on-policy distillation (constant credit, weights unused). With ``outcome_coeff > 0`` the
+    rollouts' rewards also count through a GRPO-style term, ``outcome_coeff ×`` REINFORCE
+    (``−A·log π``) on group-normalised advantages (``GroupNormalizedReturn(group_size)``, so the
+    requests must come in groups of ``group_size``): the loss is ``kl_coeff·KL + outcome_coeff·PG``.
+    ``group_size`` is required then and unused otherwise.
+    """
+    for field, value in (("kl_coeff", kl_coeff), ("outcome_coeff", outcome_coeff)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            raise ConfigError(f"make_mopd: {field} must be a finite number >= 0, got {value!r}")
+    if kl_coeff == 0:
+        raise ConfigError(
+            "make_mopd: kl_coeff must be > 0 (without the teachers' KL there is nothing to distil; "
+            "for the outcome reward alone use make_grpo or make_reinforce)"
+        )
+    kl = ReverseKLLoss(coeff=kl_coeff, length_normalize=length_normalize)
+    if outcome_coeff == 0:
+        return RLAlgorithm(name=name, credit_assigner=ConstantCredit(1.0), loss=kl)
+    if group_size is None:
+        raise ConfigError(
+            f"make_mopd: outcome_coeff={outcome_coeff!r} needs group_size (the outcome term's advantages are "
+            "normalised per group of requests, as GRPO's)"
+        )
     return RLAlgorithm(
         name=name,
-        credit_assigner=ConstantCredit(1.0),
-        loss=ReverseKLLoss(coeff=kl_coeff, length_normalize=length_normalize),
+        credit_assigner=_group_credit(group_size, normalize_adv=True, positive_only=False),
+        loss=CompositeLoss(
+            [
+                LossTerm("reverse_kl", kl),
+                LossTerm("outcome", ReinforceLoss(length_normalize=length_normalize), weight=outcome_coeff),
+            ]
+        ),
     )
 
 

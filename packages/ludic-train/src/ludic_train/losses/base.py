@@ -85,7 +85,10 @@ HOW_TO_PROVIDE: dict[str, str] = {
         "sample the rollouts with chosen-token logprobs: ReturnSpec(return_chosen_logprobs=True), e.g. "
         "RolloutRequest(..., inference=InferenceSpec(return_=ReturnSpec.for_rl()))"
     ),
-    "teacher_logps": "annotate the batch with a teacher scorer",
+    "teacher_logps": (
+        "score the batches with the teachers: TeacherScoredBatchSource(source, TeacherScorer(teachers)) "
+        "from ludic_core.teachers (teachers must return prompt logprobs)"
+    ),
 }
 """For each optional SAW item field a loss can need, how a run makes its items carry it."""
 

@@ -5,6 +5,11 @@ The tokens were sampled from the student, so the reverse-KL gradient is the scor
 (negative) per-token reward. Differentiating ``log π − log π_T`` directly would give ``E[∇ log π] = 0``.
 The loss is written so its *value* is the reverse-KL estimate ``coeff · (log π − log π_T)`` while its
 gradient is the score-function one. Item weights are not used: the teacher supplies the signal.
+
+``teacher_logps`` come from :class:`ludic_core.teachers.TeacherScorer`, which asks each item's
+teacher for the prompt logprobs of the item's tokens; with several teachers (multi-teacher
+distillation, :func:`ludic_train.presets.make_mopd`) every item carries its own teacher's logprobs and
+this loss is unchanged.
 """
 
 from __future__ import annotations

@@ -1,0 +1,158 @@
+"""make_mopd (multi-teacher on-policy distillation, with an optional outcome-reward term) and the presets
+registered by name (``ludic.algorithms`` entry points, ``ludic_core.registry.make_algorithm``)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from ludic_core.credit import ConstantCredit, GroupNormalizedReturn
+from ludic_core.errors import ConfigError
+from ludic_core.registry import ALGORITHMS, make_algorithm
+from ludic_core.saw import SAWItem
+from ludic_train import presets
+from ludic_train.collate import collate_saw_items
+from ludic_train.losses import CompositeLoss, LossTerm, ReinforceLoss, ReverseKLLoss
+from ludic_train.presets import make_mopd, make_opd
+
+VOCAB = 11
+
+
+def items(seed: int) -> list[SAWItem]:
+    """Four items of different lengths (two groups of two), each with teacher logprobs."""
+    rng = random.Random(seed)
+    out = []
+    for k, (prompt, actions) in enumerate(((3, 4), (2, 2), (4, 5), (1, 3))):
+        n = prompt + actions
+        out.append(
+            SAWItem(
+                input_ids=[rng.randrange(1, VOCAB) for _ in range(n)],
+                attention_mask=[1] * n,
+                action_mask=[0] * prompt + [1] * actions,
+                weight=(1.0, -1.0, 0.5, -0.5)[k],
+                teacher_logps=[-rng.uniform(0.2, 4.0) for _ in range(actions)],
+            )
+        )
+    return out
+
+
+def reference_loss(
+    logits: torch.Tensor, batch: dict[str, torch.Tensor], kl: float, outcome: float
+) -> torch.Tensor:
+    """``mean_b [kl·mean_t sg(log π − log π_T)·log π  −  outcome·A_b·mean_t log π]``: the gradient of
+    both terms (the KL's score-function form) written out token by token."""
+    logp = torch.log_softmax(logits.float(), -1)
+    terms = []
+    for b in range(logits.shape[0]):
+        positions = [t for t in range(1, logits.shape[1]) if batch["action_mask"][b, t] > 0]
+        token_logp = torch.stack([logp[b, t - 1, batch["input_ids"][b, t]] for t in positions])
+        teacher = torch.stack([batch["teacher_logps"][b, t] for t in positions])
+        kl_term = ((token_logp - teacher).detach() * token_logp).mean()
+        pg_term = -batch["weight"][b] * token_logp.mean()
+        terms.append(kl * kl_term + outcome * pg_term)
+    return torch.stack(terms).mean()
+
+
+def test_defaults_are_plain_on_policy_distillation_and_make_opd_is_that_preset() -> None:
+    mopd = make_mopd()
+    assert mopd.name == "mopd" and mopd.preprocess is None
+    assert mopd.credit_assigner == ConstantCredit(1.0)
+    assert mopd.loss == ReverseKLLoss(coeff=1.0, length_normalize=True)
+    assert mopd.required_inputs == {"teacher_logps"}
+    opd = make_opd(kl_coeff=0.3, length_normalize=False)
+    assert opd.name == "opd" and opd.loss == ReverseKLLoss(coeff=0.3, length_normalize=False)
+    assert opd.credit_assigner == ConstantCredit(1.0)
+
+
+def test_an_outcome_coefficient_adds_a_group_normalised_reinforce_term() -> None:
+    algorithm = make_mopd(kl_coeff=0.5, outcome_coeff=2.0, group_size=4, length_normalize=False)
+    assert algorithm.credit_assigner == GroupNormalizedReturn(group_size=4, normalize_adv=True)
+    assert algorithm.loss == CompositeLoss(
+        [
+            LossTerm("reverse_kl", ReverseKLLoss(coeff=0.5, length_normalize=False)),
+            LossTerm("outcome", ReinforceLoss(length_normalize=False), weight=2.0),
+        ]
+    )
+    # REINFORCE on-policy needs no behaviour logprobs: the teachers' logprobs are all it asks for.
+    assert algorithm.required_inputs == {"teacher_logps"}
+
+
+@pytest.mark.parametrize(("kl", "outcome"), [(1.0, 0.0), (0.7, 0.5), (2.0, 3.0)])
+def test_loss_and_gradient_are_the_kl_plus_the_weighted_outcome_term(kl: float, outcome: float) -> None:
+    batch = collate_saw_items(items(seed=1), pad_token_id=0)
+    logits = torch.randn(*batch["input_ids"].shape, VOCAB, generator=torch.Generator().manual_seed(2))
+    logits.requires_grad_(True)
+    algorithm = make_mopd(kl_coeff=kl, outcome_coeff=outcome, group_size=2)
+    loss, stats = algorithm.loss.compute(logits, batch)
+    (grad,) = torch.autograd.grad(loss, logits)
+    ref = reference_loss(logits, batch, kl, outcome)
+    (ref_grad,) = torch.autograd.grad(ref, logits)
+    assert torch.allclose(grad, ref_grad, atol=1e-6)
+    # The loss's value is the reverse-KL estimate plus the outcome term's value.
+    with torch.no_grad():
+        logp = torch.log_softmax(logits, -1)[:, :-1].gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
+        mask = batch["action_mask"][:, 1:]
+
+        def per_token_mean(x: torch.Tensor) -> torch.Tensor:
+            return (x * mask).sum(1) / mask.sum(1)
+
+        kl_value = per_token_mean(logp - batch["teacher_logps"][:, 1:]).mean()
+        pg_value = (-batch["weight"] * per_token_mean(logp)).mean()
+    assert float(loss.detach()) == pytest.approx(float(kl * kl_value + outcome * pg_value), abs=1e-5)
+    if outcome:
+        assert float(stats["outcome/loss"]) == pytest.approx(float(pg_value), abs=1e-5)
+        assert float(stats["reverse_kl/reverse_kl"]) == pytest.approx(
+            float(((logp - batch["teacher_logps"][:, 1:]) * mask).sum() / mask.sum()), abs=1e-5
+        )
+
+
+def test_without_the_outcome_term_the_item_weights_do_not_matter() -> None:
+    batch = collate_saw_items(items(seed=3), pad_token_id=0)
+    logits = torch.randn(*batch["input_ids"].shape, VOCAB, generator=torch.Generator().manual_seed(4))
+    logits.requires_grad_(True)
+    algorithm = make_mopd()
+    (grad,) = torch.autograd.grad(algorithm.loss.compute(logits, batch)[0], logits)
+    reweighted = dict(batch, weight=torch.tensor([5.0, -3.0, 0.0, 2.0]))
+    (grad_reweighted,) = torch.autograd.grad(algorithm.loss.compute(logits, reweighted)[0], logits)
+    assert torch.equal(grad, grad_reweighted)
+    with_outcome = make_mopd(outcome_coeff=1.0, group_size=2)
+    (grad_outcome,) = torch.autograd.grad(with_outcome.loss.compute(logits, reweighted)[0], logits)
+    assert not torch.allclose(grad_outcome, grad_reweighted)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "problem"),
+    [
+        ({"outcome_coeff": 0.5}, r"outcome_coeff=0.5 needs group_size"),
+        ({"kl_coeff": 0.0}, r"kl_coeff must be > 0"),
+        ({"kl_coeff": -1.0}, r"kl_coeff must be a finite number >= 0, got -1.0"),
+        (
+            {"outcome_coeff": float("nan"), "group_size": 2},
+            r"outcome_coeff must be a finite number >= 0, got nan",
+        ),
+        ({"outcome_coeff": 1.0, "group_size": 0}, r"group_size must be an int >= 1, got 0"),
+    ],
+)
+def test_bad_settings_name_the_field_and_value(kwargs: dict[str, float], problem: str) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        make_mopd(**kwargs)  # type: ignore[arg-type]
+
+
+def test_make_algorithm_builds_mopd_by_name() -> None:
+    built = make_algorithm("mopd", kl_coeff=0.5, outcome_coeff=0.25, group_size=8)
+    assert built == make_mopd(kl_coeff=0.5, outcome_coeff=0.25, group_size=8)
+    assert make_algorithm("opd") == make_opd()
+    assert make_algorithm("grpo", group_size=4) == presets.make_grpo(group_size=4)
+
+
+def test_every_preset_is_registered_under_its_name() -> None:
+    factories = [name for name in presets.__all__ if name.startswith("make_")]
+    assert {"make_grpo", "make_spo", "make_opd", "make_mopd"} <= set(factories)
+    for factory in factories:
+        name = factory.removeprefix("make_")
+        assert name in ALGORITHMS.names(), (
+            f"{factory} is not registered (ludic.algorithms entry point {name!r})"
+        )
+        assert ALGORITHMS.get(name) is getattr(presets, factory), name
