@@ -50,7 +50,12 @@ if TYPE_CHECKING:
         VersionedClient,
     )
     from ludic_core.parsing import Parser, ParseResult
-    from ludic_core.protocols import InteractionProtocol, MultiAgentProtocol, SingleAgentProtocol
+    from ludic_core.protocols import (
+        DelegatingProtocol,
+        InteractionProtocol,
+        MultiAgentProtocol,
+        SingleAgentProtocol,
+    )
     from ludic_core.registry import (
         make_agent,
         make_algorithm,
@@ -119,7 +124,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "VersionedClient",
     ),
     "ludic_core.parsing": ("ParseResult", "Parser"),
-    "ludic_core.protocols": ("InteractionProtocol", "MultiAgentProtocol", "SingleAgentProtocol"),
+    "ludic_core.protocols": (
+        "DelegatingProtocol",
+        "InteractionProtocol",
+        "MultiAgentProtocol",
+        "SingleAgentProtocol",
+    ),
     "ludic_core.registry": (
         "make_agent",
         "make_algorithm",
@@ -164,6 +174,7 @@ __all__ = [
     "ConstantCredit",
     "CreditAssigner",
     "DataError",
+    "DelegatingProtocol",
     "EnvSpec",
     "EnvironmentStep",
     "EpisodeError",

@@ -9,10 +9,11 @@ Packages register their components through entry points, so installing ``ludic-e
 Entry points are loaded lazily, only when their name is first requested, so an installed but unused
 package costs nothing at import time. Names registered in code take precedence over entry points.
 
-``ludic-core`` itself provides the standard protocols under their ``name``: ``"single_agent"`` and
-``"multi_agent"`` (see :mod:`ludic_core.protocols.standard` for the kwargs they take). They are built in
-rather than declared as entry points so that they resolve even when the package's metadata is absent
-(a source checkout on ``sys.path``); they too load lazily, and a name registered in code replaces them.
+``ludic-core`` itself provides the standard protocols under their ``name``: ``"single_agent"``,
+``"multi_agent"`` and ``"delegating"`` (see :mod:`ludic_core.protocols.standard` for the kwargs they
+take). They are built in rather than declared as entry points so that they resolve even when the
+package's metadata is absent (a source checkout on ``sys.path``); they too load lazily, and a name
+registered in code replaces them.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ PROTOCOLS: Registry[Any] = Registry(
     builtins={
         "single_agent": "ludic_core.protocols.standard:SINGLE_AGENT",
         "multi_agent": "ludic_core.protocols.standard:MULTI_AGENT",
+        "delegating": "ludic_core.protocols.standard:DELEGATING",
     },
 )
 AGENTS: Registry[Any] = Registry("agent", "ludic.agents")

@@ -1,4 +1,5 @@
-"""The standard protocols as registry factories: ``ProtocolSpec("single_agent")`` / ``("multi_agent")``.
+"""The standard protocols as registry factories: ``ProtocolSpec("single_agent")``, ``("multi_agent")``,
+``("delegating")``.
 
 A protocol needs agents, and an agent holds a model client, which ``ProtocolSpec`` kwargs cannot carry
 as JSON. So the registered factories take a callable that builds a **fresh** agent per episode (an
@@ -7,6 +8,7 @@ plus the protocol's own options::
 
     ProtocolSpec("single_agent", {"agent_factory": lambda: Agent(client=client, parser=parser)})
     ProtocolSpec("multi_agent", {"agent_factories": {"X": make_x, "O": make_o}})
+    ProtocolSpec("delegating", {"agent_factory": make_parent, "child_agent_factory": make_child})
 
 For requests that must stay plain JSON (configs, logs), register a factory under the name on the
 engine instead; it takes precedence over the registry and receives the spec's JSON kwargs::
@@ -29,12 +31,20 @@ import attrs
 from ludic_core.agent import AgentHarness
 from ludic_core.errors import ConfigError
 from ludic_core.protocols.base import InteractionProtocol
+from ludic_core.protocols.delegating import DELEGATION_OPTIONS, DelegatingProtocol, check_delegation_options
 from ludic_core.protocols.multi_agent import MultiAgentProtocol
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 
-__all__ = ["MULTI_AGENT", "SINGLE_AGENT", "StandardProtocolFactory"]
+__all__ = ["DELEGATING", "MULTI_AGENT", "SINGLE_AGENT", "StandardProtocolFactory"]
 
-_OPTIONS = frozenset({"stop_on_parse_error", "external_tool_handler", "max_external_rounds"})
+AgentsKind = Literal["single", "multi", "delegating"]
+
+_LOOP_OPTIONS = frozenset({"stop_on_parse_error", "external_tool_handler", "max_external_rounds"})
+_OPTIONS: dict[str, frozenset[str]] = {
+    "single": _LOOP_OPTIONS,
+    "multi": _LOOP_OPTIONS,
+    "delegating": _LOOP_OPTIONS | DELEGATION_OPTIONS,
+}
 
 
 def _short_repr(value: object, limit: int = 80) -> str:
@@ -64,16 +74,24 @@ def _build_agent(protocol: str, where: str, factory: Callable[[], Any]) -> Agent
 
 @attrs.frozen
 class StandardProtocolFactory:
-    """Builds :class:`SingleAgentProtocol` (``agents="single"``, kwarg ``agent_factory``) or
-    :class:`MultiAgentProtocol` (``agents="multi"``, kwarg ``agent_factories``: agent id -> factory)
-    from a spec's kwargs; the remaining kwargs are the protocol's options."""
+    """Builds :class:`SingleAgentProtocol` (``agents="single"``, kwarg ``agent_factory``),
+    :class:`MultiAgentProtocol` (``agents="multi"``, kwarg ``agent_factories``: agent id -> factory) or
+    :class:`DelegatingProtocol` (``agents="delegating"``, kwargs ``agent_factory`` for the parent and
+    ``child_agent_factory``, which the protocol calls for every delegate call) from a spec's kwargs; the
+    remaining kwargs are the protocol's options."""
 
     name: str
-    agents: Literal["single", "multi"] = attrs.field(validator=attrs.validators.in_(("single", "multi")))
+    agents: AgentsKind = attrs.field(validator=attrs.validators.in_(("single", "multi", "delegating")))
 
     @property
     def _agent_key(self) -> str:
-        return "agent_factory" if self.agents == "single" else "agent_factories"
+        return "agent_factories" if self.agents == "multi" else "agent_factory"
+
+    @property
+    def _required(self) -> tuple[str, ...]:
+        if self.agents == "delegating":
+            return (self._agent_key, "child_agent_factory")
+        return (self._agent_key,)
 
     def _how_to(self) -> str:
         if self.agents == "single":
@@ -84,11 +102,20 @@ class StandardProtocolFactory:
                 'RolloutEngine(protocol_factories={"single_agent": '
                 "lambda **kw: SingleAgentProtocol(Agent(client=client, parser=parser), **kw)})"
             )
-        else:
+        elif self.agents == "multi":
             spec = 'ProtocolSpec("multi_agent", {"agent_factories": {"X": make_x_agent, "O": make_o_agent}})'
             registered = (
                 'RolloutEngine(protocol_factories={"multi_agent": '
                 'lambda **kw: MultiAgentProtocol({"X": make_x_agent(), "O": make_o_agent()}, **kw)})'
+            )
+        else:
+            spec = (
+                'ProtocolSpec("delegating", {"agent_factory": make_parent_agent, '
+                '"child_agent_factory": make_child_agent})'
+            )
+            registered = (
+                'RolloutEngine(protocol_factories={"delegating": lambda **kw: DelegatingProtocol('
+                "make_parent_agent(), child_agent_factory=make_child_agent, **kw)})"
             )
         return (
             "an agent holds a model client, which JSON kwargs cannot carry; either pass a factory in the "
@@ -104,17 +131,24 @@ class StandardProtocolFactory:
                 f"protocol {self.name!r}: kwarg {given!r} would share agent instances between episodes "
                 f"(agents keep their dialog); pass {key!r} instead: {self._how_to()}"
             )
-        unknown = sorted(set(kwargs) - _OPTIONS - {key})
+        options = _OPTIONS[self.agents]
+        required = self._required
+        unknown = sorted(set(kwargs) - options - set(required))
         if unknown:
+            takes = " and ".join(repr(k) for k in required)
             raise ConfigError(
-                f"protocol {self.name!r}: unknown kwargs {unknown}; it takes {key!r} and {sorted(_OPTIONS)}"
+                f"protocol {self.name!r}: unknown kwargs {unknown}; it takes {takes} and {sorted(options)}"
             )
-        if key not in kwargs:
-            raise ConfigError(f"protocol {self.name!r} needs kwarg {key!r}: {self._how_to()}")
-        value = kwargs[key]
-        if self.agents == "single":
-            _check_agent_factory(self.name, key, value)
+        for needed in required:
+            if needed not in kwargs:
+                raise ConfigError(f"protocol {self.name!r} needs kwarg {needed!r}: {self._how_to()}")
+        if self.agents != "multi":
+            for needed in required:
+                _check_agent_factory(self.name, needed, kwargs[needed])
+            if self.agents == "delegating":
+                check_delegation_options(**{k: v for k, v in kwargs.items() if k in DELEGATION_OPTIONS})
             return
+        value = kwargs[key]
         if not isinstance(value, Mapping) or not value:
             raise ConfigError(
                 f"protocol {self.name!r}: {key} must be a non-empty mapping of agent id -> agent factory, "
@@ -129,10 +163,13 @@ class StandardProtocolFactory:
 
     def __call__(self, **kwargs: Any) -> InteractionProtocol:
         self.check_kwargs(kwargs)
-        options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
+        options = {k: v for k, v in kwargs.items() if k in _OPTIONS[self.agents]}
         if self.agents == "single":
             agent = _build_agent(self.name, "agent_factory", kwargs["agent_factory"])
             return SingleAgentProtocol(agent, **options)
+        if self.agents == "delegating":
+            agent = _build_agent(self.name, "agent_factory", kwargs["agent_factory"])
+            return DelegatingProtocol(agent, child_agent_factory=kwargs["child_agent_factory"], **options)
         agents = {
             agent_id: _build_agent(self.name, f"agent_factories[{agent_id!r}]", factory)
             for agent_id, factory in kwargs["agent_factories"].items()
@@ -145,3 +182,6 @@ SINGLE_AGENT = StandardProtocolFactory(SingleAgentProtocol.name, "single")
 
 MULTI_AGENT = StandardProtocolFactory(MultiAgentProtocol.name, "multi")
 """Registered as ``"multi_agent"``: ``ProtocolSpec("multi_agent", {"agent_factories": {...}})``."""
+
+DELEGATING = StandardProtocolFactory(DelegatingProtocol.name, "delegating")
+"""Registered as ``"delegating"``: ``ProtocolSpec("delegating", {"agent_factory": ..., "child_agent_factory": ...})``."""

@@ -1,0 +1,98 @@
+"""One product to compute: the subtask a parent agent delegates in :class:`SumOfProductsEnv`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ludic_core.env import SingleAgentEnv
+from ludic_core.errors import ConfigError
+from ludic_core.types import Info, StepOutcome
+from ludic_envs.qa.numeric import parse_number
+
+__all__ = ["ProductQAEnv", "parse_product"]
+
+# "23 × 45", "23x45", "23 * 45": the forms a model is likely to write a product in.
+_PRODUCT = re.compile(r"(-?\d{1,18})\s*[×xX*]\s*(-?\d{1,18})")
+
+
+def parse_product(text: str) -> tuple[int, int]:
+    """The factors of the first product written in ``text`` (``"Compute 23 × 45."`` -> ``(23, 45)``)."""
+    match = _PRODUCT.search(text)
+    if match is None:
+        raise ConfigError(f"no product such as '23 × 45' in the task text {text[:120]!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"ProductQAEnv.{name} must be an int, got {value!r}")
+    return value
+
+
+class ProductQAEnv(SingleAgentEnv):
+    """Compute ``a × b``; one step, ``correct_reward`` for the exact product, else ``incorrect_reward``.
+
+    The answer is the last number of the action (``"1,035"`` and ``"a*b = 1035"`` both count).
+    Info: ``target``, ``parsed_answer`` (None when the action states no number), ``correct``.
+    """
+
+    def __init__(
+        self,
+        a: int,
+        b: int,
+        *,
+        correct_reward: float = 1.0,
+        incorrect_reward: float = 0.0,
+        agent_id: str = "agent_0",
+    ) -> None:
+        super().__init__(agent_id=agent_id)
+        self.a = _check_int("a", a)
+        self.b = _check_int("b", b)
+        self.correct_reward = float(correct_reward)
+        self.incorrect_reward = float(incorrect_reward)
+        self.answered = False
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> ProductQAEnv:
+        """The env of a delegate call: ``{"task": "23 × 45"}`` (any text holding one product), or
+        ``{"a": 23, "b": 45}``. Use it as ``DelegatingProtocol(child_env_factory=...)``."""
+        if "a" in arguments or "b" in arguments:
+            return cls(_check_int("a", arguments.get("a")), _check_int("b", arguments.get("b")))
+        task = arguments.get("task")
+        if not isinstance(task, str):
+            raise ConfigError(
+                f"a product subtask needs a string 'task' such as '23 × 45' (or ints 'a' and 'b'), got "
+                f"arguments {dict(arguments)!r}"
+            )
+        return cls(*parse_product(task))
+
+    @property
+    def target(self) -> int:
+        return self.a * self.b
+
+    @property
+    def suggested_sysprompt(self) -> str:
+        return "Compute the product you are given. Reply with the number only."
+
+    def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
+        self.answered = False
+        return f"Compute {self.a} × {self.b}. Reply with the number only.", {"a": self.a, "b": self.b}
+
+    def env_step(self, action: str) -> StepOutcome:
+        if self.answered:
+            raise ConfigError("ProductQAEnv.step called after the answer was given; call reset first")
+        self.answered = True
+        parsed = parse_number(action)
+        correct = parsed is not None and parsed == self.target
+        return StepOutcome(
+            obs="Correct." if correct else f"Incorrect: {self.a} × {self.b} = {self.target}.",
+            reward=self.correct_reward if correct else self.incorrect_reward,
+            terminated=True,
+            info={
+                "target": self.target,
+                "parsed_answer": None if parsed is None else str(parsed),
+                "correct": correct,
+            },
+        )

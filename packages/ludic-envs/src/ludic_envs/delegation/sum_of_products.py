@@ -1,0 +1,99 @@
+"""A multi-part arithmetic question whose parts a sub-agent can solve: a sum of several products."""
+
+from __future__ import annotations
+
+import random
+
+from ludic_core.env import SingleAgentEnv
+from ludic_core.errors import ConfigError
+from ludic_core.types import Info, StepOutcome
+from ludic_envs.qa.numeric import parse_number
+
+__all__ = ["SumOfProductsEnv"]
+
+SYSTEM_PROMPT = (
+    "You answer arithmetic questions exactly. You can hand one product to a helper by calling the "
+    '`delegate` tool with {"task": "<a> × <b>"}; it replies with the product. '
+    "Reply with the final number only."
+)
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"SumOfProductsEnv.{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+class SumOfProductsEnv(SingleAgentEnv):
+    """Compute ``a1 × b1 + a2 × b2 + …`` (``num_parts`` products of factors in ``[min_factor,
+    max_factor]``, drawn from the reset seed); one step.
+
+    Each product is a subtask a sub-agent can solve in a :class:`ProductQAEnv`: under
+    ``DelegatingProtocol(child_env_factory=ProductQAEnv.from_arguments)`` the agent delegates the parts
+    and adds the answers. Reward: ``correct_reward`` for the exact sum (the last number of the action),
+    else ``incorrect_reward``. Info: ``parts`` (``[[a, b], ...]``), ``target``, ``parsed_answer``,
+    ``correct``. ``seed`` seeds the env's own RNG; ``reset(seed=...)`` reseeds it for that episode.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_parts: int = 3,
+        min_factor: int = 11,
+        max_factor: int = 99,
+        correct_reward: float = 1.0,
+        incorrect_reward: float = 0.0,
+        seed: int | None = None,
+        agent_id: str = "agent_0",
+    ) -> None:
+        super().__init__(agent_id=agent_id)
+        self.num_parts = _check_int("num_parts", num_parts, 1)
+        self.min_factor = _check_int("min_factor", min_factor, 0)
+        self.max_factor = _check_int("max_factor", max_factor, self.min_factor)
+        self.correct_reward = float(correct_reward)
+        self.incorrect_reward = float(incorrect_reward)
+        self._rng = random.Random(seed)
+        self.parts: list[tuple[int, int]] = []
+        self.answered = True
+
+    @property
+    def target(self) -> int:
+        return sum(a * b for a, b in self.parts)
+
+    @property
+    def question(self) -> str:
+        return " + ".join(f"{a} × {b}" for a, b in self.parts)
+
+    @property
+    def suggested_sysprompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
+        if seed is not None:
+            self._rng = random.Random(seed)
+        draw = self._rng.randint
+        self.parts = [
+            (draw(self.min_factor, self.max_factor), draw(self.min_factor, self.max_factor))
+            for _ in range(self.num_parts)
+        ]
+        self.answered = False
+        obs = f"Compute {self.question}. Reply with the number only."
+        return obs, {"parts": [list(p) for p in self.parts]}
+
+    def env_step(self, action: str) -> StepOutcome:
+        if self.answered:
+            raise ConfigError("SumOfProductsEnv.step called before reset or after the answer; call reset")
+        self.answered = True
+        parsed = parse_number(action)
+        correct = parsed is not None and parsed == self.target
+        return StepOutcome(
+            obs="Correct." if correct else f"Incorrect: {self.question} = {self.target}.",
+            reward=self.correct_reward if correct else self.incorrect_reward,
+            terminated=True,
+            info={
+                "parts": [list(p) for p in self.parts],
+                "target": self.target,
+                "parsed_answer": None if parsed is None else str(parsed),
+                "correct": correct,
+            },
+        )
