@@ -76,7 +76,12 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     model_dir = build_tiny_llama(tmp_path_factory.mktemp("served-tiny"))
     log_path = tmp_path_factory.mktemp("logs") / "vllm-server.log"
     server = VLLMServer(
-        str(model_dir), tiny_server_args(), env=SERVER_ENV, log_path=log_path, startup_timeout_s=480
+        str(model_dir),
+        tiny_server_args(),
+        env=SERVER_ENV,
+        log_path=log_path,
+        startup_timeout_s=480,
+        load_dirs=[tmp_path_factory.getbasetemp()],  # every test's tmp_path lies under it
     )
     server.start()
     try:
@@ -180,7 +185,19 @@ class FakeEngine:
 class FakeServer:
     """aiohttp server → LudicRoutes → UpdateService → FakeEngine → LudicWorkerExtension."""
 
-    def __init__(self, *, token: str | None = None, client_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        client_host: str = "127.0.0.1",
+        trust_loopback: bool = True,
+        load_dirs: tuple[str, ...] | None = None,
+    ) -> None:
+        import tempfile
+
+        self.trust_loopback = trust_loopback
+        # pytest's tmp_path lives under the system temp dir: path loads from tests are allowed there.
+        self.load_dirs = (tempfile.gettempdir(),) if load_dirs is None else load_dirs
         self.worker = make_fake_worker()
         self.engine = FakeEngine(self.worker)
         self.token = token
@@ -229,6 +246,8 @@ class FakeServer:
             monkeypatch.setenv(routes.ENV_API_TOKEN, self.token)
         else:
             monkeypatch.delenv(routes.ENV_API_TOKEN, raising=False)
+        monkeypatch.setenv(routes.ENV_TRUST_LOOPBACK, "1" if self.trust_loopback else "0")
+        monkeypatch.setenv(routes.ENV_LOAD_DIRS, os.pathsep.join(self.load_dirs))
         middleware = routes.LudicRoutes(self._inner_app)
         engine = self.engine
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from ludic_core.errors import DataError, LudicTimeoutError, TransportError
+from ludic_vllm._net import is_loopback
 from ludic_vllm.control import ServerControl
 from ludic_vllm.errors import UpdateRejectedError
 from ludic_vllm.publisher import FilePublisher, GlooPublisher, Rank0OnlyPublisher
-from ludic_vllm.routes import is_loopback
 from ludic_vllm.wire import Manifest, TensorSpec
 
 
@@ -214,6 +214,61 @@ async def test_weight_routes_need_loopback_or_the_token(monkeypatch: pytest.Monk
             await control.resume()
     finally:
         await guarded.stop()
+
+
+async def test_without_a_token_weight_routes_need_the_operator_to_trust_loopback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from conftest import FakeServer  # type: ignore[import-not-found]
+
+    untrusting = await FakeServer(trust_loopback=False).start(monkeypatch)
+    try:
+        async with ServerControl(untrusting.url) as control:
+            with pytest.raises(UpdateRejectedError, match="--ludic-trust-loopback") as info:
+                await control.pause("keep")
+            assert info.value.status == 403
+            assert await control.version() == 0  # reads are open
+    finally:
+        await untrusting.stop()
+
+
+async def test_path_loads_are_confined_to_the_load_directories(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from conftest import FakeServer  # type: ignore[import-not-found]
+    from safetensors.torch import save_file
+
+    allowed, outside = tmp_path / "allowed", tmp_path / "outside"
+    for directory in (allowed, outside):
+        directory.mkdir()
+        save_file({"w": torch.ones(2)}, str(directory / "model.safetensors"))
+    (allowed / "escape").symlink_to(outside)
+    server = await FakeServer(load_dirs=(str(allowed),)).start(monkeypatch)
+    try:
+        async with ServerControl(server.url) as control:
+            for path, why in (
+                (outside, "outside the server's load directories"),
+                (allowed / "escape", "resolved"),
+            ):
+                with pytest.raises(UpdateRejectedError, match=why) as info:
+                    await control.update_from_path(update_id=f"u-{path.name}", version=1, path=str(path))
+                assert info.value.status == 400
+            assert "ludic_load_path" not in server.engine.calls
+            result = await control.update_from_path(update_id="ok", version=1, path=str(allowed))
+            assert result.version == 1 and "ludic_load_path" in server.engine.calls
+    finally:
+        await server.stop()
+    closed = await FakeServer(load_dirs=()).start(monkeypatch)
+    try:
+        async with ServerControl(closed.url) as control:
+            with pytest.raises(UpdateRejectedError, match="--ludic-load-dir"):
+                await control.update_from_path(update_id="u", version=1, path=str(allowed))
+        upload = FilePublisher(closed.url, mode="upload")  # uploads need no load directory
+        await upload.publish(weights(3), version=1)
+        await upload.aclose()
+        assert_loaded(closed, weights(3))
+    finally:
+        await closed.stop()
 
 
 def test_loopback_includes_ipv4_mapped_addresses() -> None:

@@ -385,6 +385,7 @@ def token_server(tmp_path_factory: pytest.TempPathFactory, vllm_server: Any) -> 
         tiny_server_args("--enable-lora", "--max-lora-rank", "8", "--max-loras", "1"),
         env=SERVER_ENV,
         api_token="s3cret",
+        load_dirs=[tmp_path_factory.getbasetemp()],
         log_path=tmp_path_factory.mktemp("logs") / "token-server.log",
         startup_timeout_s=480,
     )

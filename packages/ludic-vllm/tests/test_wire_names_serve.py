@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from ludic_core.errors import DataError
@@ -108,3 +110,42 @@ def test_serve_command_injects_the_extension_and_rl_flags(
     assert argv.count("--logprobs-mode") == 1  # the caller's choice wins
     with pytest.raises(SystemExit):
         serve.main(["run", "/m"])
+
+
+def test_serve_trusts_loopback_only_when_bound_to_loopback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    from ludic_vllm import _compat, serve
+
+    monkeypatch.setattr(_compat, "api_server_module", lambda: "vllm.entrypoints.openai.api_server")
+    serve.main(
+        [
+            "serve",
+            "/m",
+            "--ludic-trust-loopback",
+            "--host",
+            "127.0.0.1",
+            "--ludic-load-dir",
+            str(tmp_path),
+            "--dry-run",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "LUDIC_VLLM_TRUST_LOOPBACK=1" in out and f"LUDIC_VLLM_LOAD_DIRS={tmp_path}" in out
+    for host_args in ([], ["--host", "0.0.0.0"], ["--host=10.1.2.3"]):
+        with pytest.raises(SystemExit):
+            serve.main(["serve", "/m", "--ludic-trust-loopback", *host_args, "--dry-run"])
+        assert "needs the server bound to a loopback address" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        serve.main(["serve", "/m", "--ludic-load-dir", str(tmp_path / "missing"), "--dry-run"])
+    assert "not a directory" in capsys.readouterr().err
+
+
+def test_launched_servers_trust_loopback_only_without_a_token_on_loopback() -> None:
+    from ludic_vllm.launch import VLLMServer
+
+    assert "--ludic-trust-loopback" in VLLMServer("/m", port=9).command()
+    assert "--ludic-trust-loopback" not in VLLMServer("/m", port=9, api_token="t").command()
+    assert "--ludic-trust-loopback" not in VLLMServer("/m", host="0.0.0.0", port=9).command()
+    cmd = VLLMServer("/m", port=9, load_dirs=["/a", "/b"]).command()
+    assert cmd[cmd.index("--ludic-load-dir") :][:4] == ["--ludic-load-dir", "/a", "--ludic-load-dir", "/b"]

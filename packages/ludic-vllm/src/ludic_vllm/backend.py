@@ -96,7 +96,13 @@ async def open_vllm_backend(args: argparse.Namespace, *, model_dir: str | None =
     if args.vllm_start_server:
         if model_dir is None:
             raise ConfigError("--vllm-start-server needs the model directory to serve")
-        server = VLLMServer(model_dir, shlex.split(args.vllm_server_args), api_token=args.vllm_api_token)
+        # A files transport hands the server paths in the shared directory: the only place it may load from.
+        load_dirs = (
+            [args.vllm_weights_dir] if args.vllm_transport == "files" and args.vllm_weights_dir else []
+        )
+        server = VLLMServer(
+            model_dir, shlex.split(args.vllm_server_args), api_token=args.vllm_api_token, load_dirs=load_dirs
+        )
         await asyncio.to_thread(server.start)
         url = server.url
     client = VLLMClient(

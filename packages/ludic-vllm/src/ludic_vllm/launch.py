@@ -22,6 +22,7 @@ from types import TracebackType
 
 from ludic_core.errors import LudicTimeoutError, TransportError
 from ludic_core.logs import get_logger
+from ludic_vllm._net import is_loopback
 from ludic_vllm.control import ServerControl
 
 __all__ = ["VLLMServer", "free_port"]
@@ -44,6 +45,11 @@ class VLLMServer:
 
     ``start`` returns once ``/ludic/health`` answers ok (or raises with the log tail, having stopped
     the process); ``stop`` sends SIGTERM to the process group, then SIGKILL after ``stop_timeout_s``.
+
+    Weight routes: with ``api_token`` every caller needs it; without one, a server on a loopback ``host``
+    trusts local callers (``trust_loopback`` defaults to that) and any other host refuses them.
+    ``load_dirs`` are the directories ``update_from_path`` and LoRA loads may read (a
+    :class:`~ludic_vllm.publisher.FilePublisher` in path mode needs its shared directory here).
     """
 
     def __init__(
@@ -55,6 +61,8 @@ class VLLMServer:
         port: int | None = None,
         env: Mapping[str, str] | None = None,
         api_token: str | None = None,
+        trust_loopback: bool | None = None,
+        load_dirs: Sequence[str | os.PathLike[str]] = (),
         initial_version: int = 0,
         startup_timeout_s: float = 600.0,
         stop_timeout_s: float = 30.0,
@@ -67,6 +75,12 @@ class VLLMServer:
         self.port = port or free_port(host)
         self.env = dict(env or {})
         self.api_token = api_token
+        # The process that starts the server on loopback is its operator: without a token it trusts the
+        # local callers it launched the server for. Any other host needs a token.
+        self.trust_loopback = (
+            (api_token is None and is_loopback(host)) if trust_loopback is None else trust_loopback
+        )
+        self.load_dirs = [os.fspath(d) for d in load_dirs]
         self.initial_version = initial_version
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
@@ -96,6 +110,10 @@ class VLLMServer:
         cmd += ["--ludic-initial-version", str(self.initial_version)]
         if self.api_token:
             cmd += ["--ludic-api-token", self.api_token]
+        if self.trust_loopback:
+            cmd.append("--ludic-trust-loopback")
+        for directory in self.load_dirs:
+            cmd += ["--ludic-load-dir", directory]
         return cmd + self.vllm_args
 
     def log_tail(self, n_bytes: int = 6000) -> str:

@@ -6,17 +6,19 @@ Besides answering ``/ludic/*``, it stamps every ``/v1/*`` response with the poli
 and at response time, and holds new generation requests while an update is being applied so that they
 start on the new weights.
 
-Weight-changing routes accept only loopback callers, unless a bearer token is configured
-(``LUDIC_VLLM_API_TOKEN`` in the server's environment; ``ludic-vllm serve --ludic-api-token``), in which
-case they require ``Authorization: Bearer <token>`` from every caller. Without a token, a request that
-carries proxy headers (``Forwarded``, ``X-Forwarded-For``, ...) is refused whatever its peer address:
-a proxy on the same host would otherwise make remote callers look local.
+Weight-changing routes require ``Authorization: Bearer <token>`` when a token is configured
+(``LUDIC_VLLM_API_TOKEN`` in the server's environment; ``ludic-vllm serve --ludic-api-token``). Without
+a token they are refused, unless the operator opted in to trusting loopback callers
+(``LUDIC_VLLM_TRUST_LOOPBACK=1``; ``ludic-vllm serve --ludic-trust-loopback``, which refuses a server not
+bound to a loopback address). Even then a request that carries proxy headers (``Forwarded``,
+``X-Forwarded-For``, ...) is refused whatever its peer address: a proxy on the same host would otherwise
+make remote callers look local. Loads from a server path are confined to ``LUDIC_VLLM_LOAD_DIRS``
+(``--ludic-load-dir``).
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import os
 import traceback
@@ -26,10 +28,18 @@ from urllib.parse import parse_qs
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
 from ludic_core.logs import get_logger
+from ludic_vllm._net import is_loopback
 from ludic_vllm.service import ConflictError, UpdateService
 from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START, ROUTE_PREFIX
 
-__all__ = ["ENV_API_TOKEN", "ENV_INITIAL_VERSION", "FORWARDING_HEADERS", "LudicRoutes", "is_loopback"]
+__all__ = [
+    "ENV_API_TOKEN",
+    "ENV_INITIAL_VERSION",
+    "ENV_LOAD_DIRS",
+    "ENV_TRUST_LOOPBACK",
+    "FORWARDING_HEADERS",
+    "LudicRoutes",
+]
 
 log = get_logger("ludic_vllm.routes")
 
@@ -41,6 +51,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 ENV_API_TOKEN = "LUDIC_VLLM_API_TOKEN"
 ENV_INITIAL_VERSION = "LUDIC_VLLM_INITIAL_VERSION"
+ENV_TRUST_LOOPBACK = "LUDIC_VLLM_TRUST_LOOPBACK"
+ENV_LOAD_DIRS = "LUDIC_VLLM_LOAD_DIRS"
+"""Directories (``os.pathsep``-separated) the server may load weights and adapters from."""
 
 # Routes that change weights or generation state: loopback-only unless a token is configured.
 PROTECTED = frozenset(
@@ -65,19 +78,6 @@ MAX_UPLOAD_BYTES = 8 * 2**30
 FORWARDING_HEADERS = frozenset({b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip"})
 
 
-def is_loopback(host: str | None) -> bool:
-    """``127.0.0.0/8``, ``::1`` and IPv4-mapped loopback (``::ffff:127.0.0.1``, what a dual-stack
-    socket reports for an IPv4 loopback caller)."""
-    if not host:
-        return False
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return host == "localhost"
-    mapped = getattr(address, "ipv4_mapped", None)
-    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
-
-
 class HttpError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -91,6 +91,11 @@ class LudicRoutes:
         self.app = app
         self._service: UpdateService | None = None
         self._token = os.environ.get(ENV_API_TOKEN) or None
+        trust = os.environ.get(ENV_TRUST_LOOPBACK, "")
+        if trust not in ("", "0", "1"):
+            raise ConfigError(f"{ENV_TRUST_LOOPBACK} must be 0 or 1, got {trust!r}")
+        self._trust_loopback = trust == "1"
+        self._load_dirs = tuple(d for d in os.environ.get(ENV_LOAD_DIRS, "").split(os.pathsep) if d)
         initial = os.environ.get(ENV_INITIAL_VERSION, "0")
         try:
             self._initial_version = int(initial)
@@ -100,7 +105,9 @@ class LudicRoutes:
     def service(self, scope: Scope) -> UpdateService:
         if self._service is None:
             engine = scope["app"].state.engine_client
-            self._service = UpdateService(engine=engine, version=self._initial_version)
+            self._service = UpdateService(
+                engine=engine, version=self._initial_version, load_dirs=self._load_dirs
+            )
         return self._service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -147,6 +154,13 @@ class LudicRoutes:
             if not hmac.compare_digest(auth.encode(), expected.encode()):
                 raise HttpError(401, f"{scope['path']} requires 'Authorization: Bearer <token>'")
             return
+        if not self._trust_loopback:
+            raise HttpError(
+                403,
+                f"{scope['path']} changes weights and the server has no API token: start it with "
+                f"--ludic-api-token T ({ENV_API_TOKEN}), or, bound to loopback only, opt in to trusting "
+                f"local callers with --ludic-trust-loopback ({ENV_TRUST_LOOPBACK}=1)",
+            )
         client = scope.get("client")
         host = client[0] if client else None
         forwarded = sorted(

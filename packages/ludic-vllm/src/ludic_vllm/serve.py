@@ -10,8 +10,10 @@ needs, unless the caller already set them:
 * ``--logprobs-mode processed_logprobs`` so returned logprobs are those of the distribution actually
   sampled from (after temperature), which importance ratios need.
 
-Ludic's own options (``--ludic-api-token``, ``--ludic-initial-version``) are consumed here and passed to
-the server process through its environment. ``--device cpu`` (or no CUDA) selects vLLM's CPU platform.
+Ludic's own options (``--ludic-api-token``, ``--ludic-trust-loopback``, ``--ludic-load-dir``,
+``--ludic-initial-version``) are consumed here and passed to the server process through its
+environment. Weight routes need the token, or ``--ludic-trust-loopback`` on a server bound to a loopback
+``--host``; server-path loads need ``--ludic-load-dir``. ``--device cpu`` (or no CUDA) selects vLLM's CPU platform.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import sys
 from collections.abc import Sequence
 
 from ludic_vllm import _compat
-from ludic_vllm.routes import ENV_API_TOKEN, ENV_INITIAL_VERSION
+from ludic_vllm._net import is_loopback
+from ludic_vllm.routes import ENV_API_TOKEN, ENV_INITIAL_VERSION, ENV_LOAD_DIRS, ENV_TRUST_LOOPBACK
 
 __all__ = ["build_command", "main"]
 
@@ -32,6 +35,17 @@ MIDDLEWARE = "ludic_vllm.routes.LudicRoutes"
 
 def _has_flag(args: Sequence[str], flag: str) -> bool:
     return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of the last ``flag VALUE`` / ``flag=VALUE`` in ``args`` (vLLM's own parsing keeps the last)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def build_command(
@@ -96,6 +110,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("model")
     parser.add_argument("--ludic-api-token", default=None, help="bearer token required by weight routes")
+    parser.add_argument(
+        "--ludic-trust-loopback",
+        action="store_true",
+        help="without a token, let loopback callers change weights (needs a loopback --host)",
+    )
+    parser.add_argument(
+        "--ludic-load-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory update_from_path and lora/load may read (repeatable; default: none)",
+    )
     parser.add_argument("--ludic-initial-version", type=int, default=0, help="policy version at start-up")
     parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     return parser
@@ -106,10 +132,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "serve":
         print(
-            "usage: ludic-vllm serve <model> [--ludic-api-token T] [--ludic-initial-version N] [vllm args...]"
+            "usage: ludic-vllm serve <model> [--ludic-api-token T | --ludic-trust-loopback] "
+            "[--ludic-load-dir DIR]... [--ludic-initial-version N] [vllm args...]"
         )
         raise SystemExit(2)
-    ns, vllm_args = _parser().parse_known_args(args[1:])
+    parser = _parser()
+    ns, vllm_args = parser.parse_known_args(args[1:])
+    if ns.ludic_trust_loopback:
+        host = _flag_value(vllm_args, "--host")
+        if host is None or not is_loopback(host):
+            parser.error(
+                f"--ludic-trust-loopback needs the server bound to a loopback address (--host 127.0.0.1); "
+                f"got --host {host!r} (vLLM's default binds every interface)"
+            )
+    missing = [d for d in ns.ludic_load_dir if not os.path.isdir(d)]
+    if missing:
+        parser.error(f"--ludic-load-dir: not a directory: {missing}")
     cpu = _device_is_cpu(vllm_args)
     cmd, extra_env = build_command(ns.model, _strip_device(vllm_args))
     if cpu:
@@ -117,6 +155,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     extra_env[ENV_INITIAL_VERSION] = str(ns.ludic_initial_version)
     if ns.ludic_api_token:
         extra_env[ENV_API_TOKEN] = ns.ludic_api_token
+    if ns.ludic_trust_loopback:
+        extra_env[ENV_TRUST_LOOPBACK] = "1"
+    if ns.ludic_load_dir:
+        extra_env[ENV_LOAD_DIRS] = os.pathsep.join(os.path.abspath(d) for d in ns.ludic_load_dir)
     if ns.dry_run:
         shown = " ".join(f"{k}={'***' if k == ENV_API_TOKEN else v}" for k, v in sorted(extra_env.items()))
         print(shown, " ".join(cmd))

@@ -85,6 +85,7 @@ class UpdateService:
     updating: bool = False
     transport: dict[str, Any] | None = None
     rpc_timeout_s: float = 900.0
+    load_dirs: tuple[str, ...] = ()
     _lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     _idle: asyncio.Event = attrs.field(factory=asyncio.Event)
     _applied: collections.OrderedDict[str, int] = attrs.field(factory=collections.OrderedDict)
@@ -286,11 +287,38 @@ class UpdateService:
             check=check,
         )
 
+    def _allowed_path(self, path: str, what: str) -> str:
+        """``path`` resolved (symlinks included), if it lies inside one of ``load_dirs``.
+
+        A caller that may change weights must still not make the server read arbitrary files: loads
+        from a server path are confined to the directories the operator named at start-up.
+        """
+        if not self.load_dirs:
+            raise ConfigError(
+                f"{what}: loading from a path on the server is disabled; start the server with "
+                "--ludic-load-dir DIR (LUDIC_VLLM_LOAD_DIRS) naming the directories it may load from, "
+                "or upload the weights (update_from_bytes)"
+            )
+        resolved = os.path.realpath(path)
+        for root in self.load_dirs:
+            real_root = os.path.realpath(root)
+            if os.path.commonpath([resolved, real_root]) == real_root:
+                return resolved
+        raise ConfigError(
+            f"{what}: path {path!r} (resolved to {resolved!r}) is outside the server's load directories "
+            f"{list(self.load_dirs)}"
+        )
+
     async def update_from_path(self, body: Mapping[str, Any]) -> dict[str, Any]:
         what = "/ludic/update_from_path"
+        _req(body, "update_id", str, what)  # the request's own fields are named before its path is judged
+        _version(body, what)
+        path = self._allowed_path(_req(body, "path", str, what), what)
+        return await self._update_from_dir(body, path, what)
+
+    async def _update_from_dir(self, body: Mapping[str, Any], path: str, what: str) -> dict[str, Any]:
         update_id = _req(body, "update_id", str, what)
         version = _version(body, what)
-        path = _req(body, "path", str, what)
         pause_mode = _pause_mode(body, what)
         if not await asyncio.to_thread(os.path.exists, path):
             raise DataError(f"{what}: path {path!r} does not exist on the server's host")
@@ -326,14 +354,16 @@ class UpdateService:
         tmp = tempfile.mkdtemp(prefix="ludic-upload-")
         try:
             await asyncio.to_thread(Path(tmp, "model.safetensors").write_bytes, payload)
-            return await self.update_from_path(
+            # The server wrote this directory itself: no load-directory check.
+            return await self._update_from_dir(
                 {
                     "update_id": update_id,
                     "version": version,
-                    "path": tmp,
                     "pause_mode": params.get("pause_mode", "keep"),
                     "force": params.get("force", "false").lower() == "true",
-                }
+                },
+                tmp,
+                what,
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -342,7 +372,7 @@ class UpdateService:
         """Load or replace a LoRA adapter; with ``version``, it becomes the live policy version."""
         what = "/ludic/lora/load"
         name = _req(body, "name", str, what)
-        path = _req(body, "path", str, what)
+        path = self._allowed_path(_req(body, "path", str, what), what)
         if not await asyncio.to_thread(os.path.isdir, path):
             raise DataError(f"{what}: adapter directory {path!r} does not exist on the server's host")
         if "version" not in body:
