@@ -47,13 +47,48 @@ class Backend:
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, *, default: str = "local") -> None:
-    """``--backend`` and, when ludic-vllm is installed, its ``--vllm-*`` options."""
+    """``--backend`` and the ``--vllm-*`` options of ``--backend vllm`` (see :func:`vllm_config`)."""
     parser.add_argument("--backend", default=default, choices=BACKENDS)
-    try:
-        from ludic_vllm.backend import add_vllm_arguments
-    except ImportError:  # --backend vllm then fails in open_backend with the install hint
-        return
-    add_vllm_arguments(parser)
+    group = parser.add_argument_group("vLLM backend (--backend vllm)")
+    group.add_argument(
+        "--vllm-url", default="http://127.0.0.1:8000", help="server URL (ignored with --vllm-start-server)"
+    )
+    group.add_argument(
+        "--vllm-model-name", default=None, help="served model name (default: the server's first)"
+    )
+    group.add_argument(
+        "--vllm-transport",
+        choices=["gloo", "nccl", "files", "upload"],
+        default="gloo",
+        help="weight transport: collective broadcast (gloo on CPU, nccl on GPU) or safetensors files",
+    )
+    group.add_argument("--vllm-weights-dir", default=None, help="shared directory for --vllm-transport files")
+    group.add_argument("--vllm-api-token", default=None, help="bearer token of the server's weight routes")
+    group.add_argument("--vllm-max-concurrency", type=int, default=64)
+    group.add_argument(
+        "--vllm-timeout-s", type=float, default=600.0, help="per-request and per-publish timeout"
+    )
+    group.add_argument(
+        "--vllm-start-server", action="store_true", help="start a ludic-vllm server on the model"
+    )
+    group.add_argument("--vllm-server-args", default="", help="extra vLLM arguments for --vllm-start-server")
+
+
+def vllm_config(args: argparse.Namespace) -> Any:
+    """The ``--vllm-*`` flags as a ``ludic_vllm.VLLMBackendConfig`` (which validates them)."""
+    from ludic_vllm.backend import VLLMBackendConfig
+
+    return VLLMBackendConfig(
+        url=args.vllm_url,
+        model_name=args.vllm_model_name,
+        transport=args.vllm_transport,
+        weights_dir=args.vllm_weights_dir,
+        api_token=args.vllm_api_token,
+        max_concurrency=args.vllm_max_concurrency,
+        timeout_s=args.vllm_timeout_s,
+        start_server=args.vllm_start_server,
+        server_args=args.vllm_server_args,
+    )
 
 
 async def open_backend(
@@ -97,15 +132,16 @@ async def _open_vllm(
         raise missing_extra("ludic-vllm", "publisher", "ludic_vllm") from exc
     if not hasattr(args, "vllm_url"):
         raise SystemExit("--backend vllm: parse the arguments with add_backend_arguments(parser)")
+    config = vllm_config(args)
     scratch: tempfile.TemporaryDirectory[str] | None = None
-    if args.vllm_start_server and model_dir is None:
+    if config.start_server and model_dir is None:
         from ludic_train.weights import export_pretrained
 
         scratch = tempfile.TemporaryDirectory(prefix="ludic-served-model-")
         export_pretrained(model, scratch.name, tokenizer=tokenizer)
         model_dir = scratch.name
     try:
-        vllm = await open_vllm_backend(args, model_dir=None if model_dir is None else str(model_dir))
+        vllm = await open_vllm_backend(config, model_dir=None if model_dir is None else str(model_dir))
     except BaseException:
         if scratch is not None:
             scratch.cleanup()

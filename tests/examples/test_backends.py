@@ -22,7 +22,7 @@ pytest.importorskip("ludic_train")
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from backends import add_backend_arguments, open_backend  # noqa: E402
+from backends import add_backend_arguments, open_backend, vllm_config  # noqa: E402
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,14 +31,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def test_arguments_default_to_local_and_offer_vllm_options_when_installed() -> None:
+def test_arguments_default_to_local_and_map_the_vllm_flags_onto_one_config() -> None:
     args = _parser().parse_args([])
     assert args.backend == "local"
-    if importlib.util.find_spec("ludic_vllm") is not None:
-        args = _parser().parse_args(["--backend", "vllm", "--vllm-transport", "files"])
-        assert (args.backend, args.vllm_transport) == ("vllm", "files")
     with pytest.raises(SystemExit):
         _parser().parse_args(["--backend", "sglang"])
+    args = _parser().parse_args(
+        ["--backend", "vllm", "--vllm-transport", "files", "--vllm-weights-dir", "/w"]
+    )
+    assert (args.backend, args.vllm_transport) == ("vllm", "files")
+    if importlib.util.find_spec("ludic_vllm") is None:
+        return
+    from ludic_core.errors import ConfigError
+
+    config = vllm_config(args)
+    assert (config.transport, config.weights_dir, config.timeout_s) == ("files", "/w", 600.0)
+    with pytest.raises(ConfigError, match="weights_dir"):  # the library validates what the flags say
+        vllm_config(_parser().parse_args(["--backend", "vllm", "--vllm-transport", "files"]))
 
 
 async def test_local_backend_samples_from_the_model_and_publishing_moves_its_version() -> None:

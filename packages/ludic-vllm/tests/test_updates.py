@@ -332,23 +332,25 @@ async def test_rank0_only_publisher_publishes_on_rank_zero_only() -> None:
 
 
 async def test_backend_wiring_builds_client_and_publisher(fake_server: Any, tmp_path: Any) -> None:
-    import argparse
-
     from ludic_core.errors import ConfigError
-    from ludic_vllm.backend import add_vllm_arguments, open_vllm_backend
+    from ludic_vllm.backend import VLLMBackendConfig, open_vllm_backend
 
-    parser = argparse.ArgumentParser()
-    add_vllm_arguments(parser)
-    args = parser.parse_args(
-        ["--vllm-url", fake_server.url, "--vllm-transport", "files", "--vllm-weights-dir", str(tmp_path)]
+    backend = await open_vllm_backend(
+        VLLMBackendConfig(url=fake_server.url, transport="files", weights_dir=str(tmp_path))
     )
-    backend = await open_vllm_backend(args)
     try:
         await backend.publisher.publish(weights(1), version=1)
         assert await backend.client.get_policy_version() == 1
         assert_loaded(fake_server, weights(1))
     finally:
         await backend.aclose()
-    args = parser.parse_args(["--vllm-url", fake_server.url, "--vllm-transport", "files"])
-    with pytest.raises(ConfigError, match="--vllm-weights-dir"):
-        await open_vllm_backend(args)
+    with pytest.raises(ConfigError, match="transport='files' needs weights_dir"):
+        VLLMBackendConfig(url=fake_server.url, transport="files")
+    with pytest.raises(
+        ConfigError, match=r"VLLMBackendConfig.transport must be one of .* got 'carrier-pigeon'"
+    ):
+        VLLMBackendConfig(transport="carrier-pigeon")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="timeout_s must be a finite number > 0, got 0"):
+        VLLMBackendConfig(timeout_s=0)
+    with pytest.raises(ConfigError, match="start_server needs the model directory"):
+        await open_vllm_backend(VLLMBackendConfig(start_server=True))

@@ -9,7 +9,7 @@ The client side is importable from the package root::
 * weight publishers (:class:`GlooPublisher`, :class:`NcclPublisher`, :class:`FilePublisher`,
   :class:`Rank0OnlyPublisher`; publishing needs the ``publisher`` extra);
 * :class:`VLLMServer` to start and stop a server subprocess from scripts and tests, and
-  :func:`add_vllm_arguments` / :func:`open_vllm_backend` for a script's ``--backend vllm`` options.
+  :class:`VLLMBackendConfig` / :func:`open_vllm_backend` to build a trainer's client and publisher.
 
 The server extension stays in its submodules, :mod:`ludic_vllm.serve`, :mod:`ludic_vllm.routes`,
 :mod:`ludic_vllm.worker` (``ludic-vllm serve``; needs the ``server`` extra). Every submodule keeps its
@@ -22,7 +22,7 @@ The root resolves its names lazily, on first use: ``import ludic_vllm`` imports 
 # Type checkers treat any ``TYPE_CHECKING`` name as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ludic_vllm.backend import VLLMBackend, add_vllm_arguments, open_vllm_backend
+    from ludic_vllm.backend import VLLMBackend, VLLMBackendConfig, open_vllm_backend
     from ludic_vllm.client import VLLMClient, VLLMClientConfig
     from ludic_vllm.control import ServerControl, ServerHealth
     from ludic_vllm.errors import EngineDeadError, RequestRejectedError, ServerError, UpdateRejectedError
@@ -33,7 +33,7 @@ __version__ = "0.1.0"
 
 # Which submodule defines each public name; ``__getattr__`` imports it on first access.
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "ludic_vllm.backend": ("VLLMBackend", "add_vllm_arguments", "open_vllm_backend"),
+    "ludic_vllm.backend": ("VLLMBackend", "VLLMBackendConfig", "open_vllm_backend"),
     "ludic_vllm.client": ("VLLMClient", "VLLMClientConfig"),
     "ludic_vllm.control": ("ServerControl", "ServerHealth"),
     "ludic_vllm.errors": ("EngineDeadError", "RequestRejectedError", "ServerError", "UpdateRejectedError"),
@@ -59,8 +59,8 @@ __all__ = [
     "Rank0OnlyPublisher",
     # scripts and tests
     "VLLMBackend",
+    "VLLMBackendConfig",
     "VLLMServer",
-    "add_vllm_arguments",
     "free_port",
     "open_vllm_backend",
     "__version__",

@@ -1,26 +1,25 @@
-"""Command-line wiring for scripts that can sample from a vLLM server (``--backend vllm``).
+"""One value that says how a trainer samples from vLLM, and the call that builds it.
 
-A training script adds the options with :func:`add_vllm_arguments` and builds everything with
-:func:`open_vllm_backend`: the client, the publisher for the chosen transport, and, with
-``--vllm-start-server``, a ``ludic-vllm serve`` subprocess on the trainer's model that is stopped when
-the backend is closed.
+:class:`VLLMBackendConfig` holds every choice (server URL or a server to start, weight transport,
+token, concurrency, timeout); :func:`open_vllm_backend` builds the client, the publisher for the chosen
+transport and, with ``start_server``, a ``ludic-vllm serve`` subprocess on the trainer's model that is
+stopped when the backend is closed::
 
-    parser.add_argument("--backend", choices=["local", "vllm"], default="local")
-    add_vllm_arguments(parser)
+    backend = await open_vllm_backend(VLLMBackendConfig(transport="upload"), model_dir=saved_model)
+    client, publisher = backend.client, backend.publisher
     ...
-    if args.backend == "vllm":
-        backend = await open_vllm_backend(args, model_dir=path_the_model_was_saved_to)
-        client, publisher = backend.client, backend.publisher
-        ...
-        await backend.aclose()
+    await backend.aclose()
+
+Command-line parsing stays in the scripts (``examples/backends.py`` maps ``--vllm-*`` flags onto this
+config), so the library never depends on how an application reads its settings.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import math
 import shlex
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -28,33 +27,58 @@ from ludic_core.errors import ConfigError
 from ludic_vllm.client import VLLMClient
 from ludic_vllm.launch import VLLMServer
 
-__all__ = ["VLLMBackend", "add_vllm_arguments", "open_vllm_backend"]
+__all__ = ["TRANSPORT_CHOICES", "VLLMBackend", "VLLMBackendConfig", "open_vllm_backend"]
+
+Transport = Literal["gloo", "nccl", "files", "upload"]
+TRANSPORT_CHOICES: tuple[str, ...] = ("gloo", "nccl", "files", "upload")
+"""Weight transports: a collective broadcast (gloo on CPU, nccl on GPU) or safetensors files on a
+shared directory (``files``) or in the request body (``upload``)."""
 
 
-def add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("vLLM backend (--backend vllm)")
-    group.add_argument(
-        "--vllm-url", default="http://127.0.0.1:8000", help="server URL (ignored with --vllm-start-server)"
-    )
-    group.add_argument(
-        "--vllm-model-name", default=None, help="served model name (default: the server's first)"
-    )
-    group.add_argument(
-        "--vllm-transport",
-        choices=["gloo", "nccl", "files", "upload"],
-        default="gloo",
-        help="weight transport: collective broadcast (gloo on CPU, nccl on GPU) or safetensors files",
-    )
-    group.add_argument("--vllm-weights-dir", default=None, help="shared directory for --vllm-transport files")
-    group.add_argument("--vllm-api-token", default=None, help="bearer token of the server's weight routes")
-    group.add_argument("--vllm-max-concurrency", type=int, default=64)
-    group.add_argument(
-        "--vllm-timeout-s", type=float, default=600.0, help="per-request and per-publish timeout"
-    )
-    group.add_argument(
-        "--vllm-start-server", action="store_true", help="start a ludic-vllm server on the model"
-    )
-    group.add_argument("--vllm-server-args", default="", help="extra vLLM arguments for --vllm-start-server")
+def _check_transport(_i: Any, _a: attrs.Attribute[Any], value: object) -> None:
+    if value not in TRANSPORT_CHOICES:
+        raise ConfigError(
+            f"VLLMBackendConfig.transport must be one of {list(TRANSPORT_CHOICES)}, got {value!r}"
+        )
+
+
+def _check_positive(_i: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"VLLMBackendConfig.{attribute.name} must be a finite number > 0, got {value!r}")
+
+
+@attrs.frozen
+class VLLMBackendConfig:
+    """How to reach (or start) the vLLM server and push weights to it.
+
+    ``url`` is ignored with ``start_server`` (the started server's URL is used). ``weights_dir`` is the
+    directory both sides can read, required by the ``files`` transport (a started server may load from
+    it and nowhere else). ``timeout_s`` bounds each request and each publish. ``server_args`` are extra
+    vLLM arguments for a started server, as one shell-quoted string.
+    """
+
+    url: str = "http://127.0.0.1:8000"
+    model_name: str | None = None
+    transport: Transport = attrs.field(default="gloo", validator=_check_transport)
+    weights_dir: str | None = None
+    api_token: str | None = None
+    max_concurrency: int = 64
+    timeout_s: float = attrs.field(default=600.0, validator=_check_positive)
+    start_server: bool = False
+    server_args: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if self.transport == "files" and not self.weights_dir:
+            raise ConfigError(
+                "VLLMBackendConfig.transport='files' needs weights_dir (a directory the server can read; "
+                "--vllm-weights-dir on the command line)"
+            )
+        if isinstance(self.max_concurrency, bool) or not isinstance(self.max_concurrency, int):
+            raise ConfigError(
+                f"VLLMBackendConfig.max_concurrency must be an int, got {self.max_concurrency!r}"
+            )
+        if self.max_concurrency < 1:
+            raise ConfigError(f"VLLMBackendConfig.max_concurrency must be >= 1, got {self.max_concurrency!r}")
 
 
 @attrs.define
@@ -72,49 +96,47 @@ class VLLMBackend:
                 await asyncio.to_thread(self.server.stop)
 
 
-def _make_publisher(args: argparse.Namespace, url: str) -> Any:
+def _make_publisher(config: VLLMBackendConfig, url: str) -> Any:
     from ludic_vllm.publisher import FilePublisher, GlooPublisher, NcclPublisher
 
-    common = {"api_token": args.vllm_api_token, "timeout_s": args.vllm_timeout_s, "allow_version_reset": True}
-    if args.vllm_transport == "gloo":
+    common = {"api_token": config.api_token, "timeout_s": config.timeout_s, "allow_version_reset": True}
+    if config.transport == "gloo":
         return GlooPublisher(url, **common)
-    if args.vllm_transport == "nccl":
+    if config.transport == "nccl":
         return NcclPublisher(url, **common)
-    if args.vllm_transport == "files":
-        if not args.vllm_weights_dir:
-            raise ConfigError(
-                "--vllm-transport files needs --vllm-weights-dir (a directory the server can read)"
-            )
-        return FilePublisher(url, args.vllm_weights_dir, **common)
+    if config.transport == "files":
+        return FilePublisher(url, config.weights_dir, **common)
     return FilePublisher(url, mode="upload", **common)
 
 
-async def open_vllm_backend(args: argparse.Namespace, *, model_dir: str | None = None) -> VLLMBackend:
+async def open_vllm_backend(config: VLLMBackendConfig, *, model_dir: str | None = None) -> VLLMBackend:
     """Build the client and publisher (and start a server if asked); waits until the server is ready."""
+    if not isinstance(config, VLLMBackendConfig):
+        raise ConfigError(f"open_vllm_backend needs a VLLMBackendConfig, got {type(config).__name__}")
     server = None
-    url = args.vllm_url
-    if args.vllm_start_server:
+    url = config.url
+    if config.start_server:
         if model_dir is None:
-            raise ConfigError("--vllm-start-server needs the model directory to serve")
+            raise ConfigError(
+                "VLLMBackendConfig.start_server needs the model directory to serve (model_dir=)"
+            )
         # A files transport hands the server paths in the shared directory: the only place it may load from.
-        load_dirs = (
-            [args.vllm_weights_dir] if args.vllm_transport == "files" and args.vllm_weights_dir else []
-        )
+        load_dirs = [config.weights_dir] if config.transport == "files" and config.weights_dir else []
         server = VLLMServer(
-            model_dir, shlex.split(args.vllm_server_args), api_token=args.vllm_api_token, load_dirs=load_dirs
+            model_dir, shlex.split(config.server_args), api_token=config.api_token, load_dirs=load_dirs
         )
         await asyncio.to_thread(server.start)
         url = server.url
     client = VLLMClient(
         base_url=url,
-        model=args.vllm_model_name,
-        api_token=args.vllm_api_token,
-        max_concurrency=args.vllm_max_concurrency,
-        request_timeout_s=args.vllm_timeout_s,
+        model=config.model_name,
+        api_token=config.api_token,
+        max_concurrency=config.max_concurrency,
+        request_timeout_s=config.timeout_s,
     )
     try:
-        await client.wait_until_ready(timeout_s=args.vllm_timeout_s)
-        publisher = _make_publisher(args, url)
+        await client.wait_until_ready(timeout_s=config.timeout_s)
+        publisher = _make_publisher(config, url)
     except BaseException:
         await client.aclose()
         if server is not None:
