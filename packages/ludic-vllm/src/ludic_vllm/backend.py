@@ -99,14 +99,18 @@ class VLLMBackend:
 def _make_publisher(config: VLLMBackendConfig, url: str) -> Any:
     from ludic_vllm.publisher import FilePublisher, GlooPublisher, NcclPublisher
 
-    common = {"api_token": config.api_token, "timeout_s": config.timeout_s, "allow_version_reset": True}
+    token, timeout_s = config.api_token, config.timeout_s
+    # The trainer restarts from step 0 against a server that may already serve a later version.
+    reset = True
     if config.transport == "gloo":
-        return GlooPublisher(url, **common)
+        return GlooPublisher(url, api_token=token, timeout_s=timeout_s, allow_version_reset=reset)
     if config.transport == "nccl":
-        return NcclPublisher(url, **common)
+        return NcclPublisher(url, api_token=token, timeout_s=timeout_s, allow_version_reset=reset)
     if config.transport == "files":
-        return FilePublisher(url, config.weights_dir, **common)
-    return FilePublisher(url, mode="upload", **common)
+        return FilePublisher(
+            url, config.weights_dir, api_token=token, timeout_s=timeout_s, allow_version_reset=reset
+        )
+    return FilePublisher(url, mode="upload", api_token=token, timeout_s=timeout_s, allow_version_reset=reset)
 
 
 async def open_vllm_backend(config: VLLMBackendConfig, *, model_dir: str | None = None) -> VLLMBackend:
