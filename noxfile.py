@@ -1,9 +1,11 @@
 """Every way to test, lint, type-check, build and benchmark Ludic.
 
-    python3 -m nox                                     # what CI runs: the sessions in nox.options.sessions
-    python3 -m nox -l                                  # list all sessions
-    python3 -m nox -s "tests(ludic-envs)" -- -k ttt    # one package's tests; args after -- go to pytest
-    python3 -m nox -s lint typecheck                   # several sessions
+    .venv/bin/nox                                     # what CI runs: the sessions in nox.options.sessions
+    .venv/bin/nox -l                                  # list all sessions
+    .venv/bin/nox -s "tests(ludic-envs)" -- -k ttt    # one package's tests; args after -- go to pytest
+    .venv/bin/nox -s lint typecheck                   # several sessions
+
+(``python3 -m venv .venv && .venv/bin/pip install nox`` first, as the README's quick start does.)
 
 Packages are installed from the local tree (never from PyPI), all in one pip call so that siblings
 satisfy each other's ``ludic-core>=0.1,<0.2`` pins. Any session that may need torch installs
