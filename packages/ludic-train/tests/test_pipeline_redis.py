@@ -1,19 +1,23 @@
-"""Pipeline RL over a real redis-server: wire format, actor, learner source, and a concurrent run.
+"""Pipeline RL over a real redis-server: actor, learner source, and a concurrent run.
 
 Tests marked ``redis`` start a private ``redis-server`` (see ``redis_server.py``) or use
-``LUDIC_REDIS_URL``; the wire-format and version-reading tests need no server.
+``LUDIC_REDIS_URL``; the version-reading tests need no server. The wire format has its own tests
+(``test_pipeline_wire.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import pickle
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+import attrs
 import pytest
+from pipeline_messages import make_item, message
 from redis_server import redis_url_for_tests
 
 from ludic_core.credit import GroupNormalizedReturn
@@ -22,7 +26,7 @@ from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, Protoco
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic_core.saw import SAWItem
+from ludic_core.saw import SAWBatch
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
@@ -30,7 +34,6 @@ from ludic_train.pipeline import (
     BatchMessage,
     RedisBatchSource,
     RedisPipelineActor,
-    decode_message,
     encode_message,
     read_policy_version,
     run_pipeline_actor,
@@ -121,31 +124,6 @@ def make_actor(
     )
 
 
-def make_item(i: int, *, version: int | None = 0, rollout: str | None = None) -> SAWItem:
-    meta: dict[str, Any] = {"rollout_id": rollout or f"r{i}", "total_reward": float(i % 2)}
-    if version is not None:
-        meta["policy_version"] = version
-    return SAWItem(
-        input_ids=[5, 6, 7 + i, 8],
-        attention_mask=[1, 1, 1, 1],
-        action_mask=[0, 0, 1, 1],
-        weight=0.1 * i - 0.3333333333333333,
-        meta=meta,
-        actor_logps=[-0.5, -1.25 - i / 7],
-        sampling_temperature=0.7 if i % 2 else None,
-    )
-
-
-def message(n_items: int = 3, *, version: int = 0, batch_index: int = 0) -> BatchMessage:
-    return BatchMessage(
-        items=tuple(make_item(i, version=version) for i in range(n_items)),
-        actor_id="test-actor",
-        batch_index=batch_index,
-        created_at=1_700_000_000.25,
-        meta={"num_failed_episodes": 0},
-    )
-
-
 class FlakyVersions:
     """get_policy_version fails ``failures`` times with a transport error, then returns ``version``."""
 
@@ -181,65 +159,7 @@ class VersionBoard:
         return self.version
 
 
-# --- wire format (no server) -----------------------------------------------------------------------
-
-
-def test_message_round_trip_is_exact() -> None:
-    original = message(4, version=7, batch_index=11)
-    payload = encode_message(original)
-    assert isinstance(payload, bytes)
-    header = json.loads(payload)
-    assert header["format"] == "ludic.pipeline.batch" and header["wire_version"] == 1
-    assert header["policy_version"] == 7 and header["num_rollouts"] == 4
-    decoded = decode_message(payload)
-    assert decoded == original  # floats (weights, logprobs) round-trip bit for bit
-    assert [item.sampling_temperature for item in decoded.items] == [None, 0.7, None, 0.7]
-
-
-def test_policy_version_is_the_oldest_and_rollouts_are_counted_once() -> None:
-    items = (
-        make_item(0, version=5, rollout="a"),
-        make_item(1, version=3, rollout="a"),
-        make_item(2, version=4),
-    )
-    msg = BatchMessage(items=items, actor_id="a", batch_index=0, created_at=0.0)
-    assert msg.policy_version == 3
-    assert msg.num_rollouts == 2
-
-
-def test_every_item_needs_a_policy_version() -> None:
-    with pytest.raises(DataError, match=r"items\[1\].*policy_version None"):
-        BatchMessage(
-            items=(make_item(0), make_item(1, version=None)), actor_id="a", batch_index=0, created_at=0.0
-        )
-
-
-@pytest.mark.parametrize(
-    ("raw", "match"),
-    [
-        (b"not json at all", "not valid JSON"),
-        (pickle.dumps({"items": []}), "not valid JSON"),  # pickle is refused, never loaded
-        (b"[1, 2]", "must be a JSON object"),
-        (json.dumps({"format": "other"}).encode(), "not a Ludic pipeline message"),
-        (
-            json.dumps({**message().to_dict(), "wire_version": 2}).encode(),
-            "wire_version 2 is not supported",
-        ),
-        (
-            json.dumps({**message().to_dict(), "items": [{"input_ids": [1]}]}).encode(),
-            r"items\[0\]: SAWItem data is missing",
-        ),
-        (
-            json.dumps({**message().to_dict(), "policy_version": 9}).encode(),
-            "header policy_version=9 disagrees",
-        ),
-    ],
-    ids=["garbage", "pickle", "array", "format", "wire-version", "bad-item", "header"],
-)
-def test_decode_refuses_malformed_messages_quoting_them(raw: bytes, match: str) -> None:
-    with pytest.raises(DataError, match=match) as info:
-        decode_message(raw)
-    assert f"({len(raw)} bytes)" in str(info.value)  # the excerpt names the message size
+# --- version reads (no server) ----------------------------------------------------------------------
 
 
 async def test_version_read_retries_transient_failures() -> None:
@@ -432,7 +352,7 @@ async def test_malformed_message_raises_and_is_dead_lettered(redis_url: str, que
     bad = pickle.dumps(["anything"])
     await raw_rpush(redis_url, queue_key, encode_message(message(2)), bad, encode_message(message(2)))
     async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=4, wait_timeout_s=5) as source:
-        with pytest.raises(DataError, match=rf"malformed message on queue '{queue_key}'.*not valid JSON"):
+        with pytest.raises(DataError, match=rf"malformed message on queue '{queue_key}'.*not valid msgpack"):
             await source.next_batch()
         assert source.num_malformed == 1
         batch = await source.next_batch()  # the good messages around it are all served
@@ -453,6 +373,118 @@ async def test_dead_letter_mode_counts_and_continues(redis_url: str, queue_key: 
         batch = await source.next_batch()
     assert len(batch.items) == 3 and batch.meta["num_malformed_messages"] == 1
     assert await raw_llen(redis_url, f"{queue_key}:dead") == 1
+
+
+@pytest.mark.redis
+async def test_an_old_json_message_is_dead_lettered_saying_why(redis_url: str, queue_key: str) -> None:
+    old = json.dumps({"format": "ludic.pipeline.batch", "wire_version": 1, "items": []}).encode()
+    await raw_rpush(redis_url, queue_key, old, encode_message(message(2)))
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=2, wait_timeout_s=5) as source:
+        with pytest.raises(DataError, match=r"wire_version 1 \(JSON\) is not supported"):
+            await source.next_batch()
+        assert len((await source.next_batch()).items) == 2
+    assert await raw_llen(redis_url, f"{queue_key}:dead") == 1
+
+
+async def command_calls(redis_url: str, *commands: str) -> int:
+    """How many times the server ran these commands so far (INFO commandstats)."""
+    import redis.asyncio as redis_asyncio
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    stats = await client.info("commandstats")
+    await client.aclose()
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in commands)
+
+
+def batch_indices(batch: SAWBatch, per_message: int) -> list[int]:
+    """The batch_index of each message of a learner batch (message(i) items are r0, r1, ...)."""
+    return [int(item.meta["batch_index"]) for item in batch.items[::per_message]]
+
+
+def indexed(n_items: int, batch_index: int) -> BatchMessage:
+    items = tuple(
+        attrs.evolve(make_item(i), meta={**make_item(i).meta, "batch_index": batch_index})
+        for i in range(n_items)
+    )
+    return BatchMessage(items=items, actor_id="a", batch_index=batch_index, created_at=0.0)
+
+
+@pytest.mark.redis
+async def test_source_pops_several_messages_per_round_trip(redis_url: str, queue_key: str) -> None:
+    await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in range(8)))
+    before = await command_calls(redis_url, "lpop", "blpop")
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=6, wait_timeout_s=5) as source:
+        first = await source.next_batch()
+        second = await source.next_batch()
+    # The same whole messages, in the same order, as popping one at a time...
+    assert batch_indices(first, 2) == [0, 1, 2] and batch_indices(second, 2) == [3, 4, 5]
+    assert first.meta["queue_len_after"] == 5 and second.meta["queue_len_after"] == 2
+    # ...in 3 pops instead of 6: LPOP 1 (the size is unknown), LPOP 2, then LPOP 3.
+    assert await command_calls(redis_url, "lpop", "blpop") - before == 3
+    assert await raw_llen(redis_url, queue_key) == 2
+
+
+@pytest.mark.redis
+async def test_messages_popped_ahead_are_served_next_in_order(redis_url: str, queue_key: str) -> None:
+    # Sizes 1, 4, 4, 4 with min_items=5: after the 1-item message the source asks for 4 messages
+    # (enough if they held 1 item each), gets the other three and keeps two for the next call.
+    sizes = [1, 4, 4, 4]
+    await raw_rpush(redis_url, queue_key, *(encode_message(indexed(n, i)) for i, n in enumerate(sizes)))
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=5, wait_timeout_s=5) as source:
+        first = await source.next_batch()
+        assert [int(i.meta["batch_index"]) for i in first.items] == [0, 1, 1, 1, 1]
+        assert first.meta["num_messages"] == 2 and first.meta["queue_len_after"] == 0
+        second = await source.next_batch()  # served from memory: the queue is empty
+    assert second.meta["num_messages"] == 2 and batch_indices(second, 4) == [2, 3]
+
+
+@pytest.mark.redis
+async def test_a_malformed_message_in_a_multi_pop_loses_none_of_the_others(
+    redis_url: str, queue_key: str
+) -> None:
+    good = [encode_message(indexed(2, i)) for i in range(3)]
+    await raw_rpush(redis_url, queue_key, good[0], good[1], b"\x00garbage", good[2])
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=6, wait_timeout_s=5) as source:
+        with pytest.raises(DataError, match="not valid msgpack"):
+            await source.next_batch()  # pops 0, then 1 and the garbage together
+        batch = await source.next_batch()
+    assert batch_indices(batch, 2) == [0, 1, 2]
+    assert await raw_llen(redis_url, f"{queue_key}:dead") == 1
+
+
+@pytest.mark.redis
+async def test_actor_pushes_several_messages_in_one_rpush(redis_url: str, queue_key: str) -> None:
+    actor = make_actor(redis_url, queue_key)
+    async with actor:
+        before = await command_calls(redis_url, "rpush")
+        await actor.push(*(indexed(2, i) for i in range(3)))
+        assert await command_calls(redis_url, "rpush") - before == 1
+        bad = indexed(1, 9)
+        object.__setattr__(bad.items[0], "weight", math.nan)
+        with pytest.raises(DataError, match="weight must be a finite number"):
+            await actor.push(indexed(2, 3), bad)  # encoded before sending: nothing is pushed
+    assert actor.stats.batches_pushed == 3 and actor.stats.items_pushed == 6
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=6, wait_timeout_s=5) as source:
+        assert batch_indices(await source.next_batch(), 2) == [0, 1, 2]
+    assert await raw_llen(redis_url, queue_key) == 0
+
+
+@pytest.mark.redis
+async def test_dump_prints_queued_and_dead_messages(
+    redis_url: str, queue_key: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ludic_train.pipeline.dump import main as dump
+
+    await raw_rpush(redis_url, queue_key, encode_message(message(2, version=5)))
+    await raw_rpush(redis_url, f"{queue_key}:dead", b"\x00garbage")
+    assert await asyncio.to_thread(dump, [redis_url, queue_key, "--tokens"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    view = json.loads(line)
+    assert view["key"] == queue_key and view["policy_version"] == 5
+    assert view["items"][1]["input_ids"] == [5, 6, 8, 8] and view["items"][1]["meta"]["rollout_id"] == "r1"
+    assert await asyncio.to_thread(dump, [redis_url, queue_key, "--dead"]) == 0
+    assert "not valid msgpack" in json.loads(capsys.readouterr().out)["error"]
+    assert await raw_llen(redis_url, queue_key) == 1  # read, not popped
 
 
 async def test_unreachable_redis_is_a_transport_error() -> None:

@@ -1,6 +1,6 @@
 """Pipeline RL over Redis: actors generate while the learner trains (``pip install "ludic-train[redis]"``).
 
-* :mod:`~ludic_train.pipeline.wire` — the JSON message format (one message per actor batch);
+* :mod:`~ludic_train.pipeline.wire` — the binary (msgpack) message format, one message per actor batch;
 * :mod:`~ludic_train.pipeline.actor` — :class:`RedisPipelineActor` / :func:`run_pipeline_actor`;
 * :mod:`~ludic_train.pipeline.source` — :class:`RedisBatchSource`, the learner's ``BatchSource``;
 * :mod:`~ludic_train.pipeline.versions` — reading a sampler's policy version without guessing;

@@ -16,7 +16,8 @@ Each iteration of :meth:`RedisPipelineActor.run`:
    version a turn's calls were sampled with); the others get the version read in step 3, which is the
    oldest weights any of their calls can have used, so staleness is never underestimated. Without a
    ``client`` an untagged item is an error.
-6. **Push.** One JSON message (:mod:`ludic_train.pipeline.wire`) per batch, with ``RPUSH``.
+6. **Push.** One msgpack message (:mod:`ludic_train.pipeline.wire`) per batch, with ``RPUSH``
+   (:meth:`RedisPipelineActor.push` takes several messages and sends them in one ``RPUSH``).
 
 Stopping: ``stop_event`` is checked between batches and while waiting for room; a batch being
 generated when it is set is finished and pushed first, so no half-batch is ever lost or sent.
@@ -365,15 +366,22 @@ class RedisPipelineActor:
             tagged.append(attrs.evolve(item, meta={**item.meta, "policy_version": version}))
         return tagged
 
-    async def push(self, message: BatchMessage) -> None:
-        """RPUSH one encoded message."""
-        payload = encode_message(message)
-        await self._call(self._conn().rpush(self.queue_key, payload), f"RPUSH {self.queue_key!r}")
-        self.stats.batches_pushed += 1
-        self.stats.items_pushed += len(message.items)
-        self.stats.rollouts_pushed += message.num_rollouts
-        self.stats.bytes_pushed += len(payload)
-        self.stats.last_policy_version = message.policy_version
+    async def push(self, *messages: BatchMessage) -> None:
+        """Encode ``messages`` and append them to the queue, in order, with one ``RPUSH``.
+
+        Every message is encoded before anything is sent, so a message that cannot be encoded pushes
+        none of them; one RPUSH is atomic, so the learner never sees a part of them.
+        """
+        if not messages:
+            return
+        payloads = [encode_message(message) for message in messages]
+        await self._call(self._conn().rpush(self.queue_key, *payloads), f"RPUSH {self.queue_key!r}")
+        for message, payload in zip(messages, payloads, strict=True):
+            self.stats.batches_pushed += 1
+            self.stats.items_pushed += len(message.items)
+            self.stats.rollouts_pushed += message.num_rollouts
+            self.stats.bytes_pushed += len(payload)
+            self.stats.last_policy_version = message.policy_version
 
 
 async def run_pipeline_actor(

@@ -1,15 +1,21 @@
 """The learner side of pipeline RL: a :class:`~ludic_core.saw.BatchSource` that pops actor batches
 from Redis.
 
-``next_batch`` pops whole actor messages (async ``BLPOP``, bounded by ``poll_timeout_s`` per call, so
-the event loop is never blocked) until it holds at least ``min_items`` items; a message is never split,
-so GRPO groups arrive whole. If not enough data arrives within ``wait_timeout_s`` it raises
+``next_batch`` pops whole actor messages until it holds at least ``min_items`` items; a message is never
+split, so GRPO groups arrive whole. Several messages come per round trip: ``LPOP`` with a count (and
+``LLEN`` for the batch meta) in one pipelined request, as many messages as the largest message seen so
+far says are still missing, so a batch is made of the same messages as when popping one at a time.
+Only when the queue is empty does it wait, with an async ``BLPOP`` bounded by ``poll_timeout_s`` (the
+event loop is never blocked). If not enough data arrives within ``wait_timeout_s`` it raises
 :class:`~ludic_core.errors.LudicTimeoutError` naming the queue; messages popped so far are kept and
-served by the next call, so a caller that retries loses nothing.
+served by the next call, in order, so a caller that retries loses nothing. Messages popped but not yet
+served (kept for the next call) live in the learner's memory, not in Redis: like any popped message,
+they are lost if the learner stops (at most once, as before).
 
-Malformed messages (not JSON, wrong format or wire version, invalid items, items without a
-``policy_version``) are never skipped silently. Each is first moved (RPUSH) to the dead-letter list
-``<queue_key>:dead`` so it is preserved for inspection, then:
+Malformed messages (not msgpack, wrong format or wire version, invalid items: token ids, masks,
+non-finite or positive logprobs, non-finite weights, inconsistent lengths, items without a
+``policy_version``; see :mod:`ludic_train.pipeline.columns`) are never skipped silently. Each is first
+moved (RPUSH) to the dead-letter list ``<queue_key>:dead`` so it is preserved for inspection, then:
 
 * ``on_malformed="raise"`` (default): :class:`~ludic_core.errors.DataError` quoting the start of the
   message. Data corruption usually means a version skew between actor and learner code; a training run
@@ -27,9 +33,11 @@ next (with ``max_lag`` discarding what is too old).
 
 from __future__ import annotations
 
+import math
 import time
+from collections import deque
 from collections.abc import Awaitable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
 from ludic_core.logs import get_logger
@@ -52,9 +60,30 @@ MalformedPolicy = Literal["raise", "dead_letter"]
 # Batch-meta counters summed over the messages of a learner batch.
 _SUMMED_META = ("num_episodes", "num_failed_episodes", "num_samples_filtered")
 
+# The most messages one LPOP asks for: bounds one reply (64 messages of 1k-token batches: ~6 MB).
+_MAX_MESSAGES_PER_POP = 64
+
+
+class _PipelineRedis(Protocol):
+    """The pipelined commands of ``redis.asyncio`` the source adds to :class:`AsyncRedis`."""
+
+    def pipeline(self, transaction: bool = True) -> Any: ...
+
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+# The lengths the SAW builder records in meta; counting the mask (a pass over every token) only for
+# items without them.
+def _completion_length(item: SAWItem) -> float:
+    length = item.meta.get("completion_length")
+    return float(item.num_action_tokens if length is None else length)
+
+
+def _prompt_length(item: SAWItem) -> float:
+    length = item.meta.get("prompt_length")
+    return float(len(item) - item.num_action_tokens if length is None else length)
 
 
 class RedisBatchSource:
@@ -107,7 +136,11 @@ class RedisBatchSource:
         self.num_messages = 0
         self.num_malformed = 0
         self._pending: list[BatchMessage] = []
+        self._pending_items = 0
         self._pending_malformed = 0
+        # Raw messages popped ahead and not yet decoded (served first, in order, by the next call).
+        self._popped: deque[bytes] = deque()
+        self._largest_message = 0
         self._redis: AsyncRedis | None = None
 
     @property
@@ -149,38 +182,69 @@ class RedisBatchSource:
         assert self._redis is not None
         redis = self._redis
         started = time.monotonic()
-        while sum(len(m.items) for m in self._pending) < self.min_items:
-            elapsed = time.monotonic() - started
-            remaining = self.wait_timeout_s - elapsed
+        queue_len: int | None = None
+        while self._pending_items < self.min_items:
+            if self._popped:
+                await self._take(self._popped.popleft())
+                continue
+            remaining = self.wait_timeout_s - (time.monotonic() - started)
             if remaining <= 0:
-                have = sum(len(m.items) for m in self._pending)
                 raise LudicTimeoutError(
                     f"RedisBatchSource: waited {self.wait_timeout_s} s for {self.min_items} items on queue "
-                    f"{self.queue_key!r} at {redact_url(self.redis_url)} and got {have} (in "
+                    f"{self.queue_key!r} at {redact_url(self.redis_url)} and got {self._pending_items} (in "
                     f"{len(self._pending)} messages, kept for the next call); are the actors running and "
                     "pushing to the same queue_key?"
                 )
-            poll = min(self.poll_timeout_s, remaining)
-            popped = await self._call(
-                redis.blpop([self.queue_key], timeout=poll),
-                f"BLPOP {self.queue_key!r}",
-                timeout_s=poll + self.connect_timeout_s,
-            )
-            if popped is None:
-                continue
-            _key, raw = popped
-            message = await self._decode_or_dead_letter(raw)
-            if message is not None:
-                self._pending.append(message)
-                self.num_messages += 1
-        messages, self._pending = self._pending, []
+            queue_len = await self._pop(redis, remaining)
+        messages, self._pending, self._pending_items = self._pending, [], 0
         malformed, self._pending_malformed = self._pending_malformed, 0
-        queue_len = int(await self._call(redis.llen(self.queue_key), f"LLEN {self.queue_key!r}"))
+        if queue_len is None:
+            queue_len = int(await self._call(redis.llen(self.queue_key), f"LLEN {self.queue_key!r}"))
         self.num_batches += 1
         return SAWBatch(
             items=[item for m in messages for item in m.items],
             meta=self._batch_meta(messages, malformed=malformed, queue_len=queue_len),
         )
+
+    def _messages_wanted(self) -> int:
+        """How many messages to pop at once: what the largest message seen says is still missing.
+
+        As long as no message is larger than the largest seen, this never pops more than popping one
+        at a time until ``min_items`` would; 1 before the first message.
+        """
+        if self._largest_message == 0:
+            return 1
+        missing = self.min_items - self._pending_items
+        return max(1, min(_MAX_MESSAGES_PER_POP, math.ceil(missing / self._largest_message)))
+
+    async def _pop(self, redis: AsyncRedis, remaining_s: float) -> int | None:
+        """Pop into ``self._popped``; returns the queue length after the pop when it was read with it."""
+        wanted = self._messages_wanted()
+        pipe = cast(_PipelineRedis, redis).pipeline(transaction=False)
+        pipe.lpop(self.queue_key, wanted)
+        pipe.llen(self.queue_key)
+        popped, length = await self._call(pipe.execute(), f"LPOP {self.queue_key!r} {wanted} + LLEN")
+        if popped:
+            self._popped.extend(popped)
+            return int(length)
+        # The queue is empty: wait for the next message, at most one poll interval.
+        poll = min(self.poll_timeout_s, remaining_s)
+        got = await self._call(
+            redis.blpop([self.queue_key], timeout=poll),
+            f"BLPOP {self.queue_key!r}",
+            timeout_s=poll + self.connect_timeout_s,
+        )
+        if got is not None:
+            self._popped.append(got[1])
+        return None
+
+    async def _take(self, raw: bytes) -> None:
+        message = await self._decode_or_dead_letter(raw)
+        if message is not None:
+            self._pending.append(message)
+            self._pending_items += len(message.items)
+            self._largest_message = max(self._largest_message, len(message.items))
+            self.num_messages += 1
 
     async def _decode_or_dead_letter(self, raw: bytes) -> BatchMessage | None:
         try:
@@ -230,12 +294,8 @@ class RedisBatchSource:
             "num_malformed_messages": malformed,
             "queue_len_after": queue_len,
             "avg_total_reward": _mean(list(rollout_rewards.values())),
-            "avg_completion_length": _mean(
-                [float(i.meta.get("completion_length", i.num_action_tokens)) for i in items]
-            ),
-            "avg_prompt_length": _mean(
-                [float(i.meta.get("prompt_length", len(i) - i.num_action_tokens)) for i in items]
-            ),
+            "avg_completion_length": _mean([_completion_length(i) for i in items]),
+            "avg_prompt_length": _mean([_prompt_length(i) for i in items]),
         }
         for key in _SUMMED_META:
             values = [m.meta.get(key) for m in messages]

@@ -1,0 +1,478 @@
+"""SAW items as packed binary columns: the ``items`` of a pipeline message (wire version 2).
+
+The items of one actor batch travel as **one** map of columns, not one map per item, so each long
+array is packed once per message and checked with one numpy call per message::
+
+    {
+        "schema_version": 1,  # SAW_SCHEMA_VERSION of the items
+        "lengths": [n_0, n_1, ...],  # tokens per item
+        "token_bytes": 4,  # 1, 2 or 4: the width of every token id (see below)
+        "input_ids": b"...",  # every item's ids, unsigned little-endian, concatenated
+        "action_runs": [[6, 4], ...],  # action_mask as run lengths: 0s, 1s, 0s, ... (the first may be 0)
+        "attention_runs": [None, ...],  # None for the usual all-ones mask, else run lengths as above
+        "weights": [0.5, ...],  # float64: exact
+        "actor_logps": b"...",  # float32 little-endian, one per action token, items concatenated
+        "actor_logps_present": [True, ...],  # False: the item's actor_logps is None (it adds no values)
+        "teacher_logps": b"...",
+        "teacher_logps_present": [False, ...],
+        "sampling_temperatures": [0.7, None, ...],
+        "metas": [{...}, ...],  # each item's meta, a msgpack map
+    }
+
+**Token ids** take the narrowest unsigned width that holds the largest id of the message: 4 bytes for
+vocabularies past 65,536 (Qwen's 151k, Llama-3's 128k), 2 for Llama-2's or Mistral's 32k, 1 for toy
+tokenizers. **Masks** are a few contiguous spans (prompt, completion, the next turn's observation ...),
+so run lengths cost a few bytes per item.
+
+**Logprobs are float32.** The trainer collates them into float32 tensors (:mod:`ludic_train.collate`),
+so rounding them to float32 on the wire changes no tensor it trains on, bit for bit; and a sampler
+computes them in at most float32 anyway (vLLM's and the local client's log-softmax run in float32), so
+the Python floats an item holds are float32 values already. A float64 logprob from elsewhere is
+rounded by at most 6e-8 relative. It halves the logprob bytes (1.6 instead of 3.2 bytes per token
+when 40% of the tokens are actions, 3.2 instead of 6.4 with teacher logprobs).
+
+**Checks.** :func:`unpack_items` checks every column before building an item: lengths and run sums
+consistent, buffer sizes exact, logprobs finite and <= ``LOGP_TOLERANCE`` (as the trainer's guards
+require), weights finite, temperatures ``None`` or finite >= 0, metas maps. Integer ids, 0/1 masks and
+float logprobs hold by construction (they are decoded from unsigned buffers, run lengths and float32
+buffers), so an item is assembled without re-running ``SAWItem``'s per-element validators, which cost
+~200 µs per 1k-token item, several times the rest of decoding. :func:`pack_items` runs the same checks,
+so an actor never pushes what a learner would refuse. Errors name the item, the field and the value.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ludic_core.errors import DataError
+from ludic_core.saw import SAW_SCHEMA_VERSION, SAWItem
+from ludic_train.guards import LOGP_TOLERANCE
+
+__all__ = ["check_finite_meta", "pack_items", "unpack_items"]
+
+# Token id width in bytes -> struct code of an unsigned int of that width.
+_ID_CODES = {1: "B", 2: "H", 4: "I"}
+
+# Every SAWItem field, in order: _assemble sets exactly these. A new field must be added to the wire
+# (or it would be dropped on the way to the learner), so a mismatch fails at import, loudly.
+_ITEM_FIELDS = (
+    "input_ids",
+    "attention_mask",
+    "action_mask",
+    "weight",
+    "meta",
+    "actor_logps",
+    "teacher_logps",
+    "sampling_temperature",
+)
+if tuple(field.name for field in attrs.fields(SAWItem)) != _ITEM_FIELDS:
+    raise ImportError(
+        f"ludic_train.pipeline.columns packs the SAWItem fields {_ITEM_FIELDS}, but SAWItem now has "
+        f"{tuple(f.name for f in attrs.fields(SAWItem))}; update the wire format (and bump WIRE_VERSION)"
+    )
+
+_LOGP_FIELDS = ("actor_logps", "teacher_logps")
+
+
+@attrs.frozen
+class LogpColumn:
+    """One logprob field of every item: float32 values of the items that have it, concatenated."""
+
+    values: bytes
+    present: list[bool]
+
+
+@attrs.frozen
+class ItemColumns:
+    """The columns of a message's items (see the module docstring), before or after msgpack."""
+
+    lengths: list[int]
+    token_bytes: int
+    input_ids: bytes
+    action_runs: list[list[int]]
+    attention_runs: list[list[int] | None]
+    weights: list[float]
+    logps: dict[str, LogpColumn]
+    temperatures: list[float | None]
+    metas: list[dict[str, Any]]
+
+
+# --- items -> columns ------------------------------------------------------------------------------
+
+
+def _label(index: int, meta: object) -> str:
+    rollout = meta.get("rollout_id") if isinstance(meta, dict) else None
+    return f"items[{index}]" + (f" (rollout {rollout!r})" if rollout is not None else "")
+
+
+def _mask_runs(mask: Sequence[int], field: str) -> list[int]:
+    """Run lengths of a 0/1 mask, starting with a run of 0s; ``bytearray`` and ``find`` scan in C."""
+    try:
+        raw = bytearray(mask)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{field} must hold only 0/1 ints: {exc}") from exc
+    if raw.translate(None, b"\x00\x01"):
+        position, value = next((i, v) for i, v in enumerate(raw) if v > 1)
+        raise DataError(f"{field} must hold only 0/1; got {value} at position {position}")
+    runs: list[int] = []
+    position, wanted = 0, 1
+    while position < len(raw):
+        change = raw.find(wanted, position)
+        if change < 0:
+            change = len(raw)
+        runs.append(change - position)
+        position = change
+        wanted ^= 1
+    return runs
+
+
+def _pack_ids(items: Sequence[SAWItem]) -> tuple[int, bytes]:
+    """``(width, bytes)``: the narrowest width that packs every id. A width that is too narrow fails
+    at the first id it cannot hold, which in real data is near the start (chat templates open with
+    high special-token ids), so the failed tries cost little."""
+    for width, code in _ID_CODES.items():
+        try:
+            return width, b"".join(struct.pack(f"<{len(i.input_ids)}{code}", *i.input_ids) for i in items)
+        except struct.error:
+            continue
+    for index, item in enumerate(items):
+        bad = next((v for v in item.input_ids if not isinstance(v, int) or not 0 <= v < 2**32), None)
+        if bad is not None:
+            raise DataError(
+                f"{_label(index, item.meta)}: input_ids holds {bad!r}; token ids are ints in [0, 2**32)"
+            )
+    raise AssertionError("struct.pack refused ids that are all ints in [0, 2**32)")  # pragma: no cover
+
+
+def _pack_logps(items: Sequence[SAWItem], field: str, action_counts: list[int]) -> LogpColumn:
+    parts: list[bytes] = []
+    present: list[bool] = []
+    for index, item in enumerate(items):
+        values = getattr(item, field)
+        present.append(values is not None)
+        if values is None:
+            continue
+        if len(values) != action_counts[index]:
+            raise DataError(
+                f"{_label(index, item.meta)}: {field} has {len(values)} entries but action_mask has "
+                f"{action_counts[index]} ones"
+            )
+        try:
+            parts.append(struct.pack(f"<{len(values)}f", *values))
+        except (struct.error, OverflowError, TypeError) as exc:
+            raise DataError(
+                f"{_label(index, item.meta)}: {field} cannot be packed as float32 ({exc}); logprobs are "
+                "finite numbers <= 0"
+            ) from exc
+    return LogpColumn(values=b"".join(parts), present=present)
+
+
+# Meta values that cannot hold a float: skipped by one set lookup (metas are checked on every push).
+_NO_FLOATS = frozenset({str, int, bool, type(None), bytes})
+
+
+def _non_finite_path(value: Any) -> str | None:
+    """Where in ``value`` a NaN/inf sits (``"['step_info']['score']"``, ``""`` for ``value`` itself),
+    or ``None``; the path is only formatted on the way out of a failure."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ""
+    if isinstance(value, dict):
+        entries: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        entries = enumerate(value)
+    else:
+        return None
+    for key, inner in entries:
+        if type(inner) in _NO_FLOATS:
+            continue
+        path = _non_finite_path(inner)
+        if path is not None:
+            return f"[{key!r}]{path}"
+    return None
+
+
+def check_finite_meta(meta: Any, name: str) -> None:
+    """NaN/inf anywhere in a meta: refused, as the JSON wire refused them (averages would turn NaN)."""
+    path = _non_finite_path(meta)
+    if path is not None:
+        raise DataError(f"{name}{path} is not finite")
+
+
+def _columns_from_items(items: Sequence[SAWItem]) -> ItemColumns:
+    action_runs: list[list[int]] = []
+    action_counts: list[int] = []
+    attention_runs: list[list[int] | None] = []
+    for index, item in enumerate(items):
+        try:
+            n = len(item.input_ids)
+            for name in ("attention_mask", "action_mask"):
+                if len(getattr(item, name)) != n:
+                    raise DataError(f"{name} has length {len(getattr(item, name))}, input_ids has {n}")
+            action_runs.append(_mask_runs(item.action_mask, "action_mask"))
+            action_counts.append(sum(action_runs[-1][1::2]))
+            all_ones = item.attention_mask.count(1) == n
+            attention_runs.append(None if all_ones else _mask_runs(item.attention_mask, "attention_mask"))
+            check_finite_meta(item.meta, "meta")
+        except DataError as exc:
+            raise DataError(f"{_label(index, item.meta)}: {exc}") from exc
+    token_bytes, input_ids = _pack_ids(items)
+    return ItemColumns(
+        lengths=[len(item.input_ids) for item in items],
+        token_bytes=token_bytes,
+        input_ids=input_ids,
+        action_runs=action_runs,
+        attention_runs=attention_runs,
+        weights=[float(item.weight) for item in items],
+        logps={field: _pack_logps(items, field, action_counts) for field in _LOGP_FIELDS},
+        temperatures=[item.sampling_temperature for item in items],
+        metas=[item.meta for item in items],
+    )
+
+
+def _to_map(columns: ItemColumns) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "schema_version": SAW_SCHEMA_VERSION,
+        "lengths": columns.lengths,
+        "token_bytes": columns.token_bytes,
+        "input_ids": columns.input_ids,
+        "action_runs": columns.action_runs,
+        "attention_runs": columns.attention_runs,
+        "weights": columns.weights,
+    }
+    for field, column in columns.logps.items():
+        data[field] = column.values
+        data[f"{field}_present"] = column.present
+    data["sampling_temperatures"] = columns.temperatures
+    data["metas"] = columns.metas
+    return data
+
+
+# --- untrusted map -> columns (shapes and types) ---------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int  # msgpack gives plain ints; a bool is never a count
+
+
+def _field(
+    data: dict[str, Any], key: str, kind: type[list[Any]] | type[bytes], count: int | None = None
+) -> Any:
+    if key not in data:
+        raise DataError(f"items column {key!r} is missing")
+    value = data[key]
+    if not isinstance(value, kind):
+        raise DataError(f"items column {key!r} must be {kind.__name__}, got {type(value).__name__}")
+    if count is not None and len(value) != count:
+        raise DataError(f"items column {key!r} has {len(value)} entries for {count} items")
+    return value
+
+
+def _check_runs(runs: object, length: int, field: str) -> list[int]:
+    if not isinstance(runs, list) or not all(_is_int(r) and r >= 0 for r in runs):
+        raise DataError(f"{field} runs must be a list of run lengths (ints >= 0), got {runs!r:.80}")
+    if sum(runs) != length:
+        raise DataError(f"{field} runs cover {sum(runs)} tokens, input_ids has {length}")
+    return runs
+
+
+def _columns_from_map(data: object) -> ItemColumns:
+    if not isinstance(data, dict):
+        raise DataError(f"'items' must be a map of columns, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version != SAW_SCHEMA_VERSION:
+        raise DataError(
+            f"SAWItem schema_version {version!r} is not supported (expected {SAW_SCHEMA_VERSION})"
+        )
+    lengths = _field(data, "lengths", list)
+    if not all(_is_int(n) and n >= 1 for n in lengths):
+        raise DataError(
+            f"items column 'lengths' must hold ints >= 1 (input_ids is never empty), got {lengths!r:.80}"
+        )
+    count = len(lengths)
+    token_bytes = data.get("token_bytes")
+    if token_bytes not in _ID_CODES or not _is_int(token_bytes):
+        raise DataError(f"items column 'token_bytes' must be 1, 2 or 4, got {token_bytes!r}")
+    logps = {
+        field: LogpColumn(
+            values=_field(data, field, bytes), present=_field(data, f"{field}_present", list, count)
+        )
+        for field in _LOGP_FIELDS
+    }
+    return ItemColumns(
+        lengths=lengths,
+        token_bytes=token_bytes,
+        input_ids=_field(data, "input_ids", bytes),
+        action_runs=_field(data, "action_runs", list, count),
+        attention_runs=_field(data, "attention_runs", list, count),
+        weights=_field(data, "weights", list, count),
+        logps=logps,
+        temperatures=_field(data, "sampling_temperatures", list, count),
+        metas=_field(data, "metas", list, count),
+    )
+
+
+# --- checks (both directions) ----------------------------------------------------------------------
+
+
+def _first_bad_logp(columns: ItemColumns, field: str, counts: list[int], flat: int, value: float) -> str:
+    """Name the item and position of the ``flat``-th value of a logprob column."""
+    for index, (present, count) in enumerate(zip(columns.logps[field].present, counts, strict=True)):
+        if not present:
+            continue
+        if flat < count:
+            return f"{_label(index, columns.metas[index])}: {field}[{flat}] = {value!r}"
+        flat -= count
+    raise AssertionError("logprob index past the column")  # pragma: no cover: sizes were checked
+
+
+def _check_logps(columns: ItemColumns, field: str, counts: list[int]) -> None:
+    column = columns.logps[field]
+    if not all(isinstance(p, bool) for p in column.present):
+        raise DataError(f"items column '{field}_present' must hold booleans, got {column.present!r:.80}")
+    expected = sum(count for count, present in zip(counts, column.present, strict=True) if present)
+    if len(column.values) != 4 * expected:
+        raise DataError(
+            f"items column {field!r} holds {len(column.values)} bytes; the action tokens of the items "
+            f"that have {field} need {4 * expected} (float32)"
+        )
+    values = np.frombuffer(column.values, dtype="<f4")
+    if values.size == 0:
+        return
+    finite = np.isfinite(values)
+    if not finite.all():
+        flat = int(np.argmin(finite))
+        where = _first_bad_logp(columns, field, counts, flat, float(values[flat]))
+        raise DataError(f"{where} is not finite")
+    if float(values.max()) > LOGP_TOLERANCE:
+        flat = int(np.argmax(values > LOGP_TOLERANCE))
+        where = _first_bad_logp(columns, field, counts, flat, float(values[flat]))
+        raise DataError(f"{where} is > 0 (a logprob is <= 0)")
+
+
+def _check_number(value: object, field: str, *, minimum: float | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DataError(f"{field} must be a finite number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise DataError(f"{field} must be >= {minimum}, got {value!r}")
+
+
+def _check_columns(columns: ItemColumns) -> list[int]:
+    """Raise :class:`DataError` naming the item, field and value of the first defect; else the number
+    of action tokens of each item."""
+    lengths = columns.lengths
+    total = sum(lengths)
+    if len(columns.input_ids) != total * columns.token_bytes:
+        raise DataError(
+            f"items column 'input_ids' holds {len(columns.input_ids)} bytes; {total} tokens of "
+            f"{columns.token_bytes} bytes need {total * columns.token_bytes}"
+        )
+    action_counts: list[int] = []
+    for index, length in enumerate(lengths):
+        meta = columns.metas[index]
+        try:
+            if not isinstance(meta, dict):
+                raise DataError(f"meta must be a map, got {type(meta).__name__}")
+            runs = _check_runs(columns.action_runs[index], length, "action_mask")
+            action_counts.append(sum(runs[1::2]))
+            attention = columns.attention_runs[index]
+            if attention is not None:
+                _check_runs(attention, length, "attention_mask")
+            _check_number(columns.weights[index], "weight")
+            temperature = columns.temperatures[index]
+            if temperature is not None:
+                _check_number(temperature, "sampling_temperature", minimum=0.0)
+        except DataError as exc:
+            raise DataError(f"{_label(index, meta)}: {exc}") from exc
+    for field in _LOGP_FIELDS:
+        _check_logps(columns, field, action_counts)
+    return action_counts
+
+
+# --- columns -> items ------------------------------------------------------------------------------
+
+
+def _mask(runs: list[int]) -> tuple[int, ...]:
+    if len(runs) <= 3:  # prompt, completion (and a tail): concatenating the spans is quickest
+        mask: tuple[int, ...] = ()
+        for position, run in enumerate(runs):
+            mask += (position & 1,) * run
+        return mask
+    values: list[int] = []  # many spans: a list avoids copying the tuple once per span
+    for position, run in enumerate(runs):
+        values += (position & 1,) * run
+    return tuple(values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _all_ones(length: int) -> tuple[int, ...]:
+    """The usual attention mask, one shared tuple per length (immutable, so items may share it)."""
+    return (1,) * length
+
+
+def _assemble(values: tuple[Any, ...]) -> SAWItem:
+    """A SAWItem from values :func:`_check_columns` proved valid, set as attrs' own ``__init__`` sets
+    them (``object.__setattr__`` on the frozen slots), without re-running per-element validators."""
+    item = object.__new__(SAWItem)
+    for name, value in zip(_ITEM_FIELDS, values, strict=True):
+        object.__setattr__(item, name, value)
+    return item
+
+
+def _items_from_columns(columns: ItemColumns, action_counts: list[int]) -> list[SAWItem]:
+    code = _ID_CODES[columns.token_bytes]
+    offsets = dict.fromkeys(_LOGP_FIELDS, 0)
+    id_offset = 0
+    items: list[SAWItem] = []
+    for index, length in enumerate(columns.lengths):
+        input_ids = struct.unpack_from(f"<{length}{code}", columns.input_ids, id_offset)
+        id_offset += length * columns.token_bytes
+        attention = columns.attention_runs[index]
+        temperature = columns.temperatures[index]
+        count = action_counts[index]
+        logps: list[tuple[float, ...] | None] = []
+        for field in _LOGP_FIELDS:
+            column = columns.logps[field]
+            if column.present[index]:
+                logps.append(struct.unpack_from(f"<{count}f", column.values, offsets[field]))
+                offsets[field] += 4 * count
+            else:
+                logps.append(None)
+        items.append(
+            _assemble(
+                (
+                    input_ids,
+                    _all_ones(length) if attention is None else _mask(attention),
+                    _mask(columns.action_runs[index]),
+                    float(columns.weights[index]),  # a writer may send 1 for 1.0, as SAWItem allows
+                    columns.metas[index],
+                    *logps,
+                    None if temperature is None else float(temperature),
+                )
+            )
+        )
+    return items
+
+
+# --- the two directions ----------------------------------------------------------------------------
+
+
+def pack_items(items: Sequence[SAWItem]) -> dict[str, Any]:
+    """The msgpack-ready column map of ``items``; raises :class:`DataError` naming the item, field
+    and value of anything a reader would refuse."""
+    columns = _columns_from_items(items)
+    _check_columns(columns)
+    return _to_map(columns)
+
+
+def unpack_items(data: object) -> list[SAWItem]:
+    """Check a column map (as msgpack decoded it) and build its items; :class:`DataError` names the
+    item, field and value of the first defect."""
+    columns = _columns_from_map(data)
+    return _items_from_columns(columns, _check_columns(columns))

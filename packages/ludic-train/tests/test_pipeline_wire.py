@@ -1,0 +1,435 @@
+"""The pipeline's binary wire format (no server): exact round trips, sizes, and every refusal naming
+the item, the field and the value."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import random
+from typing import Any
+
+import attrs
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pipeline_messages import make_item, message
+
+from ludic_core.errors import DataError
+from ludic_core.saw import SAWItem
+from ludic_train.pipeline import BatchMessage, decode_message, encode_message
+from ludic_train.pipeline.dump import describe
+
+# --- round trips -------------------------------------------------------------------------------------
+
+
+def test_message_round_trip_is_exact() -> None:
+    original = message(4, version=7, batch_index=11)
+    payload = encode_message(original)
+    assert isinstance(payload, bytes)
+    header = msgpack.unpackb(payload)
+    assert header["format"] == "ludic.pipeline.batch" and header["wire_version"] == 2
+    assert header["policy_version"] == 7 and header["num_rollouts"] == 4
+    assert header["actor_id"] == "test-actor" and header["batch_index"] == 11
+    decoded = decode_message(payload)
+    assert decoded == original  # weights, temperatures, created_at: float64, bit for bit
+    assert [item.sampling_temperature for item in decoded.items] == [None, 0.7, None, 0.7]
+
+
+def test_logprobs_travel_as_float32_and_everything_else_exactly() -> None:
+    logps = [-0.1, -2.302585092994046, -1e-9, -0.0]
+    item = SAWItem(
+        input_ids=[1, 2, 3, 4, 5],
+        attention_mask=[1] * 5,
+        action_mask=[0, 1, 1, 1, 1],
+        weight=1 / 3,
+        meta={"policy_version": 2, "score": 0.1, 7: "int keys stay ints", "nested": {"x": [1.5, None]}},
+        actor_logps=logps,
+        teacher_logps=[-1.0, -2.0, -3.0, -4.0],
+        sampling_temperature=0.123456789,
+    )
+    sent = BatchMessage(items=(item,), actor_id="a", batch_index=0, created_at=1.0 / 7, meta={"r": 0.3})
+    (got,) = (received := decode_message(encode_message(sent))).items
+    assert got.actor_logps == tuple(float(np.float32(v)) for v in logps)
+    assert max(abs(a - b) for a, b in zip(got.actor_logps, logps, strict=True)) < 2e-7
+    assert got.teacher_logps == item.teacher_logps  # float32-exact values come back unchanged
+    assert (got.input_ids, got.attention_mask, got.action_mask) == (
+        item.input_ids,
+        item.attention_mask,
+        item.action_mask,
+    )
+    assert got.weight == 1 / 3 and got.sampling_temperature == 0.123456789 and got.meta == item.meta
+    assert received.created_at == 1.0 / 7 and received.meta == {"r": 0.3}
+
+
+def test_float32_logprobs_give_the_trainer_the_same_tensors() -> None:
+    import torch
+
+    from ludic_train.collate import collate_saw_items
+
+    rng = random.Random(1)
+    batch = agentic_batch(rng, items=4, tokens=64)
+    batch = BatchMessage(
+        items=tuple(attrs.evolve(i, teacher_logps=[v / 3 for v in i.actor_logps]) for i in batch.items),
+        actor_id="a",
+        batch_index=0,
+        created_at=0.0,
+    )
+    sent = collate_saw_items(batch.items, pad_token_id=0)
+    received = collate_saw_items(decode_message(encode_message(batch)).items, pad_token_id=0)
+    # Collation makes float32 tensors of the logprobs: rounding them on the wire first changes nothing.
+    assert sent.keys() == received.keys() and "teacher_logps" in sent
+    for key, tensor in sent.items():
+        assert torch.equal(tensor, received[key]), key
+
+
+@pytest.mark.parametrize(
+    ("largest_id", "width"),
+    [(255, 1), (256, 2), (65_535, 2), (65_536, 4), (151_643, 4), (2**32 - 1, 4)],
+)
+def test_token_ids_take_the_narrowest_width_that_holds_them(largest_id: int, width: int) -> None:
+    item = SAWItem(
+        input_ids=[0, largest_id, 3],
+        attention_mask=[1] * 3,
+        action_mask=[0, 1, 1],
+        weight=1.0,
+        meta={"policy_version": 0},
+    )
+    payload = encode_message(BatchMessage(items=(item,), actor_id="a", batch_index=0, created_at=0.0))
+    columns = msgpack.unpackb(payload)["items"]
+    assert columns["token_bytes"] == width and len(columns["input_ids"]) == 3 * width
+    assert decode_message(payload).items[0].input_ids == (0, largest_id, 3)
+
+
+def agentic_batch(rng: random.Random, *, items: int = 16, tokens: int = 1024) -> BatchMessage:
+    """Like a GRPO batch of a 151k-vocabulary model: 40% action tokens with logprobs, SAW-builder meta."""
+    out = []
+    for i in range(items):
+        actions = int(tokens * 0.4)
+        out.append(
+            SAWItem(
+                input_ids=[rng.randrange(151_643) for _ in range(tokens)],
+                attention_mask=[1] * tokens,
+                action_mask=[0] * (tokens - actions) + [1] * actions,
+                weight=rng.gauss(0, 1),
+                actor_logps=[math.log(rng.uniform(0.01, 1.0)) for _ in range(actions)],
+                meta={
+                    "rollout_id": f"r{i // 2}",
+                    "group_id": "g0",
+                    "turn_index": i % 2,
+                    "policy_version": 3,
+                    "total_reward": 1.0,
+                    "completion_length": actions,
+                    "prompt_length": tokens - actions,
+                    "finish_reason": "stop",
+                    "step_info": {"correct": True},
+                },
+            )
+        )
+    return BatchMessage(items=tuple(out), actor_id="host:1:abc", batch_index=0, created_at=1.7e9)
+
+
+def test_a_1k_token_batch_takes_under_10_bytes_per_token() -> None:
+    batch = agentic_batch(random.Random(0))
+    payload = encode_message(batch)
+    per_token = len(payload) / (16 * 1024)
+    # 4 bytes per id + 0.4 x 4 bytes of logprobs + run lengths + ~200 bytes of meta per item.
+    assert 5.6 < per_token < 6.2, per_token
+    assert decode_message(payload).items[5].input_ids == batch.items[5].input_ids
+
+
+def test_masks_with_several_spans_and_padding_round_trip() -> None:
+    item = SAWItem(
+        input_ids=list(range(10)),
+        attention_mask=[0, 0, 1, 1, 1, 1, 1, 1, 1, 1],  # left padding
+        action_mask=[0, 0, 0, 1, 1, 0, 0, 1, 1, 1],  # two turns' completions
+        weight=-1.0,
+        meta={"policy_version": 1},
+        actor_logps=[-1.0] * 5,
+    )
+    no_actions = SAWItem(
+        input_ids=[9], attention_mask=[1], action_mask=[0], weight=0.0, meta={"policy_version": 1}
+    )
+    sent = BatchMessage(items=(item, no_actions), actor_id="a", batch_index=0, created_at=0.0)
+    columns = msgpack.unpackb(encode_message(sent))["items"]
+    assert columns["action_runs"] == [[3, 2, 2, 3], [1]]
+    assert columns["attention_runs"] == [[2, 8], None]  # None: all ones, the usual case
+    assert decode_message(encode_message(sent)) == sent
+
+
+# Logprobs drawn as float32 values, so the round trip must be exact (the float32 rounding itself is
+# tested above); everything else at full float64 range.
+_ids = st.integers(0, 2**32 - 1) | st.integers(0, 255) | st.integers(0, 65_535)
+_logp = st.floats(min_value=-1e4, max_value=0.0, width=32)
+_meta_value = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.text(max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@st.composite
+def saw_items(draw: st.DrawFn) -> SAWItem:
+    n = draw(st.integers(1, 40))
+    action_mask = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
+    ones = sum(action_mask)
+    padded = draw(st.booleans())
+    attention_mask = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)) if padded else [1] * n
+    logps = st.none() | st.lists(_logp, min_size=ones, max_size=ones)
+    return SAWItem(
+        input_ids=draw(st.lists(_ids, min_size=n, max_size=n)),
+        attention_mask=attention_mask,
+        action_mask=action_mask,
+        weight=draw(st.floats(allow_nan=False, allow_infinity=False)),
+        meta={
+            **draw(st.dictionaries(st.text(max_size=6), _meta_value, max_size=4)),
+            "policy_version": draw(st.integers(0, 10**6)),
+        },
+        actor_logps=draw(logps),
+        teacher_logps=draw(logps),
+        sampling_temperature=draw(st.none() | st.floats(0.0, 10.0)),
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    items=st.lists(saw_items(), min_size=1, max_size=5),
+    batch_meta=st.dictionaries(st.text(max_size=6), _meta_value, max_size=4),
+    created_at=st.floats(allow_nan=False, allow_infinity=False),
+)
+def test_round_trip_property(items: list[SAWItem], batch_meta: dict[str, Any], created_at: float) -> None:
+    sent = BatchMessage(
+        items=tuple(items), actor_id="a:1", batch_index=3, created_at=created_at, meta=batch_meta
+    )
+    received = decode_message(encode_message(sent))
+    assert received == sent
+    # Decoded items skip SAWItem's per-element validators; they must pass them all the same.
+    for item in received.items:
+        assert SAWItem.from_dict(item.to_dict()) == item
+        assert all(type(v) is int for v in item.input_ids + item.attention_mask + item.action_mask)
+        assert item.actor_logps is None or all(type(v) is float for v in item.actor_logps)
+
+
+# --- refusals ---------------------------------------------------------------------------------------
+
+
+def tampered(change: Any, base: BatchMessage | None = None) -> bytes:
+    """A message whose decoded map ``change(data)`` edited in place, packed again."""
+    data = msgpack.unpackb(encode_message(base or message(3)), strict_map_key=False)
+    change(data)
+    return msgpack.packb(data)
+
+
+def _set(path: str, value: Any) -> Any:
+    def change(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = data
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        if isinstance(target, list):
+            target[int(last)] = value
+        else:
+            target[last] = value
+
+    return change
+
+
+def _logps_bytes(values: list[float]) -> bytes:
+    return np.asarray(values, dtype="<f4").tobytes()
+
+
+_ITEMS_LOGPS = [-0.5, -1.25, -0.5, -1.375, -0.5, -1.5]  # message(3)'s actor_logps, concatenated
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        (b"not msgpack at all", "not valid msgpack"),
+        (pickle.dumps({"items": []}), "not valid msgpack"),  # pickle is refused, never loaded
+        (msgpack.packb([1, 2]), "must be a msgpack map"),
+        (msgpack.packb({"format": "other"}), "not a Ludic pipeline message"),
+        (tampered(_set("wire_version", 3)), "wire_version 3 is not supported"),
+        (
+            json.dumps({"format": "ludic.pipeline.batch", "wire_version": 1, "items": []}).encode(),
+            r"wire_version 1 \(JSON\) is not supported.*older ludic-train",
+        ),
+        (tampered(lambda d: d.pop("items")), "header 'items' is missing"),
+        (tampered(lambda d: d["items"].pop("weights")), "items column 'weights' is missing"),
+        (tampered(_set("policy_version", 9)), "header policy_version=9 disagrees"),
+        (tampered(_set("items.schema_version", 2)), "SAWItem schema_version 2 is not supported"),
+        (tampered(_set("items.token_bytes", 3)), "'token_bytes' must be 1, 2 or 4, got 3"),
+        (tampered(_set("items.lengths.1", 0)), r"'lengths' must hold ints >= 1"),
+        (tampered(_set("items.input_ids", b"\x01" * 7)), "'input_ids' holds 7 bytes; 12 tokens"),
+        (tampered(_set("items.weights", [1.0])), "'weights' has 1 entries for 3 items"),
+        (
+            tampered(_set("items.action_runs.2", [2, 3])),
+            r"items\[2\] \(rollout 'r2'\): action_mask runs cover 5 tokens, input_ids has 4",
+        ),
+        (
+            tampered(_set("items.attention_runs.0", [-1, 5])),
+            r"items\[0\] \(rollout 'r0'\): attention_mask runs must be a list of run lengths",
+        ),
+        (
+            tampered(_set("items.weights.1", math.inf)),
+            r"items\[1\] \(rollout 'r1'\): weight must be a finite",
+        ),
+        (
+            tampered(_set("items.sampling_temperatures.0", -0.5)),
+            r"items\[0\] \(rollout 'r0'\): sampling_temperature must be >= 0.0, got -0.5",
+        ),
+        (tampered(_set("items.metas.1", [1])), r"items\[1\]: meta must be a map, got list"),
+        (
+            tampered(_set("items.actor_logps", _logps_bytes(_ITEMS_LOGPS[:-1]))),
+            "'actor_logps' holds 20 bytes; .* need 24",
+        ),
+        (
+            tampered(
+                _set("items.actor_logps", _logps_bytes([*_ITEMS_LOGPS[:3], math.nan, *_ITEMS_LOGPS[4:]]))
+            ),
+            r"items\[1\] \(rollout 'r1'\): actor_logps\[1\] = nan is not finite",
+        ),
+        (
+            tampered(_set("items.actor_logps", _logps_bytes([*_ITEMS_LOGPS[:4], 0.25, *_ITEMS_LOGPS[5:]]))),
+            r"items\[2\] \(rollout 'r2'\): actor_logps\[0\] = 0.25 is > 0",
+        ),
+        (
+            tampered(_set("items.actor_logps_present", [True, 1, True])),
+            "'actor_logps_present' must hold booleans",
+        ),
+        (
+            tampered(lambda d: d["items"]["metas"][0].pop("policy_version")),
+            r"items\[0\].*policy_version None",
+        ),
+    ],
+    ids=[
+        "garbage",
+        "pickle",
+        "array",
+        "format",
+        "wire-version",
+        "json-v1",
+        "no-items",
+        "no-column",
+        "header",
+        "schema",
+        "token-width",
+        "empty-item",
+        "ids-size",
+        "column-count",
+        "action-runs",
+        "attention-runs",
+        "weight",
+        "temperature",
+        "meta",
+        "logps-size",
+        "logp-nan",
+        "logp-positive",
+        "logps-present",
+        "no-version",
+    ],
+)
+def test_decode_refuses_malformed_messages_naming_what_is_wrong(raw: bytes, match: str) -> None:
+    with pytest.raises(DataError, match=match) as info:
+        decode_message(raw)
+    assert f"({len(raw)} bytes)" in str(info.value)  # the excerpt names the message size
+
+
+def forced(item: SAWItem, **values: Any) -> SAWItem:
+    """An item holding values its validators refuse (as a bug or a hand-made item can)."""
+    for name, value in values.items():
+        object.__setattr__(item, name, value)
+    return item
+
+
+@pytest.mark.parametrize(
+    ("items", "batch_meta", "match"),
+    [
+        (
+            [forced(make_item(1), actor_logps=(-0.5, math.nan))],
+            {},
+            r"items\[0\].*actor_logps\[1\] = nan is not finite",
+        ),
+        (
+            [make_item(0), forced(make_item(1), actor_logps=(-0.5, 3.0))],
+            {},
+            r"items\[1\].*actor_logps\[1\] = 3.0 is > 0",
+        ),
+        (
+            [forced(make_item(0), actor_logps=(-0.5, -1e300))],
+            {},
+            r"items\[0\].*actor_logps cannot be packed as float32",
+        ),
+        (
+            [forced(make_item(0), actor_logps=(-0.5,))],
+            {},
+            r"items\[0\].*actor_logps has 1 entries but action_mask has 2",
+        ),
+        ([forced(make_item(0), input_ids=(5, -1, 7, 8))], {}, r"items\[0\].*input_ids holds -1"),
+        ([forced(make_item(0), input_ids=(5, 2**32, 7, 8))], {}, r"input_ids holds 4294967296"),
+        (
+            [forced(make_item(0), action_mask=(0, 2, 1, 1))],
+            {},
+            r"action_mask must hold only 0/1; got 2 at position 1",
+        ),
+        (
+            [forced(make_item(0), attention_mask=(1, 1, 1))],
+            {},
+            r"attention_mask has length 3, input_ids has 4",
+        ),
+        ([forced(make_item(0), weight=math.nan)], {}, r"items\[0\].*weight must be a finite number, got nan"),
+        (
+            [forced(make_item(0), meta={"policy_version": 0, "info": {"score": math.inf}})],
+            {},
+            r"meta\['info'\]\['score'\] is not finite",
+        ),
+        ([make_item(0)], {"avg": [1.0, math.nan]}, r"batch meta\['avg'\]\[1\] is not finite"),
+        ([make_item(0)], {"thing": object()}, "cannot be packed"),
+    ],
+    ids=[
+        "logp-nan",
+        "logp-positive",
+        "logp-overflow",
+        "logps-length",
+        "negative-id",
+        "id-too-large",
+        "mask-value",
+        "mask-length",
+        "weight",
+        "item-meta-nan",
+        "batch-meta-nan",
+        "unpackable-meta",
+    ],
+)
+def test_encode_refuses_what_a_reader_would_refuse(
+    items: list[SAWItem], batch_meta: dict[str, Any], match: str
+) -> None:
+    batch = BatchMessage(items=tuple(items), actor_id="a", batch_index=0, created_at=0.0, meta=batch_meta)
+    with pytest.raises(DataError, match=match):
+        encode_message(batch)
+
+
+def test_a_logprob_within_the_guards_tolerance_of_zero_is_accepted() -> None:
+    # Samplers return e.g. +1e-7 for a certain token (rounding); the trainer's guards allow 1e-4.
+    item = forced(make_item(0), actor_logps=(1e-7, -0.5))
+    received = decode_message(
+        encode_message(BatchMessage(items=(item,), actor_id="a", batch_index=0, created_at=0.0))
+    )
+    assert received.items[0].actor_logps == (float(np.float32(1e-7)), -0.5)
+
+
+def test_dump_describes_messages_and_refusals() -> None:
+    view = describe(encode_message(message(2, version=4)), tokens=True)
+    assert view["policy_version"] == 4 and view["num_rollouts"] == 2 and view["actor_id"] == "test-actor"
+    first = view["items"][0]
+    assert first["tokens"] == 4 and first["action_tokens"] == 2 and first["input_ids"] == (5, 6, 7, 8)
+    assert first["meta"]["rollout_id"] == "r0" and first["actor_logps"] == (-0.5, -1.25)
+    json.dumps(view)  # printable as it is
+    assert "input_ids" not in describe(encode_message(message(1)))["items"][0]
+    broken = describe(b"\x92\x01\x02")  # the array [1, 2]
+    assert "must be a msgpack map" in broken["error"] and broken["bytes"] == 3
