@@ -3,15 +3,17 @@
 Both sides move the same number of messages through a private ``redis-server`` (started here on a free
 loopback port) with one producer task and one consumer task running concurrently on one event loop:
 
-* ``pipeline`` — the library path: ``RedisPipelineActor.push`` (JSON-encode a ``BatchMessage`` of SAW
-  items, RPUSH) and ``RedisBatchSource.next_batch`` (async BLPOP, decode and validate every item, batch
-  meta);
-* ``raw`` — ``redis.asyncio`` RPUSH/BLPOP of pre-made byte blobs exactly as long as the encoded
-  messages (no encoding, no decoding).
+* ``pipeline`` — the library path: ``RedisPipelineActor.push`` (encode a ``BatchMessage`` of SAW items
+  with the binary wire format, RPUSH) and ``RedisBatchSource.next_batch`` (LPOP several messages per
+  round trip, BLPOP when the queue is empty, decode and check every item, batch meta), with a learner
+  batch of ``--learner-items`` items (default: one actor batch);
+* ``raw`` — ``redis.asyncio`` RPUSH/BLPOP, one message per command, of pre-made byte blobs exactly as
+  long as the encoded messages (no encoding, no decoding).
 
-The ratio ``pipeline / raw`` is what the wire format and validation cost on top of Redis itself. The
-JSON also breaks the pipeline cost down into encode and decode time per message, measured in-process.
-Prints one JSON object (``{"skipped": ...}`` when there is no redis-server binary).
+The ratio ``pipeline / raw`` is what the wire format and the checks cost on top of Redis itself. The
+JSON also reports the encoded size per token and breaks the pipeline cost down into encode and decode
+time per message, measured in-process (the rest is Redis, asyncio and the batch meta). Prints one JSON
+object (``{"skipped": ...}`` when there is no redis-server binary).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ludic_core.credit import ConstantCredit
 from ludic_core.engine import RolloutEngine
 from ludic_core.saw import SAWItem
 from ludic_train.pipeline import (
+    WIRE_VERSION,
     BatchMessage,
     RedisBatchSource,
     RedisPipelineActor,
@@ -74,7 +77,7 @@ def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> Batc
     return BatchMessage(items=tuple(out), actor_id="bench", batch_index=index, created_at=time.time())
 
 
-async def run_pipeline(url: str, queue: str, messages: list[BatchMessage]) -> float:
+async def run_pipeline(url: str, queue: str, messages: list[BatchMessage], learner_items: int) -> float:
     actor = RedisPipelineActor(
         engine=RolloutEngine(),
         requests_provider=lambda step: [],  # never called: the bench pushes ready-made batches
@@ -85,7 +88,7 @@ async def run_pipeline(url: str, queue: str, messages: list[BatchMessage]) -> fl
         max_queue_len=None,
     )
     per_message = len(messages[0].items)
-    source = RedisBatchSource(url, queue_key=queue, min_items=per_message, wait_timeout_s=60)
+    source = RedisBatchSource(url, queue_key=queue, min_items=learner_items, wait_timeout_s=60)
     await actor.connect()
     await source.connect()
 
@@ -96,6 +99,8 @@ async def run_pipeline(url: str, queue: str, messages: list[BatchMessage]) -> fl
     async def consume() -> int:
         got = 0
         while got < len(messages) * per_message:
+            # The last batch may be short of learner_items: ask only for what is left.
+            source.min_items = min(learner_items, len(messages) * per_message - got)
             got += len((await source.next_batch()).items)
         return got
 
@@ -153,6 +158,7 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
         for i in range(args.messages)
     ]
     payloads = [encode_message(m) for m in messages]
+    learner_items = args.learner_items or args.items_per_message
     rng = random.Random(args.seed)
     blobs = [rng.randbytes(len(p)) for p in payloads]
     pipeline_s: list[float] = []
@@ -163,24 +169,30 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
         for side in order:
             queue = f"bench:{side}:{repeat}"
             if side == "pipeline":
-                pipeline_s.append(await run_pipeline(url, queue, messages))
+                pipeline_s.append(await run_pipeline(url, queue, messages, learner_items))
             else:
                 raw_s.append(await run_raw(url, queue, blobs))
     encode_s, decode_s = codec_times(messages, payloads)
     items = args.messages * args.items_per_message
     best_pipeline, best_raw = min(pipeline_s), min(raw_s)
+    message_bytes = statistics.fmean(len(p) for p in payloads)
     return {
         "benchmark": "redis_pipeline",
+        "wire_version": WIRE_VERSION,
         "messages": args.messages,
         "items_per_message": args.items_per_message,
         "tokens_per_item": args.tokens,
-        "message_bytes_mean": statistics.fmean(len(p) for p in payloads),
+        "learner_items": learner_items,
+        "message_bytes_mean": message_bytes,
+        "bytes_per_token": message_bytes / (args.items_per_message * args.tokens),
         "repeats": args.repeats,
         "pipeline_items_per_s": items / best_pipeline,
         "raw_items_per_s": items / best_raw,
         "pipeline_vs_raw_throughput": best_raw / best_pipeline,
         "pipeline_mb_per_s": sum(len(p) for p in payloads) / best_pipeline / 1e6,
         "raw_mb_per_s": sum(len(b) for b in blobs) / best_raw / 1e6,
+        "pipeline_ms_per_message": best_pipeline / args.messages * 1e3,
+        "raw_ms_per_message": best_raw / args.messages * 1e3,
         "encode_ms_per_message": encode_s * 1e3,
         "decode_ms_per_message": decode_s * 1e3,
         "pipeline_s_all": pipeline_s,
@@ -192,7 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--messages", type=int, default=100, help="actor batches moved per measurement")
     p.add_argument("--items-per-message", type=int, default=16)
-    p.add_argument("--tokens", type=int, default=512, help="tokens per SAW item")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens per SAW item")
+    p.add_argument(
+        "--learner-items",
+        type=int,
+        default=None,
+        help="the learner's min_items (default: --items-per-message, one actor batch per learner batch)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
