@@ -121,7 +121,8 @@ async def test_good_code_passes_and_reports_isolation(pool: SandboxPool) -> None
     if AS_ROOT:
         assert iso.dedicated_uid and iso.uid is not None and iso.uid >= 61000
         assert iso.network_isolated and iso.network_method == "namespace"
-        assert "/tmp" in iso.private_tmp
+        assert {"/tmp", "/run"} <= set(iso.private_tmp)
+        assert iso.memory_method in ("cgroup", "aggregate")
 
 
 async def test_io_tests_compare_stdout(pool: SandboxPool) -> None:
@@ -259,16 +260,17 @@ SECCOMP_ARCHES = ("x86_64", "aarch64")
 
 
 @pytest.mark.skipif(os.uname().machine not in SECCOMP_ARCHES, reason="no seccomp socket filter for this arch")
-async def test_seccomp_fallback_denies_network_sockets_but_not_unix_ones() -> None:
-    """The fallback for hosts that refuse network namespaces, forced here: only the filter cuts the network."""
+async def test_seccomp_fallback_denies_every_socket_but_socketpairs() -> None:
+    """The fallback for hosts that refuse network namespaces, forced here: only the filter cuts the
+    network. ``socket(AF_UNIX)`` is denied too (host Unix sockets); ``socketpair()`` is not."""
     server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     code = textwrap.dedent(
         f"""
         import socket
-        a, b = socket.socketpair()  # AF_UNIX: allowed
+        a, b = socket.socketpair()  # AF_UNIX pairs: allowed
         a.sendall(b'unix ok'); print(b.recv(16).decode())
-        for family in (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET, socket.AF_NETLINK):
+        for family in (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET, socket.AF_NETLINK, socket.AF_UNIX):
             try:
                 socket.socket(family, socket.SOCK_RAW if family == socket.AF_PACKET else socket.SOCK_STREAM)
                 print('opened', family)
@@ -293,8 +295,8 @@ async def test_seccomp_fallback_denies_network_sockets_but_not_unix_ones() -> No
     assert result.isolation.network_isolated and result.isolation.network_method == "seccomp"
     import socket
 
-    families = (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET, socket.AF_NETLINK)
-    assert result.stdout.split("\n")[:6] == [
+    families = (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET, socket.AF_NETLINK, socket.AF_UNIX)
+    assert result.stdout.split("\n")[:7] == [
         "unix ok",
         *(f"denied {int(f)}" for f in families),
         "connect denied",

@@ -2,6 +2,7 @@
 
 from ludic_envs.codeexec.env import CodeExecEnv, strip_code_fence
 from ludic_envs.codeexec.limits import SandboxLimits
+from ludic_envs.codeexec.memcap import DEFAULT_MEMORY_METHODS, MemoryMethod
 from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod
 from ludic_envs.codeexec.pool import SandboxPool, default_pool
 from ludic_envs.codeexec.process import ExecutionRequest
@@ -17,6 +18,7 @@ from ludic_envs.codeexec.testcases import (
 )
 
 __all__ = [
+    "DEFAULT_MEMORY_METHODS",
     "DEFAULT_NETWORK_METHODS",
     "AssertTest",
     "CodeExecEnv",
@@ -25,6 +27,7 @@ __all__ = [
     "IOTest",
     "IsolationReport",
     "LimitKind",
+    "MemoryMethod",
     "NetworkMethod",
     "SandboxLimits",
     "SandboxPool",

@@ -4,9 +4,11 @@ Run as ``python -I -S _launcher.py CONFIG_JSON`` in a fresh session. It uses the
 only and is a fresh single-threaded process, so none of the fork-in-a-threaded-parent hazards of
 ``preexec_fn`` apply. Steps:
 
-1. cut the network: a new network namespace or, where the kernel refuses one, a seccomp filter that
-   denies every socket but Unix ones (and io_uring, which can open sockets without ``socket()``); as
-   root, also a mount namespace with private tmpfs over /tmp etc.;
+1. join the run's cgroup (where the pool made one: the memory cap of the whole run); new mount and
+   IPC namespaces (inside a user namespace when not root) with empty private tmpfs over /run and
+   every world-writable dir, and the host's other Unix sockets masked; cut the network: a new
+   network namespace or, where the kernel refuses one, a seccomp filter that denies ``socket()``
+   (and io_uring, which can open sockets without it);
 2. become a child subreaper, so every orphan the program leaves is re-parented here and reaped here
    (not by the host's init, which may never reap it and leave zombies that count against limits);
 3. fork; the child sets the rlimits, enters the run directory, drops to the sandbox uid and execs;
@@ -18,30 +20,39 @@ The status descriptor is closed in the child before exec, so the program never s
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
 import os
 import resource
+import stat
 import struct
 import sys
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_NOATIME = 0x400
+MS_NODIRATIME = 0x800
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
+MS_RELATIME = 0x200000
+_ST_RELATIME = 0x1000  # statvfs's f_flag bit; the others share the MS_ values
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
 SECCOMP_RET_ALLOW = 0x7FFF0000
 SECCOMP_RET_ERRNO = 0x00050000
-AF_UNIX = 1
 # Per architecture: the audit arch seccomp reports, and the numbers of socket(2) and io_uring_setup(2).
 # x86_64 syscalls with bit 30 set are the x32 ABI (same audit arch, other numbers): all denied.
 _SECCOMP_ARCHES = {
@@ -74,32 +85,133 @@ def _mount(
         raise OSError(ctypes.get_errno(), f"mount {target}: {os.strerror(ctypes.get_errno())}")
 
 
-def _private_tmp(libc: ctypes.CDLL, cfg: dict[str, Any], status: dict[str, Any]) -> None:
-    """A new mount namespace with empty tmpfs over the world-writable dirs, the workdir kept."""
-    error = _unshare(libc, CLONE_NEWNS)
+def _enter_namespaces(libc: ctypes.CDLL, as_root: bool) -> str | None:
+    """New mount and IPC namespaces (the IPC one so SysV and POSIX IPC objects of the host are out of
+    reach, and the run's own die with it). Not as root, inside a new user namespace that maps this
+    process's uid and gid to themselves. Returns why not, or None."""
+    if as_root:
+        error = _unshare(libc, CLONE_NEWNS | CLONE_NEWIPC)
+        return None if error is None else f"unshare(CLONE_NEWNS|CLONE_NEWIPC): {error}"
+    uid, gid = os.getuid(), os.getgid()
+    error = _unshare(libc, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC)
     if error is not None:
-        status["private_tmp_error"] = f"unshare(CLONE_NEWNS): {error}"
+        return f"unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWIPC): {error}"
+    try:
+        # Unmapped, files made on the private tmpfs could not be owned by anyone (EOVERFLOW).
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"{uid} {uid} 1"),
+            ("gid_map", f"{gid} {gid} 1"),
+        ):
+            with open(f"/proc/self/{name}", "w", encoding="ascii") as fh:
+                fh.write(text)
+    except OSError as exc:
+        return f"user namespace id maps: {exc}"
+    return None
+
+
+def _inside(path: str, parents: list[str]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in parents)
+
+
+def _host_socket_paths() -> list[str]:
+    """Real paths of the filesystem Unix sockets bound in this network namespace (/proc/net/unix)."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()[1:]
+    except OSError:
+        return []
+    paths = {os.path.realpath(f[7]) for f in (line.split(None, 7) for line in lines) if len(f) == 8}
+    return sorted(p for p in paths if p.startswith("/"))
+
+
+def _bind_read_only(libc: ctypes.CDLL, target: str) -> None:
+    _mount(libc, target, target, None, MS_BIND, None)
+    # A remount must keep the flags a user namespace may not drop (nosuid, nodev, noexec, atime).
+    kept = os.statvfs(target).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)
+    if os.statvfs(target).f_flag & _ST_RELATIME:
+        kept |= MS_RELATIME
+    _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept, None)
+
+
+def _cover(libc: ctypes.CDLL, cfg: dict[str, Any], status: dict[str, Any]) -> list[str]:
+    """Cover the private dirs (parents first): an empty tmpfs with the host dir's mode; a dir inside
+    one already covered is made again, empty; a world-writable dir that holds the interpreter is
+    bound read-only instead (hiding it would leave nothing to run). Then mask the host's Unix
+    sockets that are still visible. Returns the errors; what was done goes into ``status``."""
+    interpreter = [cfg["argv"][0], os.path.realpath(cfg["argv"][0])]
+    modes = {}
+    for path in cfg["private_dirs"]:
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode):
+                modes[path] = stat.S_IMODE(info.st_mode)
+    sockets = _host_socket_paths()
+    tmpfs: list[str] = []
+    covered: list[str] = []
+    read_only: list[str] = []
+    errors: list[str] = []
+    for path, mode in modes.items():
+        try:
+            if _inside(path, tmpfs):
+                os.makedirs(path, exist_ok=True)
+                os.chmod(path, mode)
+            elif mode & stat.S_IWOTH and any(_inside(i, [path]) for i in interpreter):
+                _bind_read_only(libc, path)
+                read_only.append(path)
+                continue
+            else:
+                size = cfg["tmpfs_bytes"]
+                _mount(libc, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode:o}")
+                tmpfs.append(path)
+            covered.append(path)
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
+    masked = []
+    for path in sockets:
+        if _inside(path, tmpfs):
+            continue
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                _mount(libc, "/dev/null", path, None, MS_BIND, None)  # connect() now finds no socket
+                masked.append(path)
+        except OSError as exc:
+            errors.append(f"socket {path}: {exc}")
+    status["private_tmp"] = covered
+    status["masked_sockets"] = masked
+    if read_only:
+        status["private_tmp_note"] = (
+            f"world-writable but holding the interpreter, bound read-only: {read_only}"
+        )
+    return errors
+
+
+def _private_dirs(libc: ctypes.CDLL, cfg: dict[str, Any], as_root: bool, status: dict[str, Any]) -> None:
+    """New namespaces with private, empty copies of the host's world-writable dirs and /run (see
+    ``hostdirs``); the run directory stays where it was."""
+    error = _enter_namespaces(libc, as_root)
+    if error is not None:
+        status["private_tmp_error"] = error
         return
+    status["user_namespace"] = not as_root
     workdir = cfg["workdir"]
     keep = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         _mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None)
-        covered = []
-        for target in ("/tmp", "/var/tmp", "/dev/shm"):
-            if os.path.isdir(target) and not os.path.islink(target):
-                _mount(
-                    libc,
-                    "tmpfs",
-                    target,
-                    "tmpfs",
-                    MS_NOSUID | MS_NODEV,
-                    f"size={cfg['tmpfs_bytes']},mode=1777",
-                )
-                covered.append(target)
-        if not os.path.isdir(workdir):  # the workdir lived under a dir now covered: bring it back
-            os.makedirs(workdir, mode=0o700)
+        errors = _cover(libc, cfg, status)
+        kept = os.fstat(keep)
+        try:
+            now = os.stat(workdir)
+            reachable = (now.st_dev, now.st_ino) == (kept.st_dev, kept.st_ino)
+        except OSError:
+            reachable = False
+        if not reachable or os.statvfs(workdir).f_flag & MS_RDONLY:
+            # Under a covered dir (the pool's dir usually lives in /tmp) or one bound read-only:
+            # bring the writable original back.
+            os.makedirs(workdir, mode=0o700, exist_ok=True)
             _mount(libc, f"/proc/self/fd/{keep}", workdir, None, MS_BIND, None)
-        status["private_tmp"] = covered
+        if errors:
+            status["private_tmp_error"] = "; ".join(errors)
     except OSError as exc:
         status["private_tmp_error"] = str(exc)
     finally:
@@ -107,15 +219,15 @@ def _private_tmp(libc: ctypes.CDLL, cfg: dict[str, Any], status: dict[str, Any])
 
 
 def _socket_filter(machine: str) -> bytes | None:
-    """A seccomp program: ``socket()`` other than AF_UNIX and ``io_uring_setup()`` fail with EPERM,
-    as does any syscall made through a foreign ABI; everything else is allowed. None if ``machine``
-    is not an architecture listed in ``_SECCOMP_ARCHES``."""
+    """A seccomp program: ``socket()`` for every family (AF_UNIX too: a host's Unix sockets, named or
+    abstract, are reachable from any network) and ``io_uring_setup()`` fail with EPERM, as does any
+    syscall made through a foreign ABI; everything else, ``socketpair()`` included, is allowed. None
+    if ``machine`` is not an architecture listed in ``_SECCOMP_ARCHES``."""
     if machine not in _SECCOMP_ARCHES:
         return None
     arch, nr_socket, nr_io_uring_setup = _SECCOMP_ARCHES[machine]
     deny = SECCOMP_RET_ERRNO | errno.EPERM
-    # struct seccomp_data: int nr at offset 0, u32 arch at 4, u64 args[6] from 16 (little-endian: the
-    # low half of args[0], the socket family, is at 16).
+    # struct seccomp_data: int nr at offset 0, u32 arch at 4.
     program = [
         (_LD_W_ABS, 0, 0, 4),  # A = arch
         (_JEQ_K, 1, 0, arch),  # native ABI: skip the deny
@@ -123,14 +235,10 @@ def _socket_filter(machine: str) -> bytes | None:
         (_LD_W_ABS, 0, 0, 0),  # A = syscall number
         (_JGE_K, 0, 1, _X32_SYSCALL_BIT),
         (_RET_K, 0, 0, deny),
-        (_JEQ_K, 0, 1, nr_io_uring_setup),
+        (_JEQ_K, 1, 0, nr_io_uring_setup),
+        (_JEQ_K, 0, 1, nr_socket),
         (_RET_K, 0, 0, deny),
-        (_JEQ_K, 1, 0, nr_socket),
         (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
-        (_LD_W_ABS, 0, 0, 16),  # A = family
-        (_JEQ_K, 0, 1, AF_UNIX),
-        (_RET_K, 0, 0, SECCOMP_RET_ALLOW),
-        (_RET_K, 0, 0, deny),
     ]
     return b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in program)
 
@@ -168,13 +276,14 @@ def _deny_network_sockets(libc: ctypes.CDLL) -> str | None:
     return None
 
 
-def _isolate_network(libc: ctypes.CDLL, methods: list[str], as_root: bool, status: dict[str, Any]) -> None:
-    """Try ``methods`` in order until one cuts the network; record which one (or why none could)."""
+def _isolate_network(libc: ctypes.CDLL, methods: list[str], privileged: bool, status: dict[str, Any]) -> None:
+    """Try ``methods`` in order until one cuts the network; record which one (or why none could).
+    ``privileged``: root, or already in a user namespace of the launcher's own."""
     failures: list[str] = []
     for method in methods:
         if method == "namespace":
-            # As root a plain network namespace; otherwise one inside a new user namespace.
-            error = _unshare(libc, CLONE_NEWNET if as_root else CLONE_NEWUSER | CLONE_NEWNET)
+            # Privileged, a plain network namespace; otherwise one inside a new user namespace.
+            error = _unshare(libc, CLONE_NEWNET if privileged else CLONE_NEWUSER | CLONE_NEWNET)
         elif method == "seccomp":
             error = _deny_network_sockets(libc)
         else:
@@ -187,6 +296,15 @@ def _isolate_network(libc: ctypes.CDLL, methods: list[str], as_root: bool, statu
             return
         failures.append(f"{method}: {error}")
     status["network_error"] = "network not isolated: " + "; ".join(failures)
+
+
+def _join_cgroup(group: str, status: dict[str, Any]) -> None:
+    """Move this process into the run's cgroup; every process of the run inherits it."""
+    try:
+        with open(os.path.join(group, "cgroup.procs"), "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+    except OSError as exc:
+        status["cgroup_error"] = f"cannot join {group}: {exc.strerror or exc}"
 
 
 def _count_processes(uid: int) -> int:
@@ -243,12 +361,16 @@ def main() -> None:
     libc = _libc()
     as_root = os.geteuid() == 0
     try:
-        # The mount namespace first: a seccomp filter installed before it would not hinder it, but
-        # keeping the filter last means nothing in setup runs under it.
-        if cfg["private_tmp"] and as_root:
-            _private_tmp(libc, cfg, status)
+        # The cgroup first, while this process is still in the host's namespaces; then the mount
+        # namespace, which reads the host's Unix sockets before the network one hides their list; a
+        # seccomp filter last, so nothing in setup runs under it.
+        if cfg["cgroup"] is not None:
+            _join_cgroup(cfg["cgroup"], status)
+        if cfg["private_dirs"]:
+            _private_dirs(libc, cfg, as_root, status)
         if cfg["isolate_network"]:
-            _isolate_network(libc, cfg["network_methods"], as_root, status)
+            privileged = as_root or bool(status.get("user_namespace"))
+            _isolate_network(libc, cfg["network_methods"], privileged, status)
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
         status["ok"] = True

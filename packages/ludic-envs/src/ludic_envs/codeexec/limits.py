@@ -1,4 +1,4 @@
-"""Resource limits for one sandboxed process."""
+"""Resource limits for one sandboxed run."""
 
 from __future__ import annotations
 
@@ -21,11 +21,13 @@ def _positive(_i: object, attribute: attrs.Attribute[Any], value: Any) -> None:
 
 @attrs.frozen
 class SandboxLimits:
-    """Per-process limits. ``cpu_s`` is CPU time (RLIMIT_CPU), ``wall_s`` real time (a watchdog kills
-    the whole run), ``memory_bytes`` the address space (RLIMIT_AS), ``file_size_bytes`` the largest file
-    it may write (RLIMIT_FSIZE), ``max_processes`` processes and threads alive at once (RLIMIT_NPROC
-    under a dedicated uid, plus a watchdog), ``max_open_files`` descriptors (RLIMIT_NOFILE), and
-    ``stdout_bytes``/``stderr_bytes`` how much output is read before the run is killed."""
+    """Limits of one run. ``cpu_s`` is CPU time (RLIMIT_CPU), ``wall_s`` real time (a watchdog kills
+    the whole run), ``memory_bytes`` memory, both per process (RLIMIT_AS) and for the whole run (a
+    cgroup or the watchdog's sum, see ``memcap``), ``file_size_bytes`` the largest file it may write
+    (RLIMIT_FSIZE), ``max_processes`` processes and threads alive at once (RLIMIT_NPROC under a
+    dedicated uid, plus a watchdog), ``max_open_files`` descriptors (RLIMIT_NOFILE),
+    ``stdout_bytes``/``stderr_bytes`` how much output is read before the run is killed, and
+    ``tmpfs_bytes`` the size of each private tmpfs (``/tmp``, ``/run``, …)."""
 
     cpu_s: float = attrs.field(default=2.0, validator=_positive)
     wall_s: float = attrs.field(default=5.0, validator=_positive)

@@ -2,11 +2,12 @@
 
 * ``"namespace"`` — a new network namespace (as root; otherwise inside a new user namespace where the
   kernel allows unprivileged ones): no interfaces but a loopback that is down, so every connection fails.
-* ``"seccomp"`` — a seccomp filter on the run's processes: ``socket()`` for any family but ``AF_UNIX``,
-  ``io_uring_setup()`` and any syscall through a foreign ABI fail with ``EPERM`` (x86_64 and aarch64).
-  The fallback for hosts that refuse namespaces (containers without ``CAP_SYS_ADMIN``, kernels with
-  unprivileged user namespaces off). It cannot reach sockets inherited from outside; the sandbox passes
-  none.
+* ``"seccomp"`` — a seccomp filter on the run's processes: ``socket()`` for every family (``AF_UNIX``
+  too, or the host's abstract Unix sockets, which no mount hides, would stay reachable),
+  ``io_uring_setup()`` and any syscall through a foreign ABI fail with ``EPERM`` (x86_64 and aarch64);
+  ``socketpair()`` stays allowed (asyncio and multiprocessing need it). The fallback for hosts that
+  refuse namespaces (containers without ``CAP_SYS_ADMIN``, kernels with unprivileged user namespaces
+  off). It cannot reach sockets inherited from outside; the sandbox passes none.
 
 The sandbox tries the methods in order and uses the first that works; ``IsolationReport`` records which.
 """

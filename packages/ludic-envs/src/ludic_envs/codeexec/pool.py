@@ -16,8 +16,10 @@ from typing import Any, TypeVar
 
 from ludic_core.errors import ConfigError, LudicTimeoutError
 from ludic_core.logs import get_logger
+from ludic_envs.codeexec.hostdirs import private_dirs
 from ludic_envs.codeexec.identities import UidLease, claim_uids
 from ludic_envs.codeexec.limits import SandboxLimits
+from ludic_envs.codeexec.memcap import DEFAULT_MEMORY_METHODS, MemoryMethod, MemoryPolicy
 from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod, check_network_methods
 from ludic_envs.codeexec.process import CLEANUP_GRACE_S, ExecutionRequest, SandboxIdentity, execute
 from ludic_envs.codeexec.result import ExecutionResult
@@ -62,6 +64,11 @@ class SandboxPool:
     for callers on any thread or event loop: ``await pool.run(code, tests)`` from async code,
     ``pool.run_sync(code, tests)`` from sync code (envs). Each concurrent slot has its own dedicated
     uid when the process is root (``drop_privileges``, default: when root).
+
+    Settled once, when the pool starts: which host directories runs get private copies of (with
+    ``private_tmp``: /run and every world-writable one, see :mod:`~ludic_envs.codeexec.hostdirs`)
+    and how the memory cap holds for a whole run (``memory_methods``, tried in order, see
+    :mod:`~ludic_envs.codeexec.memcap`).
     """
 
     def __init__(
@@ -72,6 +79,7 @@ class SandboxPool:
         isolate_network: bool = True,
         network_methods: Sequence[NetworkMethod] = DEFAULT_NETWORK_METHODS,
         private_tmp: bool = True,
+        memory_methods: Sequence[MemoryMethod] = DEFAULT_MEMORY_METHODS,
         drop_privileges: bool | None = None,
         python_executable: str | None = None,
         base_dir: str | None = None,
@@ -83,6 +91,8 @@ class SandboxPool:
         self.isolate_network = isolate_network
         self.network_methods = check_network_methods(network_methods)
         self.private_tmp = private_tmp
+        self._private_dirs = private_dirs() if private_tmp else ()
+        self.memory_policy = MemoryPolicy.for_host(memory_methods)
         as_root = os.geteuid() == 0
         self.drop_privileges = as_root if drop_privileges is None else drop_privileges
         self._lease: UidLease | None = claim_uids(max_concurrency) if self.drop_privileges else None
@@ -128,7 +138,8 @@ class SandboxPool:
                 base_dir=self._base_dir,
                 isolate_network=self.isolate_network,
                 network_methods=self.network_methods,
-                private_tmp=self.private_tmp,
+                private_dirs=self._private_dirs,
+                memory_policy=self.memory_policy,
             )
         finally:
             self._slots.put_nowait(identity)

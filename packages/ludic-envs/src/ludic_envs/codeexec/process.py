@@ -22,7 +22,9 @@ import attrs
 
 from ludic_core.errors import ConfigError
 from ludic_core.logs import get_logger
+from ludic_envs.codeexec import hostdirs
 from ludic_envs.codeexec.limits import SandboxLimits
+from ludic_envs.codeexec.memcap import MemoryPolicy, RunMemoryCap
 from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod, check_network_methods
 from ludic_envs.codeexec.procscan import kill_pids, pids_of_uid, pids_with_marker
 from ludic_envs.codeexec.result import ExecutionResult, IsolationReport, LimitKind
@@ -85,11 +87,13 @@ def _scrubbed_env(workdir: str, token: str) -> dict[str, str]:
 
 
 class _Run:
-    """Mutable bookkeeping of one execution: which limit fired first, the output kept so far, and
-    ``stopped``, resolved by whatever ends the run (program exit, launcher exit, a limit)."""
+    """Mutable bookkeeping of one execution: which limit fired first, the output kept so far, its
+    memory cap, and ``stopped``, resolved by whatever ends the run (program exit, launcher exit, a
+    limit)."""
 
-    def __init__(self, limits: SandboxLimits, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, limits: SandboxLimits, memory: RunMemoryCap, loop: asyncio.AbstractEventLoop) -> None:
         self.limits = limits
+        self.memory = memory
         self.limit: LimitKind | None = None
         self.stopped: asyncio.Future[None] = loop.create_future()
         self.output = {STDOUT: bytearray(), STDERR: bytearray()}
@@ -191,6 +195,8 @@ class _StatusProtocol(asyncio.Protocol):
             return
         if isinstance(event, dict):
             self.events.append(event)
+            if "cgroup_error" in event:
+                self._run.memory.fall_back(str(event["cgroup_error"]))
             if event.get("event") == "exit":
                 self.program_exited = True
                 self._run.stop()
@@ -213,16 +219,20 @@ def _run_pids(identity: SandboxIdentity, token: str, session_id: int | None) -> 
 
 
 async def _watch(run: _Run, identity: SandboxIdentity, token: str, session_id: int, started: float) -> None:
-    """Return once the run has stopped or a wall-time / process-count limit fired."""
+    """Return once the run has stopped or a wall-time / process-count / memory limit fired."""
     deadline = started + run.limits.wall_s
     while not run.stopped.done():
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             run.hit("wall_time")
             return
+        pids = _run_pids(identity, token, session_id)
         # RLIMIT_NPROC holds the line under a dedicated uid; this also covers the shared-uid fallback.
-        if len(_run_pids(identity, token, session_id)) > run.limits.max_processes:
+        if len(pids) > run.limits.max_processes:
             run.hit("processes")
+            return
+        if run.memory.exceeded(pids):
+            run.hit("memory")
             return
         await _settled(run.stopped, min(_WATCH_INTERVAL_S, remaining))
 
@@ -361,21 +371,32 @@ async def execute(
     base_dir: str,
     isolate_network: bool = True,
     network_methods: Sequence[NetworkMethod] = DEFAULT_NETWORK_METHODS,
-    private_tmp: bool = True,
+    private_dirs: Sequence[str] | None = None,
+    memory_policy: MemoryPolicy | None = None,
 ) -> ExecutionResult:
     """Run ``request`` once; never raises for anything the program does.
 
     With ``isolate_network``, the ``network_methods`` are tried in order until one is in force (see
     :data:`NetworkMethod`); the result's ``isolation`` says which one, or why none could be.
+    ``private_dirs`` are covered by empty tmpfs in the run's mount namespace (None: those
+    :func:`~ludic_envs.codeexec.hostdirs.private_dirs` finds now; a pool finds them once and passes
+    them; ``()`` for none). ``memory_policy`` says how the memory cap holds for the
+    whole run (default: the watchdog's sum, see :mod:`~ludic_envs.codeexec.memcap`).
 
     On every way out (the program exits, a limit fires, the caller is cancelled) every process of
     the run is killed and reaped and every pipe and transport is closed before this returns.
     """
     loop = asyncio.get_running_loop()
     token = uuid.uuid4().hex
-    run = _Run(limits, loop)
-    launch = _Launch(run=run, status=_StatusProtocol(run, loop), launcher=_LauncherProtocol(run, loop))
+    policy = memory_policy if memory_policy is not None else MemoryPolicy(methods=("aggregate",))
     workdir = _prepare_workdir(base_dir, request.files, identity)
+    try:
+        memory = policy.open(int(limits.memory_bytes), int(limits.max_processes), token)
+    except BaseException:
+        _remove_workdir(workdir)
+        raise
+    run = _Run(limits, memory, loop)
+    launch = _Launch(run=run, status=_StatusProtocol(run, loop), launcher=_LauncherProtocol(run, loop))
     status_read, status_write = os.pipe()
     status_file = os.fdopen(status_read, "rb", buffering=0)  # the status transport owns it once connected
     cfg = {
@@ -385,7 +406,8 @@ async def execute(
         "status_fd": status_write,
         "isolate_network": isolate_network,
         "network_methods": list(check_network_methods(network_methods)),
-        "private_tmp": private_tmp,
+        "private_dirs": list(hostdirs.private_dirs() if private_dirs is None else private_dirs),
+        "cgroup": memory.group,
         "uid": identity.uid,
         "gid": identity.gid,
         "cpu_s": max(1, math.ceil(limits.cpu_s)),
@@ -419,8 +441,13 @@ async def execute(
         exited_first = launch.status.program_exited and run.limit is None
         try:
             found = await _to_the_end(_finish(launch, identity, token))
+            if memory.method == "cgroup" and memory.exceeded([]) and run.limit is None:
+                run.limit = "memory"  # the OOM killer ended a process, maybe the program itself
         finally:
-            _remove_workdir(workdir)
+            try:
+                await _to_the_end(memory.release(CLEANUP_GRACE_S))
+            finally:
+                _remove_workdir(workdir)
         if exited_first:
             leftovers = found
     duration = time.monotonic() - started
@@ -431,7 +458,8 @@ async def execute(
     stdout = run.output[STDOUT].decode("utf-8", errors="replace")
     stderr = run.output[STDERR].decode("utf-8", errors="replace")
     setup_error = None if setup.get("ok") else str(setup.get("error", "the sandbox launcher did not report"))
-    notes = tuple(str(setup[k]) for k in ("network_error", "network_note", "private_tmp_error") if k in setup)
+    setup_notes = ("network_error", "network_note", "private_tmp_error", "private_tmp_note")
+    notes = tuple(str(setup[k]) for k in setup_notes if k in setup)
     uid = setup.get("uid")
     isolation = IsolationReport(
         uid=uid if isinstance(uid, int) else None,
@@ -439,7 +467,9 @@ async def execute(
         network_isolated=bool(setup.get("network_isolated")),
         network_method=setup.get("network_method"),
         private_tmp=tuple(str(d) for d in setup.get("private_tmp", ())),
-        notes=(*notes, *run.notes),
+        masked_sockets=tuple(str(p) for p in setup.get("masked_sockets", ())),
+        memory_method=memory.method,
+        notes=(*notes, *memory.notes, *run.notes),
     )
     return ExecutionResult(
         exit_code=returncode if returncode is not None and returncode >= 0 else None,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["kill_pids", "pids_of_uid", "pids_with_marker"]
+__all__ = ["kill_pids", "pids_of_uid", "pids_with_marker", "proportional_bytes", "resident_bytes"]
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _pids() -> list[int]:
@@ -56,6 +58,40 @@ def pids_with_marker(marker: bytes, session_id: int | None = None, exclude: int 
         except OSError:
             continue
     return found
+
+
+def resident_bytes(pids: list[int]) -> int:
+    """The summed resident set sizes of ``pids`` (pages shared between them count once each);
+    processes that are gone count 0."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * _PAGE_BYTES
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def proportional_bytes(pids: list[int]) -> int:
+    """The summed proportional set sizes of ``pids`` (a page shared by n processes counts 1/n in
+    each), which adds up to what they use together. Slower than :func:`resident_bytes` (the kernel
+    walks each page table). A process whose PSS cannot be read counts its resident size."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                rollup = fh.read()
+        except OSError:
+            total += resident_bytes([pid])
+            continue
+        for line in rollup.splitlines():
+            if line.startswith(b"Pss:"):
+                total += int(line.split()[1]) * 1024  # in kB
+                break
+        else:
+            total += resident_bytes([pid])
+    return total
 
 
 def kill_pids(pids: list[int]) -> int:

@@ -20,7 +20,9 @@ class IsolationReport:
     dedicated_uid: bool = False
     network_isolated: bool = False
     network_method: str | None = None  # "namespace" or "seccomp" (ludic_envs.codeexec.network)
-    private_tmp: tuple[str, ...] = ()
+    private_tmp: tuple[str, ...] = ()  # host dirs the run saw as private, empty copies
+    masked_sockets: tuple[str, ...] = ()  # host Unix sockets outside those dirs, masked
+    memory_method: str | None = None  # "cgroup" or "aggregate" (ludic_envs.codeexec.memcap)
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -30,6 +32,8 @@ class IsolationReport:
             "network_isolated": self.network_isolated,
             "network_method": self.network_method,
             "private_tmp": list(self.private_tmp),
+            "masked_sockets": list(self.masked_sockets),
+            "memory_method": self.memory_method,
             "notes": list(self.notes),
         }
 
