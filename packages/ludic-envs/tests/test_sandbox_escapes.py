@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ludic_core.errors import ConfigError
-from ludic_envs.codeexec import AssertTest, ExecutionResult, SandboxLimits, SandboxPool
+from ludic_envs.codeexec import AssertTest, ExecutionResult, SandboxLimits, SandboxPool, hostdirs
 from ludic_envs.codeexec.cgroups import parent_candidates
 from ludic_envs.codeexec.hostdirs import private_dirs
 from ludic_envs.codeexec.process import LAUNCHER
@@ -72,6 +72,20 @@ def test_every_world_writable_dir_and_run_are_made_private() -> None:
         if os.path.isdir(well_known) and not os.path.islink(well_known):
             assert os.path.realpath(well_known) in dirs, dirs
     assert list(dirs) == sorted(dirs, key=lambda d: (d.count("/"), d)), "parents must come first"
+
+
+@pytest.mark.parametrize(
+    ("fstype", "found"), [("ext4", True), ("tmpfs", True), ("nfs4", False), ("fuse.sshfs", False)]
+)
+def test_world_writable_mounts_are_found_but_remote_ones_never_touched(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fstype: str, found: bool
+) -> None:
+    """A stat on a network filesystem can hang as long as its server: those are left alone."""
+    mount_point = tmp_path / "shared"
+    mount_point.mkdir()
+    mount_point.chmod(0o777)
+    monkeypatch.setattr(hostdirs, "_mounts", lambda: [(str(mount_point), fstype)])
+    assert (str(mount_point) in hostdirs.world_writable_dirs(depth=0)) == found
 
 
 async def test_writes_to_world_writable_dirs_do_not_persist(pool: SandboxPool) -> None:

@@ -6,7 +6,9 @@ to find, and where host programs leave Unix sockets; ``/run`` holds most of the 
 the launcher covers each of them with an empty tmpfs.
 
 Finding them walks the top of the filesystem a few levels deep and reads the mount table, which
-takes a fraction of a second: a pool does it once, when it starts, and every run reuses the list.
+takes 10-20 ms: a pool does it once, when it starts, and every run reuses the list. Network and FUSE
+filesystems are neither walked nor looked at (a dead server would hang the walk without a timeout),
+so a world-writable directory on one is not found.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ _PSEUDO_FILESYSTEMS = frozenset(
         "nsfs",
     }
 )
+
+
+# Remote or user-space filesystems: a stat there may block for as long as the server does.
+_REMOTE_FILESYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "afs", "9p", "lustre", "gpfs", "fuse"}
+)
+
+
+def _not_looked_at(fstype: str) -> bool:
+    return fstype in _PSEUDO_FILESYSTEMS or fstype in _REMOTE_FILESYSTEMS or fstype.startswith("fuse.")
 
 
 def _unescape_mount_path(field: str) -> str:
@@ -111,11 +123,12 @@ def _scan(top: str, depth: int, skip: frozenset[str], found: list[str]) -> None:
 def world_writable_dirs(depth: int = SCAN_DEPTH) -> list[str]:
     """World-writable directories of the host: found by the scan, mount points, well-known ones."""
     mounts = _mounts()
-    pseudo = frozenset(point for point, fstype in mounts if fstype in _PSEUDO_FILESYSTEMS)
+    skip = frozenset(point for point, fstype in mounts if _not_looked_at(fstype))
     found: list[str] = []
-    _scan("/", depth, pseudo, found)
-    candidates = [point for point, fstype in mounts if fstype not in _PSEUDO_FILESYSTEMS]
-    found.extend(path for path in (*candidates, *WELL_KNOWN_WRITABLE) if _world_writable_dir(path))
+    _scan("/", depth, skip, found)
+    candidates = [point for point, fstype in mounts if not _not_looked_at(fstype)]
+    well_known = [path for path in WELL_KNOWN_WRITABLE if not _inside(path, skip)]
+    found.extend(path for path in (*candidates, *well_known) if _world_writable_dir(path))
     return found
 
 
