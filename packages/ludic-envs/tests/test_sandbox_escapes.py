@@ -19,7 +19,13 @@ import pytest
 
 from ludic_core.errors import ConfigError
 from ludic_envs.codeexec import AssertTest, ExecutionResult, SandboxLimits, SandboxPool, hostdirs
-from ludic_envs.codeexec.cgroups import parent_candidates
+from ludic_envs.codeexec.cgroups import (
+    CgroupUnavailable,
+    _make_base,
+    oom_kills,
+    parent_candidates,
+    remove_run_group,
+)
 from ludic_envs.codeexec.hostdirs import private_dirs
 from ludic_envs.codeexec.process import LAUNCHER
 
@@ -326,6 +332,25 @@ def test_cgroup_parent_candidates() -> None:
     subtree = "41 31 0:38 /docker/abc /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
     assert parent_candidates(subtree, "0::/docker/abc/inner\n") == ["/sys/fs/cgroup"]
     assert parent_candidates(subtree, "0::/docker/abc/a/b\n") == ["/sys/fs/cgroup", "/sys/fs/cgroup/a"]
+
+
+async def test_cgroup_helpers_on_a_plain_directory_tree(tmp_path: Path) -> None:
+    """What can be checked without a cgroup v2 memory controller: the refusal, the OOM count, the
+    removal of a finished run's group."""
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    (parent / "cgroup.controllers").write_text("cpu io pids\n")
+    with pytest.raises(CgroupUnavailable, match="no memory controller"):
+        _make_base(str(parent))
+    group = tmp_path / "run-1-abc"
+    group.mkdir()
+    assert oom_kills(str(group)) == 0  # no memory.events: nothing known, nothing counted
+    (group / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n")
+    assert oom_kills(str(group)) == 1
+    (group / "memory.events").unlink()
+    assert await remove_run_group(str(group), timeout_s=1.0) is None
+    assert not group.exists()
+    assert await remove_run_group(str(group), timeout_s=1.0) is None  # already gone: fine
 
 
 # --- as a normal user ---------------------------------------------------------------------------

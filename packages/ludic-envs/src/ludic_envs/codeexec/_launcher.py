@@ -121,8 +121,9 @@ def _host_socket_paths() -> list[str]:
             lines = fh.read().splitlines()[1:]
     except OSError:
         return []
-    paths = {os.path.realpath(f[7]) for f in (line.split(None, 7) for line in lines) if len(f) == 8}
-    return sorted(p for p in paths if p.startswith("/"))
+    # Unnamed sockets have no eighth field, abstract ones start with "@": neither has a path.
+    named = [f[7] for f in (line.split(None, 7) for line in lines) if len(f) == 8 and f[7].startswith("/")]
+    return sorted({os.path.realpath(path) for path in named})
 
 
 def _bind_read_only(libc: ctypes.CDLL, target: str) -> None:
