@@ -81,7 +81,7 @@ OFFLINE_ENV = {
 # extras. The package under test gets its `test` extra added automatically. When a package's tests start
 # to need a sibling (or one of its own extras), add it here.
 TEST_SIBLINGS: dict[str, tuple[str, ...]] = {
-    "ludic-core": ("ludic-core",),
+    "ludic-core": ("ludic-core[redis]",),
     "ludic-envs": ("ludic-core", "ludic-envs[hf]"),
     "ludic-agents": ("ludic-core", "ludic-agents[hf]"),
     "ludic-train": (

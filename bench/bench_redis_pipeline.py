@@ -30,8 +30,7 @@ from typing import Any
 
 from ludic_core.credit import ConstantCredit
 from ludic_core.engine import RolloutEngine
-from ludic_core.saw import SAWItem
-from ludic_train.pipeline import (
+from ludic_core.pipeline import (
     WIRE_VERSION,
     BatchMessage,
     RedisBatchSource,
@@ -39,7 +38,8 @@ from ludic_train.pipeline import (
     decode_message,
     encode_message,
 )
-from ludic_train.pipeline.local_server import RedisServerNotFound, local_redis_server
+from ludic_core.pipeline.local_server import RedisServerNotFound, local_redis_server
+from ludic_core.saw import SAWItem
 
 
 def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> BatchMessage:

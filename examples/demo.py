@@ -225,11 +225,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
     from ludic_core.credit import ConstantCredit
     from ludic_core.errors import MissingExtraError
+    from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.tee import TeeLogger
     from ludic_core.saw_builder import build_saw_items
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.loggers.jsonl import JsonlLogger
-    from ludic_train.loggers.tee import TeeLogger
     from ludic_train.lora import apply_lora
     from ludic_train.presets import make_grpo, make_sft
     from ludic_train.testing import load_smollm2
@@ -398,7 +398,7 @@ GRPO_KEYS = [
 
 
 def _live(args: argparse.Namespace, console: Any, steps: int, title: str, keys: list[str]) -> Any:
-    from ludic_train.loggers.console import PrintLogger, RichConsoleLogger
+    from ludic_core.loggers.console import PrintLogger, RichConsoleLogger
 
     if args.no_live:
         return PrintLogger(keys=keys)

@@ -33,8 +33,16 @@ def split_csv(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def _needs_an_extra(exc: BaseException) -> bool:
+    """A module whose import raises ``MissingExtraError`` reports an uninstalled extra the way Ludic
+    promises (naming the ``pip install`` line): that is a pass, not a failure."""
+    return any(type(e).__name__ == "MissingExtraError" for e in (exc, exc.__cause__) if e is not None)
+
+
 def import_all(package_name: str) -> tuple[list[str], list[str]]:
-    """Import the package and every submodule; return (imported, failures)."""
+    """Import the package and every submodule; return (imported, failures).
+
+    Modules that need an extra say so with ``MissingExtraError``; they are listed, not failed."""
     failures: list[str] = []
     imported: list[str] = []
     try:
@@ -44,12 +52,19 @@ def import_all(package_name: str) -> tuple[list[str], list[str]]:
     imported.append(package_name)
 
     def on_error(name: str) -> None:
+        exc = sys.exc_info()[1]
+        if exc is not None and _needs_an_extra(exc):
+            print(f"{name}: needs an extra ({exc})")
+            return
         failures.append(f"import {name} failed (while walking packages):\n{traceback.format_exc()}")
 
     for module in pkgutil.walk_packages(package.__path__, prefix=f"{package_name}.", onerror=on_error):
         try:
             importlib.import_module(module.name)
-        except Exception:
+        except Exception as exc:
+            if _needs_an_extra(exc):
+                print(f"{module.name}: needs an extra ({exc})")
+                continue
             failures.append(f"import {module.name} failed:\n{traceback.format_exc()}")
         else:
             imported.append(module.name)

@@ -82,8 +82,8 @@ def fake_tinker_env() -> Iterator[Any]:
 @pytest.fixture
 def redis_url() -> Iterator[str]:
     """The URL of a private, empty ``redis-server`` on a free loopback port for the block
-    (``ludic_train.pipeline.local_server``); skips, saying why, where no ``redis-server`` is installed."""
-    from ludic_train.pipeline.local_server import RedisServerNotFound, local_redis_server
+    (``ludic_core.pipeline.local_server``); skips, saying why, where no ``redis-server`` is installed."""
+    from ludic_core.pipeline.local_server import RedisServerNotFound, local_redis_server
 
     with contextlib.ExitStack() as stack:
         try:

@@ -225,8 +225,8 @@ async def run_actor(
 ) -> dict[str, Any]:
     import attrs
 
+    from ludic_core.pipeline import RedisPipelineActor
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.pipeline import RedisPipelineActor
     from ludic_train.presets import make_grpo
 
     model, tokenizer = build_model(args)
@@ -258,11 +258,11 @@ async def run_actor(
 
 
 async def run_learner(args: argparse.Namespace, redis_url: str, weights: Any) -> dict[str, Any]:
+    from ludic_core.loggers.console import PrintLogger
+    from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.tee import TeeLogger
+    from ludic_core.pipeline import RedisBatchSource
     from ludic_train.config import TrainerConfig
-    from ludic_train.loggers.console import PrintLogger
-    from ludic_train.loggers.jsonl import JsonlLogger
-    from ludic_train.loggers.tee import TeeLogger
-    from ludic_train.pipeline import RedisBatchSource
     from ludic_train.presets import make_grpo
     from ludic_train.trainer import Trainer
 
@@ -358,7 +358,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     if args.local:
         if args.redis_url is not None:
             return await local_mode(args, args.redis_url)
-        from ludic_train.pipeline.local_server import local_redis_server
+        from ludic_core.pipeline.local_server import local_redis_server
 
         with local_redis_server() as url:
             return await local_mode(args, url)

@@ -1,6 +1,6 @@
 """Moving the learner's weights to the actor's sampler, for the pipeline example.
 
-Both classes are :class:`ludic_train.publisher.PolicyPublisher`s for the learner's ``Trainer`` (it calls
+Both classes are :class:`ludic_core.publisher.PolicyPublisher`s for the learner's ``Trainer`` (it calls
 ``publish(tensors, version=step)``) and give the actor an ``apply_latest(model, client)`` to call
 between batches (``RedisPipelineActor(before_batch=...)``), when no generation is in flight, so a batch
 is never sampled from half-updated weights:

@@ -105,10 +105,10 @@ def local_model_dir(name: str) -> str | None:
 
 
 def make_logger(spec: str, total: int, metrics: Path) -> Any:
-    from ludic_train.loggers.console import PrintLogger, RichConsoleLogger
-    from ludic_train.loggers.jsonl import JsonlLogger
-    from ludic_train.loggers.tee import TeeLogger
-    from ludic_train.loggers.wandb import WandbLogger
+    from ludic_core.loggers.console import PrintLogger, RichConsoleLogger
+    from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.tee import TeeLogger
+    from ludic_core.loggers.wandb import WandbLogger
 
     loggers: list[Any] = []
     for name in filter(None, (s.strip() for s in spec.split(","))):

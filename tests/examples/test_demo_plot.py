@@ -38,7 +38,7 @@ def _evals() -> dict[str, dict[str, Any]]:
 
 
 def _metrics(path: Path) -> Path:
-    from ludic_train.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.jsonl import JsonlLogger
 
     logger = JsonlLogger(path)
     for step in range(1, 4):  # the warm start: SFT batches carry no reward

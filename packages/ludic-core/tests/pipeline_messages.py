@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ludic_core.pipeline import BatchMessage
 from ludic_core.saw import SAWItem
-from ludic_train.pipeline import BatchMessage
 
 
 def make_item(i: int, *, version: int | None = 0, rollout: str | None = None) -> SAWItem:

@@ -12,33 +12,32 @@ import json
 import math
 import pickle
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import attrs
 import pytest
 from pipeline_messages import make_item, message
-from redis_server import redis_url_for_tests
 
 from ludic_core.credit import GroupNormalizedReturn
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, ProtocolError, TransportError
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
+from ludic_core.pipeline import (
+    BatchMessage,
+    RedisBatchSource,
+    RedisPipelineActor,
+    encode_message,
+    read_policy_version,
+)
+from ludic_core.pipeline.local_server import free_loopback_port
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.saw import SAWBatch
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
-from ludic_train.pipeline import (
-    BatchMessage,
-    RedisBatchSource,
-    RedisPipelineActor,
-    encode_message,
-    read_policy_version,
-    run_pipeline_actor,
-)
-from ludic_train.pipeline.local_server import free_loopback_port
+from ludic_core.testing.redis import redis_url_for_tests
 
 GROUP_SIZE = 4
 INFERENCE = InferenceSpec(sampling=SamplingParams(max_tokens=4), return_=ReturnSpec.for_rl())
@@ -137,25 +136,6 @@ class FlakyVersions:
         self.calls += 1
         if self.calls <= self.failures:
             raise self.error
-        return self.version
-
-
-class VersionBoard:
-    """The trainer's publisher and the actor's version source in one (weights are not moved: the
-    scripted sampler has none), so the actor tags data with the trainer's latest published step."""
-
-    shares_trainer_weights = True
-
-    def __init__(self) -> None:
-        self.version = 0
-
-    async def publish(self, named_tensors: Mapping[str, Any], *, version: int) -> None:
-        self.version = version
-
-    async def aclose(self) -> None:
-        return None
-
-    async def get_policy_version(self) -> int:
         return self.version
 
 
@@ -473,7 +453,7 @@ async def test_actor_pushes_several_messages_in_one_rpush(redis_url: str, queue_
 async def test_dump_prints_queued_and_dead_messages(
     redis_url: str, queue_key: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ludic_train.pipeline.dump import main as dump
+    from ludic_core.pipeline.dump import main as dump
 
     await raw_rpush(redis_url, queue_key, encode_message(message(2, version=5)))
     await raw_rpush(redis_url, f"{queue_key}:dead", b"\x00garbage")
@@ -502,83 +482,8 @@ def test_bad_configuration_names_the_field() -> None:
         make_actor("redis://127.0.0.1:1/0", "q", max_queue_len=0)
 
 
-# --- a concurrent actor and learner ------------------------------------------------------------------
-
-
-@pytest.mark.redis
-async def test_actor_and_trainer_run_concurrently_and_stale_items_are_dropped(
-    redis_url: str, queue_key: str
-) -> None:
-    from ludic_train.config import TrainerConfig
-    from ludic_train.presets import make_grpo
-    from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
-    from ludic_train.trainer import Trainer
-
-    board = VersionBoard()
-    algorithm = make_grpo(group_size=GROUP_SIZE)
-    chat = SeededChatClient(["1", "2", "3", "4"], latency_s=0.005)
-
-    def actor() -> RedisPipelineActor:
-        return RedisPipelineActor(
-            engine=guess_engine(chat),
-            requests_provider=grpo_requests(1),
-            credit_assigner=algorithm.credit_assigner,
-            redis_url=redis_url,
-            queue_key=queue_key,
-            client=board,  # type: ignore[arg-type]  # a version source: the chat client reports none
-            max_steps=3,
-            max_queue_len=4,
-        )
-
-    # Four batches generated with version 0 wait in the queue before the learner starts.
-    await run_pipeline_actor(
-        actor().source.engine,
-        grpo_requests(1),
-        algorithm.credit_assigner,
-        redis_url,
-        queue_key=queue_key,
-        client=board,
-        max_steps=3,
-        max_batches=4,  # type: ignore[arg-type]
-    )
-    live = actor()
-    stop = asyncio.Event()
-    actor_task = asyncio.create_task(live.run(stop_event=stop))
-
-    source = RedisBatchSource(redis_url, queue_key=queue_key, min_items=1, wait_timeout_s=20)
-    trainer = Trainer(
-        model=tiny_causal_lm(bpe_tokenizer(), seed=0),
-        algorithm=algorithm,
-        batch_source=source,
-        config=TrainerConfig(
-            pad_token_id=0,
-            device="cpu",
-            lr=1e-3,
-            max_lag=1,
-            max_seq_len=128,
-            micro_token_budget=512,
-            publish_every_steps=1,
-        ),
-        publisher=board,
-    )
-    try:
-        results = await asyncio.wait_for(trainer.train(4), 30)
-    finally:
-        stop.set()
-        await asyncio.wait_for(actor_task, 10)
-        await source.aclose()
-    assert trainer.step == 4 and board.version == 4
-    # Steps 0 and 1 train on prefilled batches 1 and 2 (lag 0 and 1); at step 2 the prefilled batches
-    # 3 and 4 lag by 2 > max_lag and are dropped whole before a fresh batch is found.
-    assert results[2]["train/stale_items_dropped"] > 0
-    assert all(r["train/policy_lag_max"] <= 1 for r in results)
-    assert all(r["train/num_samples"] > 0 for r in results)
-    assert live.stats.batches_pushed >= 2
-    assert live.stats.last_policy_version is not None and live.stats.last_policy_version >= 1
-
-
 def test_local_server_without_a_binary_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ludic_train.pipeline import local_server
+    from ludic_core.pipeline import local_server
 
     monkeypatch.setattr(local_server, "find_redis_server", lambda: None)
     with (
@@ -589,7 +494,7 @@ def test_local_server_without_a_binary_says_how_to_get_one(monkeypatch: pytest.M
 
 
 def test_local_server_that_cannot_start_reports_its_log(tmp_path: Any) -> None:
-    from ludic_train.pipeline.local_server import local_redis_server
+    from ludic_core.pipeline.local_server import local_redis_server
 
     fake = tmp_path / "redis-server"
     fake.write_text("#!/bin/sh\necho 'FATAL: cannot bind' >&2\nexit 1\n")

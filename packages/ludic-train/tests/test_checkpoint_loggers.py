@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.loggers.base import canonical_key
+from ludic_core.loggers.console import PrintLogger, RichConsoleLogger, sparkline
+from ludic_core.loggers.jsonl import JsonlLogger
+from ludic_core.loggers.tee import TeeLogger
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
-from ludic_train.loggers.base import canonical_key
-from ludic_train.loggers.console import PrintLogger, RichConsoleLogger, sparkline
-from ludic_train.loggers.jsonl import JsonlLogger
-from ludic_train.loggers.tee import TeeLogger
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
 
@@ -192,7 +192,7 @@ def test_rich_console_logger_renders_panels_and_sparkline() -> None:
 
 def test_wandb_logger_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("wandb")
-    from ludic_train.loggers.wandb import WandbLogger
+    from ludic_core.loggers.wandb import WandbLogger
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_PROJECT", raising=False)

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_server import redis_url_for_tests
+
+from ludic_core.testing.redis import redis_url_for_tests
 
 SCRIPT = Path(__file__).resolve().parents[3] / "examples" / "pipeline_rl" / "pipeline_rl.py"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ludic_core.errors import ConfigError, DataError, MissingExtraError
-from ludic_train.loggers.jsonl import JsonlLogger
+from ludic_core.loggers.jsonl import JsonlLogger
 from ludic_train.plots import (
     MetricSeries,
     Panel,

@@ -14,10 +14,10 @@ import torch
 
 from ludic_core.batch_sources import OfflineBatchSource
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.loggers.jsonl import JsonlLogger
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_core.saw_io import write_saw_jsonl
 from ludic_train.config import TrainerConfig
-from ludic_train.loggers.jsonl import JsonlLogger
 from ludic_train.presets import make_grpo, make_sft
 from ludic_train.sft import load_sft_items, sft_batch_source
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm

@@ -49,13 +49,20 @@ if TYPE_CHECKING:
         TokenCompletionRequest,
         VersionedClient,
     )
+    from ludic_core.loggers.base import TrainingLogger
+    from ludic_core.loggers.console import PrintLogger, RichConsoleLogger
+    from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.tee import TeeLogger
+    from ludic_core.loggers.wandb import WandbLogger
     from ludic_core.parsing import Parser, ParseResult
+    from ludic_core.pipeline import RedisBatchSource, RedisPipelineActor, run_pipeline_actor
     from ludic_core.protocols import (
         DelegatingProtocol,
         InteractionProtocol,
         MultiAgentProtocol,
         SingleAgentProtocol,
     )
+    from ludic_core.publisher import PolicyPublisher
     from ludic_core.registry import (
         make_agent,
         make_algorithm,
@@ -115,6 +122,11 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "TransportError",
     ),
     "ludic_core.evaluation": ("EvalResult", "MeanAtK", "PassAtK", "run_eval", "run_eval_sync"),
+    "ludic_core.loggers.base": ("TrainingLogger",),
+    "ludic_core.loggers.console": ("PrintLogger", "RichConsoleLogger"),
+    "ludic_core.loggers.jsonl": ("JsonlLogger",),
+    "ludic_core.loggers.tee": ("TeeLogger",),
+    "ludic_core.loggers.wandb": ("WandbLogger",),
     "ludic_core.inference": (
         "ChatClient",
         "InferenceSpec",
@@ -124,6 +136,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "VersionedClient",
     ),
     "ludic_core.parsing": ("ParseResult", "Parser"),
+    "ludic_core.pipeline": ("RedisBatchSource", "RedisPipelineActor", "run_pipeline_actor"),
+    "ludic_core.publisher": ("PolicyPublisher",),
     "ludic_core.protocols": (
         "DelegatingProtocol",
         "InteractionProtocol",
@@ -186,6 +200,7 @@ __all__ = [
     "InferenceSpec",
     "Info",
     "InteractionProtocol",
+    "JsonlLogger",
     "LudicEnv",
     "LudicError",
     "LudicTimeoutError",
@@ -199,11 +214,16 @@ __all__ = [
     "Parser",
     "PassAtK",
     "PerStepReward",
+    "PolicyPublisher",
+    "PrintLogger",
     "ProtocolError",
     "ProtocolSpec",
+    "RedisBatchSource",
+    "RedisPipelineActor",
     "RegistryError",
     "RequestStrategy",
     "ReturnSpec",
+    "RichConsoleLogger",
     "Rollout",
     "RolloutBatchSource",
     "RolloutEngine",
@@ -220,10 +240,13 @@ __all__ = [
     "StepOutcome",
     "TeacherScoredBatchSource",
     "TeacherScorer",
+    "TeeLogger",
     "TokenCompletionRequest",
     "TokenTrace",
+    "TrainingLogger",
     "TransportError",
     "VersionedClient",
+    "WandbLogger",
     "__version__",
     "build_saw_items",
     "derive_seed",
@@ -237,6 +260,7 @@ __all__ = [
     "register_protocol",
     "run_eval",
     "run_eval_sync",
+    "run_pipeline_actor",
 ]
 
 # Not for type checkers: they read the names from the imports above (see ludic_core.exports).

@@ -23,9 +23,14 @@ from ludic_core.types import (
     to_tuple,
 )
 
-__all__ = ["SAW_SCHEMA_VERSION", "BatchSource", "SAWBatch", "SAWItem"]
+__all__ = ["LOGP_TOLERANCE", "SAW_SCHEMA_VERSION", "BatchSource", "SAWBatch", "SAWItem"]
 
 SAW_SCHEMA_VERSION = 1
+
+LOGP_TOLERANCE = 1e-4
+"""How far above 0 a logprob may be: samplers compute ``x - logsumexp(x)`` in low precision and can
+return a rounding error like ``+1e-7`` for a certain token; anything larger is not a logprob. Shared by
+the trainer's item guards and the pipeline's wire checks."""
 
 
 def _check_binary(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:

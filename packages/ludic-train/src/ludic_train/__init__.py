@@ -5,17 +5,18 @@ The concepts a user needs are importable from the package root::
     from ludic_train import Trainer, TrainerConfig, make_grpo
 
 that is the :class:`Trainer` with its :class:`TrainerConfig`, the algorithm presets (``make_grpo``,
-``make_sft`` …) and :class:`RLAlgorithm`, the loss protocols, collation, checkpoints, the loggers,
-training-curve plots (:func:`plot_metrics`), :class:`LocalPolicyClient` for colocated runs, the
-:class:`PolicyPublisher` contract, offline SFT data, the Redis actor/learner pipeline, and model
-wrapping (:func:`apply_lora`, :func:`shard_model`).
+``make_sft`` …) and :class:`RLAlgorithm`, the loss protocols, collation, checkpoints,
+training-curve plots (:func:`plot_metrics`), :class:`LocalPolicyClient` for colocated runs, offline
+SFT data, and model wrapping (:func:`apply_lora`, :func:`shard_model`). What needs no torch lives in
+ludic-core and is imported from there: the metrics loggers, the ``PolicyPublisher`` contract and the
+Redis actor/learner pipeline.
 
 The submodules hold the rest and keep every name importable where it was: ``ludic_train.losses``
-(every loss), ``ludic_train.preprocess``, ``ludic_train.microbatch``, ``ludic_train.pipeline``,
-``ludic_train.weights`` and ``ludic_train.testing`` (tiny models).
+(every loss), ``ludic_train.preprocess``, ``ludic_train.microbatch``, ``ludic_train.weights`` and
+``ludic_train.testing`` (tiny models).
 
 The root resolves its names lazily, on first use: ``import ludic_train`` imports neither torch nor any
-submodule, and the optional dependencies (``peft``, ``wandb``, ``redis``, ``matplotlib``) are imported
+submodule, and the optional dependencies (``peft``, ``matplotlib``) are imported
 only by the features that need them.
 """
 
@@ -29,15 +30,9 @@ if TYPE_CHECKING:
     from ludic_train.config import TrainerConfig
     from ludic_train.fsdp import shard_model
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.loggers.base import TrainingLogger
-    from ludic_train.loggers.console import PrintLogger, RichConsoleLogger
-    from ludic_train.loggers.jsonl import JsonlLogger
-    from ludic_train.loggers.tee import TeeLogger
-    from ludic_train.loggers.wandb import WandbLogger
     from ludic_train.lora import apply_lora
     from ludic_train.losses.base import Loss, SequenceLoss, TokenLoss
     from ludic_train.microbatch import collate_micro_batches
-    from ludic_train.pipeline import RedisBatchSource, run_pipeline_actor
     from ludic_train.plots import (
         MetricSeries,
         Panel,
@@ -62,7 +57,6 @@ if TYPE_CHECKING:
         make_spo,
         with_truncated_is,
     )
-    from ludic_train.publisher import PolicyPublisher
     from ludic_train.sft import load_sft_items, sft_batch_source
     from ludic_train.trainer import Trainer
 
@@ -76,15 +70,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "ludic_train.config": ("TrainerConfig",),
     "ludic_train.fsdp": ("shard_model",),
     "ludic_train.local_client": ("LocalPolicyClient",),
-    "ludic_train.loggers.base": ("TrainingLogger",),
-    "ludic_train.loggers.console": ("PrintLogger", "RichConsoleLogger"),
-    "ludic_train.loggers.jsonl": ("JsonlLogger",),
-    "ludic_train.loggers.tee": ("TeeLogger",),
-    "ludic_train.loggers.wandb": ("WandbLogger",),
     "ludic_train.lora": ("apply_lora",),
     "ludic_train.losses.base": ("Loss", "SequenceLoss", "TokenLoss"),
     "ludic_train.microbatch": ("collate_micro_batches",),
-    "ludic_train.pipeline": ("RedisBatchSource", "run_pipeline_actor"),
     "ludic_train.plots": (
         "MetricSeries",
         "Panel",
@@ -109,7 +97,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "make_spo",
         "with_truncated_is",
     ),
-    "ludic_train.publisher": ("PolicyPublisher",),
     "ludic_train.sft": ("load_sft_items", "sft_batch_source"),
     "ludic_train.trainer": ("Trainer",),
 }
@@ -143,13 +130,6 @@ __all__ = [
     # SAW items -> tensors
     "collate_micro_batches",
     "collate_saw_items",
-    # loggers
-    "JsonlLogger",
-    "PrintLogger",
-    "RichConsoleLogger",
-    "TeeLogger",
-    "TrainingLogger",
-    "WandbLogger",
     # training curves (the plot extra)
     "MetricSeries",
     "Panel",
@@ -157,13 +137,10 @@ __all__ = [
     "plot_metrics",
     "plot_panels",
     "read_metric_series",
-    # sampling and weight hand-over
+    # sampling
     "LocalPolicyClient",
-    "PolicyPublisher",
     # data sources
-    "RedisBatchSource",
     "load_sft_items",
-    "run_pipeline_actor",
     "sft_batch_source",
     # model wrapping
     "apply_lora",

@@ -19,13 +19,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ludic_core.saw import SAWItem
+from ludic_core.saw import LOGP_TOLERANCE, SAWItem
 
-__all__ = ["LOGP_TOLERANCE", "check_items", "item_label", "item_problem", "model_vocab_size"]
-
-LOGP_TOLERANCE = 1e-4
-"""How far above 0 a logprob may be: samplers compute ``x - logsumexp(x)`` in low precision and can
-return a rounding error like ``+1e-7`` for a certain token; anything larger is not a logprob."""
+__all__ = ["check_items", "item_label", "item_problem", "model_vocab_size"]
 
 
 def model_vocab_size(model: Any) -> int | None:

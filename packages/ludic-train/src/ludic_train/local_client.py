@@ -204,7 +204,7 @@ class LocalPolicyClient:
         return self._version
 
     def as_publisher(self) -> SharedWeightsPublisher:
-        """A :class:`~ludic_train.publisher.PolicyPublisher` for the trainer: the weights are shared
+        """A :class:`~ludic_core.publisher.PolicyPublisher` for the trainer: the weights are shared
         already, so publishing only moves the version to the trainer step."""
         return SharedWeightsPublisher(self)
 

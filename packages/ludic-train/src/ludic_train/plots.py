@@ -1,7 +1,7 @@
 """Training curves as image files (``pip install "ludic-train[plot]"``).
 
 :func:`plot_metrics` draws metric curves over steps into one panel, read from the file a
-:class:`~ludic_train.loggers.jsonl.JsonlLogger` writes or given in memory as :class:`MetricSeries`;
+:class:`~ludic_core.loggers.jsonl.JsonlLogger` writes or given in memory as :class:`MetricSeries`;
 :func:`plot_panels` draws several :class:`Panel` side by side, each with optional horizontal
 :class:`ReferenceLine` (a baseline, a target). Both return the path they wrote.
 
@@ -140,7 +140,7 @@ class Panel:
 
 
 def read_metric_series(path: str | os.PathLike[str], keys: Sequence[str]) -> list[MetricSeries]:
-    """Each key's curve from a :class:`~ludic_train.loggers.jsonl.JsonlLogger` file, in ``keys`` order.
+    """Each key's curve from a :class:`~ludic_core.loggers.jsonl.JsonlLogger` file, in ``keys`` order.
 
     A line contributes a point to a key when it holds a finite number for it. A resumed run appends
     to the same file and logs the steps after its checkpoint again: for a step logged more than once

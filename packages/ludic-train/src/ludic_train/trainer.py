@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.loggers.base import TrainingLogger, canonicalize, is_number
 from ludic_core.logs import get_logger
+from ludic_core.publisher import PolicyPublisher
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 from ludic_train.algorithm import RLAlgorithm
 from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
 from ludic_train.config import TrainerConfig
 from ludic_train.guards import check_items, model_vocab_size
-from ludic_train.loggers.base import TrainingLogger, canonicalize, is_number
 from ludic_train.microbatch import collate_micro_batches, micro_loss_scale
-from ludic_train.publisher import PolicyPublisher
 from ludic_train.weights import is_fsdp_module, merged_state_dict
 
 if TYPE_CHECKING:

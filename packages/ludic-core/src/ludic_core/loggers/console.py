@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from ludic_train.loggers.base import PREFIXES, is_number
+from ludic_core.loggers.base import PREFIXES, is_number
 
 __all__ = ["PrintLogger", "RichConsoleLogger", "sparkline"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ludic_core.loggers.base import TrainingLogger
 from ludic_core.logs import get_logger
-from ludic_train.loggers.base import TrainingLogger
 
 __all__ = ["TeeLogger"]
 

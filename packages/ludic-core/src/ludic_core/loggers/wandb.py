@@ -1,4 +1,4 @@
-"""Weights & Biases logging (``pip install "ludic-train[wandb]"``).
+"""Weights & Biases logging (``pip install "ludic-core[wandb]"``).
 
 The project defaults to ``$WANDB_PROJECT`` and then ``"Ludic"``. Set ``WANDB_MODE=offline`` to log to
 local files only (what the tests do).
@@ -34,7 +34,7 @@ class WandbLogger:
         try:
             import wandb
         except ImportError as exc:
-            raise missing_extra("ludic-train", "wandb", "wandb") from exc
+            raise missing_extra("ludic-core", "wandb", "wandb") from exc
         kwargs: dict[str, Any] = {
             "project": project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT,
             "name": name,

@@ -1,19 +1,19 @@
-"""Pipeline RL over Redis: actors generate while the learner trains (``pip install "ludic-train[redis]"``).
+"""Pipeline RL over Redis: actors generate while the learner trains (``pip install "ludic-core[redis]"``).
 
-* :mod:`~ludic_train.pipeline.wire` — the binary (msgpack) message format, one message per actor batch;
-* :mod:`~ludic_train.pipeline.actor` — :class:`RedisPipelineActor` / :func:`run_pipeline_actor`;
-* :mod:`~ludic_train.pipeline.source` — :class:`RedisBatchSource`, the learner's ``BatchSource``;
-* :mod:`~ludic_train.pipeline.versions` — reading a sampler's policy version without guessing;
-* :mod:`~ludic_train.pipeline.connection` — lazy ``redis.asyncio`` connections with bounded waits.
+* :mod:`~ludic_core.pipeline.wire` — the binary (msgpack) message format, one message per actor batch;
+* :mod:`~ludic_core.pipeline.actor` — :class:`RedisPipelineActor` / :func:`run_pipeline_actor`;
+* :mod:`~ludic_core.pipeline.source` — :class:`RedisBatchSource`, the learner's ``BatchSource``;
+* :mod:`~ludic_core.pipeline.versions` — reading a sampler's policy version without guessing;
+* :mod:`~ludic_core.pipeline.connection` — lazy ``redis.asyncio`` connections with bounded waits.
 
 Importing this package does not import ``redis``; connecting does (a missing install raises an error
 that names the extra).
 """
 
-from ludic_train.pipeline.actor import ActorStats, RedisPipelineActor, run_pipeline_actor
-from ludic_train.pipeline.source import RedisBatchSource
-from ludic_train.pipeline.versions import read_policy_version
-from ludic_train.pipeline.wire import (
+from ludic_core.pipeline.actor import ActorStats, RedisPipelineActor, run_pipeline_actor
+from ludic_core.pipeline.source import RedisBatchSource
+from ludic_core.pipeline.versions import read_policy_version
+from ludic_core.pipeline.wire import (
     DEFAULT_QUEUE_KEY,
     WIRE_FORMAT,
     WIRE_VERSION,

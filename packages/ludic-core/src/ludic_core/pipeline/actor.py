@@ -16,7 +16,7 @@ Each iteration of :meth:`RedisPipelineActor.run`:
    version a turn's calls were sampled with); the others get the version read in step 3, which is the
    oldest weights any of their calls can have used, so staleness is never underestimated. Without a
    ``client`` an untagged item is an error.
-6. **Push.** One msgpack message (:mod:`ludic_train.pipeline.wire`) per batch, with ``RPUSH``
+6. **Push.** One msgpack message (:mod:`ludic_core.pipeline.wire`) per batch, with ``RPUSH``
    (:meth:`RedisPipelineActor.push` takes several messages and sends them in one ``RPUSH``).
 
 Stopping: ``stop_event`` is checked between batches and while waiting for room; a batch being
@@ -46,10 +46,10 @@ from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeout
 from ludic_core.filters import SampleFilter
 from ludic_core.inference import VersionedClient
 from ludic_core.logs import get_logger
+from ludic_core.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
+from ludic_core.pipeline.versions import read_policy_version
+from ludic_core.pipeline.wire import DEFAULT_QUEUE_KEY, BatchMessage, encode_message
 from ludic_core.saw import SAWItem
-from ludic_train.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
-from ludic_train.pipeline.versions import read_policy_version
-from ludic_train.pipeline.wire import DEFAULT_QUEUE_KEY, BatchMessage, encode_message
 
 __all__ = ["ActorStats", "RedisPipelineActor", "run_pipeline_actor"]
 

@@ -24,7 +24,7 @@ vocabularies past 65,536 (Qwen's 151k, Llama-3's 128k), 2 for Llama-2's or Mistr
 tokenizers. **Masks** are a few contiguous spans (prompt, completion, the next turn's observation ...),
 so run lengths cost a few bytes per item.
 
-**Logprobs are float32.** The trainer collates them into float32 tensors (:mod:`ludic_train.collate`),
+**Logprobs are float32.** The trainer collates them into float32 tensors (``ludic_train.collate``),
 so rounding them to float32 on the wire changes no tensor it trains on, bit for bit; and a sampler
 computes them in at most float32 anyway (vLLM's and the local client's log-softmax run in float32), so
 the Python floats an item holds are float32 values already. A float64 logprob from elsewhere is
@@ -49,11 +49,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import attrs
-import numpy as np
 
-from ludic_core.errors import DataError
-from ludic_core.saw import SAW_SCHEMA_VERSION, SAWItem
-from ludic_train.guards import LOGP_TOLERANCE
+from ludic_core.errors import DataError, missing_extra
+from ludic_core.saw import LOGP_TOLERANCE, SAW_SCHEMA_VERSION, SAWItem
+
+try:
+    import numpy as np
+except ImportError as exc:  # pragma: no cover - the redis extra installs it
+    raise missing_extra("ludic-core", "redis", "numpy") from exc
 
 __all__ = ["check_finite_meta", "pack_items", "unpack_items"]
 
@@ -74,7 +77,7 @@ _ITEM_FIELDS = (
 )
 if tuple(field.name for field in attrs.fields(SAWItem)) != _ITEM_FIELDS:
     raise ImportError(
-        f"ludic_train.pipeline.columns packs the SAWItem fields {_ITEM_FIELDS}, but SAWItem now has "
+        f"ludic_core.pipeline.columns packs the SAWItem fields {_ITEM_FIELDS}, but SAWItem now has "
         f"{tuple(f.name for f in attrs.fields(SAWItem))}; update the wire format (and bump WIRE_VERSION)"
     )
 

@@ -83,7 +83,7 @@ async def connect_redis(url: str, *, connect_timeout_s: float, command_timeout_s
     try:
         import redis.asyncio as redis_asyncio
     except ImportError as exc:
-        raise missing_extra("ludic-train", "redis", "redis") from exc
+        raise missing_extra("ludic-core", "redis", "redis") from exc
     try:
         client = redis_asyncio.Redis.from_url(
             url,

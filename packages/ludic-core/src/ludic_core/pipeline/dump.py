@@ -1,4 +1,4 @@
-"""Print queued pipeline messages as JSON lines: ``python -m ludic_train.pipeline.dump URL KEY``.
+"""Print queued pipeline messages as JSON lines: ``python -m ludic_core.pipeline.dump URL KEY``.
 
 The wire format is binary (msgpack with packed token arrays), so ``redis-cli LRANGE`` shows bytes;
 this reads the same list with ``LRANGE`` (nothing is popped or changed) and prints one JSON object per
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ludic_core.errors import DataError, missing_extra
+from ludic_core.pipeline.connection import redact_url
+from ludic_core.pipeline.wire import BatchMessage, dead_letter_key, decode_message, excerpt
 from ludic_core.saw import SAWItem
-from ludic_train.pipeline.connection import redact_url
-from ludic_train.pipeline.wire import BatchMessage, dead_letter_key, decode_message, excerpt
 
 __all__ = ["describe", "main"]
 
@@ -64,7 +64,7 @@ def describe(raw: bytes, *, tokens: bool = False) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m ludic_train.pipeline.dump", description=(__doc__ or "").split("\n\n")[0]
+        prog="python -m ludic_core.pipeline.dump", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument("url", help="e.g. redis://127.0.0.1:6379/0")
     parser.add_argument("queue_key", help="the actors' queue_key, e.g. ludic:pipeline:batches")
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import redis
     except ImportError as exc:
-        raise missing_extra("ludic-train", "redis", "redis") from exc
+        raise missing_extra("ludic-core", "redis", "redis") from exc
     key = dead_letter_key(args.queue_key) if args.dead else args.queue_key
     client = redis.Redis.from_url(
         args.url, socket_connect_timeout=args.timeout_s, socket_timeout=args.timeout_s

@@ -14,7 +14,7 @@ they are lost if the learner stops (at most once, as before).
 
 Malformed messages (not msgpack, wrong format or wire version, invalid items: token ids, masks,
 non-finite or positive logprobs, non-finite weights, inconsistent lengths, items without a
-``policy_version``; see :mod:`ludic_train.pipeline.columns`) are never skipped silently. Each is first
+``policy_version``; see :mod:`ludic_core.pipeline.columns`) are never skipped silently. Each is first
 moved (RPUSH) to the dead-letter list ``<queue_key>:dead`` so it is preserved for inspection, then:
 
 * ``on_malformed="raise"`` (default): :class:`~ludic_core.errors.DataError` quoting the start of the
@@ -41,15 +41,15 @@ from typing import Any, Literal, Protocol, cast
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
 from ludic_core.logs import get_logger
-from ludic_core.saw import SAWBatch, SAWItem
-from ludic_train.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
-from ludic_train.pipeline.wire import (
+from ludic_core.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
+from ludic_core.pipeline.wire import (
     DEFAULT_QUEUE_KEY,
     BatchMessage,
     count_rollouts,
     dead_letter_key,
     decode_message,
 )
+from ludic_core.saw import SAWBatch, SAWItem
 
 __all__ = ["MalformedPolicy", "RedisBatchSource"]
 

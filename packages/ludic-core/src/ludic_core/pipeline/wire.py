@@ -13,7 +13,7 @@ is a msgpack map::
         "policy_version": 3,  # the oldest policy_version among the items
         "num_rollouts": 8,  # distinct rollouts the items come from
         "meta": {...},  # the actor's batch meta (episode counts, rewards, ...)
-        "items": {...},  # the items as packed columns: see ludic_train.pipeline.columns
+        "items": {...},  # the items as packed columns: see ludic_core.pipeline.columns
     }
 
 Token ids travel as packed little-endian unsigned ints (1, 2 or 4 bytes, the narrowest that holds the
@@ -23,10 +23,10 @@ of wire version 1 took 18.7). Version 1 messages (JSON) are refused with an erro
 
 msgpack, never pickle: the learner must not execute whatever bytes land on a shared queue, and
 msgpack only ever builds maps, lists, strings, numbers and bytes. A well-kept library does the job:
-``msgpack`` is small, has no dependencies and ships wheels for the usual platforms, and numpy (a
-ludic-train dependency already) checks the packed arrays without a Python loop. Floats outside the
+``msgpack`` is small, has no dependencies and ships wheels for the usual platforms, and numpy (in
+the same extra) checks the packed arrays without a Python loop. Floats outside the
 logprob columns (weights, temperatures, timestamps, meta) stay float64 and round-trip exactly; NaN/inf
-are refused. ``python -m ludic_train.pipeline.dump`` prints queued messages as JSON (``redis-cli``
+are refused. ``python -m ludic_core.pipeline.dump`` prints queued messages as JSON (``redis-cli``
 shows only bytes now).
 """
 
@@ -41,8 +41,8 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import DataError, missing_extra
+from ludic_core.pipeline.columns import check_finite_meta, pack_items, unpack_items
 from ludic_core.saw import SAWItem
-from ludic_train.pipeline.columns import check_finite_meta, pack_items, unpack_items
 
 __all__ = [
     "DEFAULT_QUEUE_KEY",
@@ -144,7 +144,7 @@ def _msgpack() -> ModuleType:
     try:
         import msgpack  # type: ignore[import-untyped]  # ships no type information
     except ImportError as exc:
-        raise missing_extra("ludic-train", "redis", "msgpack") from exc
+        raise missing_extra("ludic-core", "redis", "msgpack") from exc
     return msgpack
 
 
@@ -233,7 +233,7 @@ def decode_message(raw: bytes) -> BatchMessage:
         if legacy is not None:
             raise DataError(
                 f"pipeline wire_version {legacy!r} (JSON) is not supported (this reader speaks "
-                f"{WIRE_VERSION}, msgpack): the actor runs an older ludic-train than the learner; "
+                f"{WIRE_VERSION}, msgpack): the actor runs an older Ludic than the learner; "
                 f"message starts {excerpt(raw)}"
             ) from exc
         raise DataError(f"pipeline message is not valid msgpack ({exc}): {excerpt(raw)}") from exc

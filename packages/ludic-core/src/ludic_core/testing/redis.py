@@ -1,6 +1,6 @@
-"""The Redis server for tests: ``LUDIC_REDIS_URL`` when set (CI or a developer's own server), else a
-private ``redis-server`` from :func:`ludic_train.pipeline.local_server.local_redis_server`; skips with
-the reason when neither is available."""
+"""A Redis server for pipeline tests: ``LUDIC_REDIS_URL`` when set (CI or a developer's own server),
+else a private ``redis-server`` from :func:`ludic_core.pipeline.local_server.local_redis_server`; the
+test is skipped, with the reason, when neither is available. Needs pytest (imported on use)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-import pytest
+from ludic_core.pipeline.local_server import RedisServerNotFound, local_redis_server
 
-from ludic_train.pipeline.local_server import RedisServerNotFound, local_redis_server
+__all__ = ["redis_url_for_tests"]
 
 
 def redis_url_for_tests() -> Iterator[str]:
@@ -23,5 +23,7 @@ def redis_url_for_tests() -> Iterator[str]:
         try:
             url = stack.enter_context(local_redis_server())
         except RedisServerNotFound as exc:
+            import pytest
+
             pytest.skip(f"{exc}; or set LUDIC_REDIS_URL")
         yield url

@@ -1,0 +1,197 @@
+"""The Redis pipeline feeding ludic-train's Trainer: a live actor and learner, and the wire's float32
+logprobs giving the trainer the same tensors (the pipeline itself is tested in ludic-core)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import attrs
+import pytest
+import torch
+
+from ludic_core.engine import RolloutEngine
+from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
+from ludic_core.pipeline import (
+    BatchMessage,
+    RedisBatchSource,
+    RedisPipelineActor,
+    decode_message,
+    encode_message,
+    run_pipeline_actor,
+)
+from ludic_core.protocols.single_agent import SingleAgentProtocol
+from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic_core.saw import SAWItem
+from ludic_core.seeding import derive_seed
+from ludic_core.strategies import GRPORequestStrategy
+from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
+from ludic_core.testing.redis import redis_url_for_tests
+from ludic_train.collate import collate_saw_items
+from ludic_train.config import TrainerConfig
+from ludic_train.presets import make_grpo
+from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
+from ludic_train.trainer import Trainer
+
+GROUP_SIZE = 4
+INFERENCE = InferenceSpec(sampling=SamplingParams(max_tokens=4), return_=ReturnSpec.for_rl())
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    yield from redis_url_for_tests()
+
+
+@pytest.fixture
+async def queue_key(redis_url: str) -> AsyncIterator[str]:
+    import redis.asyncio as redis_asyncio
+
+    key = f"ludic-test:{uuid.uuid4().hex[:12]}"
+    yield key
+    client = redis_asyncio.Redis.from_url(redis_url)
+    await client.delete(key, f"{key}:dead")
+    await client.aclose()
+
+
+def guess_engine(client: SeededChatClient) -> RolloutEngine:
+    """GuessNumber (secret in 1..4, two guesses): episodes of one or two turns, rewards 0 or 1."""
+    return RolloutEngine(
+        env_factories={"guess": lambda: GuessNumberEnv(max_number=4, max_guesses=2)},
+        protocol_factories={
+            "scripted": lambda: SingleAgentProtocol(ScriptedAgent(client, inference=INFERENCE))
+        },
+    )
+
+
+def grpo_requests(groups: int) -> Any:
+    def requests(step: int) -> list[RolloutRequest]:
+        base = RolloutRequest(env=EnvSpec("guess"), protocol=ProtocolSpec("scripted"), inference=INFERENCE)
+        strategy = GRPORequestStrategy(group_size=GROUP_SIZE, seed=derive_seed(0, "groups", step))
+        return strategy.expand([base] * groups)
+
+    return requests
+
+
+class VersionBoard:
+    """The trainer's publisher and the actor's version source in one (weights are not moved: the
+    scripted sampler has none), so the actor tags data with the trainer's latest published step."""
+
+    shares_trainer_weights = True
+
+    def __init__(self) -> None:
+        self.version = 0
+
+    async def publish(self, named_tensors: Mapping[str, Any], *, version: int) -> None:
+        self.version = version
+
+    async def aclose(self) -> None:
+        return None
+
+    async def get_policy_version(self) -> int:
+        return self.version
+
+
+def agentic_batch(rng: random.Random, *, items: int, tokens: int) -> BatchMessage:
+    """A GRPO-like batch of a 151k-vocabulary model: 40% action tokens with logprobs."""
+    out = []
+    for i in range(items):
+        actions = int(tokens * 0.4)
+        out.append(
+            SAWItem(
+                input_ids=[rng.randrange(151_643) for _ in range(tokens)],
+                attention_mask=[1] * tokens,
+                action_mask=[0] * (tokens - actions) + [1] * actions,
+                weight=rng.gauss(0, 1),
+                actor_logps=[math.log(rng.uniform(0.01, 1.0)) for _ in range(actions)],
+                meta={"rollout_id": f"r{i // 2}", "group_id": "g0", "policy_version": 3},
+            )
+        )
+    return BatchMessage(items=tuple(out), actor_id="host:1:abc", batch_index=0, created_at=1.7e9)
+
+
+def test_float32_logprobs_give_the_trainer_the_same_tensors() -> None:
+    rng = random.Random(1)
+    batch = agentic_batch(rng, items=4, tokens=64)
+    batch = BatchMessage(
+        items=tuple(attrs.evolve(i, teacher_logps=[v / 3 for v in i.actor_logps]) for i in batch.items),
+        actor_id="a",
+        batch_index=0,
+        created_at=0.0,
+    )
+    sent = collate_saw_items(batch.items, pad_token_id=0)
+    received = collate_saw_items(decode_message(encode_message(batch)).items, pad_token_id=0)
+    # Collation makes float32 tensors of the logprobs: rounding them on the wire first changes nothing.
+    assert sent.keys() == received.keys() and "teacher_logps" in sent
+    for key, tensor in sent.items():
+        assert torch.equal(tensor, received[key]), key
+
+
+@pytest.mark.redis
+async def test_actor_and_trainer_run_concurrently_and_stale_items_are_dropped(
+    redis_url: str, queue_key: str
+) -> None:
+    board = VersionBoard()
+    algorithm = make_grpo(group_size=GROUP_SIZE)
+    chat = SeededChatClient(["1", "2", "3", "4"], latency_s=0.005)
+
+    def actor() -> RedisPipelineActor:
+        return RedisPipelineActor(
+            engine=guess_engine(chat),
+            requests_provider=grpo_requests(1),
+            credit_assigner=algorithm.credit_assigner,
+            redis_url=redis_url,
+            queue_key=queue_key,
+            client=board,  # type: ignore[arg-type]  # a version source: the chat client reports none
+            max_steps=3,
+            max_queue_len=4,
+        )
+
+    # Four batches generated with version 0 wait in the queue before the learner starts.
+    await run_pipeline_actor(
+        actor().source.engine,
+        grpo_requests(1),
+        algorithm.credit_assigner,
+        redis_url,
+        queue_key=queue_key,
+        client=board,
+        max_steps=3,
+        max_batches=4,  # type: ignore[arg-type]
+    )
+    live = actor()
+    stop = asyncio.Event()
+    actor_task = asyncio.create_task(live.run(stop_event=stop))
+
+    source = RedisBatchSource(redis_url, queue_key=queue_key, min_items=1, wait_timeout_s=20)
+    trainer = Trainer(
+        model=tiny_causal_lm(bpe_tokenizer(), seed=0),
+        algorithm=algorithm,
+        batch_source=source,
+        config=TrainerConfig(
+            pad_token_id=0,
+            device="cpu",
+            lr=1e-3,
+            max_lag=1,
+            max_seq_len=128,
+            micro_token_budget=512,
+            publish_every_steps=1,
+        ),
+        publisher=board,
+    )
+    try:
+        results = await asyncio.wait_for(trainer.train(4), 30)
+    finally:
+        stop.set()
+        await asyncio.wait_for(actor_task, 10)
+        await source.aclose()
+    assert trainer.step == 4 and board.version == 4
+    # Steps 0 and 1 train on prefilled batches 1 and 2 (lag 0 and 1); at step 2 the prefilled batches
+    # 3 and 4 lag by 2 > max_lag and are dropped whole before a fresh batch is found.
+    assert results[2]["train/stale_items_dropped"] > 0
+    assert all(r["train/policy_lag_max"] <= 1 for r in results)
+    assert all(r["train/num_samples"] > 0 for r in results)
+    assert live.stats.batches_pushed >= 2
+    assert live.stats.last_policy_version is not None and live.stats.last_policy_version >= 1
