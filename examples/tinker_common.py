@@ -1,6 +1,6 @@
 """What the Tinker training examples share: the clip bands of ludic-train's presets, expressed as
-Tinker loss thresholds, a metrics log (the Tinker scripts do not depend on ludic-train), and the
-options that say which service to train on and whose tokenizer to use.
+Tinker loss thresholds, the metrics shown on the console (the logging itself is ludic-core's, as for the
+local Trainer), and the options that say which service to train on and whose tokenizer to use.
 
 * ``--base-model`` / ``--base-url`` — the Tinker base model and deployment.
 * ``--tokenizer DIR_OR_NAME`` — a local Hugging Face tokenizer directory (or a hub name) used instead
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,21 +36,8 @@ GSPO_CLIP = (1 - 3e-4, 1 + 4e-4)
 """ludic-train's GSPO band ``[1 − 3e-4, 1 + 4e-4]``, as Tinker ``gspo`` thresholds."""
 
 
-class MetricsLog:
-    """One JSON line per step or eval, plus a short console line."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("a", encoding="utf-8")
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        self._file.write(json.dumps({"step": step, **metrics}, sort_keys=True) + "\n")
-        self._file.flush()
-        shown = {k: round(v, 4) for k, v in sorted(metrics.items()) if k.startswith(("train/loss", "eval/"))}
-        print(f"step {step}: {shown}", flush=True)
-
-    def close(self) -> None:
-        self._file.close()
+SHOWN_KEYS = ("train/loss", "train/num_items", "eval/accuracy", "eval/win_rate", "eval/mean_reward")
+"""What the examples' console line shows (the JSON lines hold every metric)."""
 
 
 DEFAULT_BASE_MODEL = "Qwen/Qwen3-4B-Instruct-2507"

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/tink
 from tinker_common import (
     GRPO_CLIP,
     GSPO_CLIP,
-    MetricsLog,
+    SHOWN_KEYS,
     ServiceWiring,
     add_service_arguments,
     check_service_args,
@@ -158,6 +158,7 @@ async def main(
 
 async def _train(args: argparse.Namespace, wiring: ServiceWiring, loss: Any) -> list[dict[str, float]]:
     common = gsm8k_train()
+    from ludic_core import JsonlLogger, PrintLogger, TeeLogger
     from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.credit import GroupNormalizedReturn
     from ludic_core.evaluation import run_eval
@@ -218,7 +219,8 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring, loss: Any) -> 
         max_steps=1,
         concurrency=args.concurrency,
     )
-    metrics_log = MetricsLog(args.metrics)
+    # The same loggers as the local Trainer's: a JSON line per step or eval, a console line.
+    logger = TeeLogger(JsonlLogger(args.metrics), PrintLogger(prefix="[tinker]", keys=SHOWN_KEYS))
     trainer = TinkerTrainer(
         training_client,
         source,
@@ -226,7 +228,7 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring, loss: Any) -> 
         config=config,
         chat_client=client,
         start_step=start_step,
-        on_step=lambda stats: metrics_log.log(stats.step, stats.metrics),
+        logger=logger,
     )
     evals = common.eval_requests(args, test_rows)
     reducers = common.eval_reducers(args.eval_group_size)
@@ -235,9 +237,7 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring, loss: Any) -> 
         if trainer.sampler_version != trainer.step:
             await trainer.refresh_sampler()
         result = await run_eval(engine, evals, reducers, max_steps=1, concurrency=args.concurrency)
-        metrics_log.log(
-            trainer.step, {f"eval/{k}": float(v) for k, v in result.metrics.items() if v is not None}
-        )
+        logger.log(trainer.step, {f"eval/{k}": float(v) for k, v in result.metrics.items() if v is not None})
 
     results: list[dict[str, float]] = []
     try:
@@ -247,12 +247,12 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring, loss: Any) -> 
             chunk = args.train_steps - trainer.step
             if args.eval_every:
                 chunk = min(chunk, args.eval_every - trainer.step % args.eval_every)
-            for stats in await trainer.train(chunk):
-                results.append({"step": float(stats.step), "loss": stats.loss, **stats.metrics})
+            for result in await trainer.train(chunk):
+                results.append({"step": result["train/step"], "loss": result["train/loss"], **result})
             if args.eval_every and trainer.step % args.eval_every == 0:
                 await evaluate()
     finally:
-        metrics_log.close()
+        await trainer.aclose()
     return results
 
 

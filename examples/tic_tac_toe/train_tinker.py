@@ -33,7 +33,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/tinker_common.py
 from tinker_common import (
     GRPO_CLIP,
-    MetricsLog,
+    SHOWN_KEYS,
     ServiceWiring,
     add_service_arguments,
     check_service_args,
@@ -110,6 +110,7 @@ async def main(
 async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[str, float]]:
     from common import eval_requests, grpo_requests, make_engine, outcome_reducers
 
+    from ludic_core import JsonlLogger, PrintLogger, TeeLogger
     from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.credit import GroupNormalizedReturn
     from ludic_core.evaluation import run_eval
@@ -169,7 +170,8 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
         ),
         max_steps=args.max_steps_per_episode,
     )
-    metrics_log = MetricsLog(args.metrics)
+    # The same loggers as the local Trainer's: a JSON line per step or eval, a console line.
+    logger = TeeLogger(JsonlLogger(args.metrics), PrintLogger(prefix="[tinker]", keys=SHOWN_KEYS))
     trainer = TinkerTrainer(
         training_client,
         source,
@@ -177,7 +179,7 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
         config=config,
         chat_client=client,
         start_step=start_step,
-        on_step=lambda stats: metrics_log.log(stats.step, stats.metrics),
+        logger=logger,
     )
     evals = eval_requests(
         episodes=args.eval_episodes,
@@ -190,9 +192,7 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
         if trainer.sampler_version != trainer.step:
             await trainer.refresh_sampler()
         result = await run_eval(engine, evals, outcome_reducers(), max_steps=args.max_steps_per_episode)
-        metrics_log.log(
-            trainer.step, {f"eval/{k}": float(v) for k, v in result.metrics.items() if v is not None}
-        )
+        logger.log(trainer.step, {f"eval/{k}": float(v) for k, v in result.metrics.items() if v is not None})
 
     results: list[dict[str, float]] = []
     try:
@@ -202,12 +202,12 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
             chunk = args.train_steps - trainer.step
             if args.eval_every:
                 chunk = min(chunk, args.eval_every - trainer.step % args.eval_every)
-            for stats in await trainer.train(chunk):
-                results.append({"step": float(stats.step), "loss": stats.loss, **stats.metrics})
+            for result in await trainer.train(chunk):
+                results.append({"step": result["train/step"], "loss": result["train/loss"], **result})
             if args.eval_every and args.eval_episodes and trainer.step % args.eval_every == 0:
                 await evaluate()
     finally:
-        metrics_log.close()
+        await trainer.aclose()
     return results
 
 

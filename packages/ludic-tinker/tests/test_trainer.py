@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import attrs
 import pytest
 import torch
@@ -87,10 +89,9 @@ async def test_step_sends_one_datum_per_item_token_by_token(training_client, fak
     assert run.optim_steps == 1
     assert fake_service.optim_step_params[-1]["learning_rate"] == pytest.approx(1e-2)
     assert not torch.equal(before, _params(run.model))
-    assert stats.step == trainer.step == 1
-    assert stats.num_items == 2 and stats.num_action_tokens == 5
-    assert stats.loss == stats.metrics["train/loss"]
-    assert "train/kl_sample_train_v1" in stats.metrics
+    assert stats["train/step"] == trainer.step == 1
+    assert stats["train/num_items"] == 2 and stats["train/num_action_tokens"] == 5
+    assert "train/kl_sample_train_v1" in stats
 
 
 async def test_loss_value_matches_a_local_computation(training_client, fake_service):
@@ -108,7 +109,7 @@ async def test_loss_value_matches_a_local_computation(training_client, fake_serv
             expected += float(-(torch.exp(p - q) * adv).sum())
     trainer = TinkerTrainer(training_client, ListSource([SAWBatch(items)]), loss)
     [stats] = await trainer.train(1)
-    assert stats.loss == pytest.approx(expected, rel=1e-5)
+    assert stats["train/loss"] == pytest.approx(expected, rel=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -142,7 +143,7 @@ async def test_sampler_refresh_hands_version_to_the_chat_client(training_client,
         training_client, ListSource(batches), TinkerLoss.ppo(), chat_client=client, config=config
     )
     stats = await trainer.train(3)
-    assert [s.sampler_version for s in stats] == [None, 2, None]
+    assert [s.get("train/sampler_version") for s in stats] == [None, 2, None]
     assert client.policy_version == 2 == trainer.sampler_version
     assert len(fake_service.sampler_ids) == 2  # the initial one (version 0) and version 2
 
@@ -156,8 +157,9 @@ async def test_checkpoint_and_resume_restore_weights_adam_state_and_step(
     batches = [SAWBatch(_items()) for _ in range(3)]
     trainer = TinkerTrainer(training_client, ListSource(batches), TinkerLoss.ppo(), config=config)
     stats = await trainer.train(2)
-    ckpt = stats[-1].checkpoint
-    assert ckpt is not None and ckpt.step == 2 and ckpt.path.endswith("/weights/run-step000002")
+    assert stats[-1]["train/checkpoint_step"] == 2
+    ckpt = trainer.checkpoints[-1]
+    assert ckpt.step == 2 and ckpt.path.endswith("/weights/run-step000002")
     assert TinkerCheckpoint.from_path(ckpt.path) == ckpt
     saved = _params(fake_service.training_run(training_client.model_id).model)
 
@@ -170,7 +172,7 @@ async def test_checkpoint_and_resume_restore_weights_adam_state_and_step(
     assert torch.equal(_params(new_run.model), saved)
     assert new_run.optimizer.state_dict()["state"], "Adam moments were restored"
     [after] = await resumed.train(1)
-    assert after.step == 3
+    assert after["train/step"] == 3
 
 
 async def test_service_errors_surface_as_ludic_errors(training_client, fake_service):
@@ -232,7 +234,7 @@ async def test_grpo_on_a_toy_env_raises_reward(training_client, tokenizer, fake_
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last > first + 0.2, f"reward did not rise: {rewards}"
     # Strictly on-policy: each batch was sampled by the weights of the previous step.
-    assert [s.sampler_version for s in stats] == list(range(1, 16))
+    assert [s["train/sampler_version"] for s in stats] == list(range(1, 16))
 
 
 async def test_custom_loss_runs_through_forward_backward_custom(training_client, fake_service):
@@ -257,5 +259,20 @@ async def test_custom_loss_runs_through_forward_backward_custom(training_client,
             if item.action_mask[i]:
                 expected[i - 1] = item.weight  # weights = -dLoss/dlogprob
         assert inputs["weights"].tolist() == pytest.approx(expected)
-    assert stats.metrics["train/tinker/n_actions"] == 5.0
+    assert stats["train/tinker/n_actions"] == 5.0
     assert fake_service.training_run(training_client.model_id).optim_steps == 1
+
+
+async def test_results_go_to_the_same_logger_interface_as_the_local_trainer(training_client, tmp_path):
+    from ludic_core import JsonlLogger, StepResult
+
+    logger = JsonlLogger(tmp_path / "metrics.jsonl")
+    trainer = TinkerTrainer(
+        training_client, ListSource([SAWBatch(_items()) for _ in range(2)]), TinkerLoss.ppo(), logger=logger
+    )
+    results = await trainer.train(2)
+    await trainer.aclose()
+    assert all(isinstance(r, StepResult) for r in results)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert [line["train/loss"] for line in lines] == [r["train/loss"] for r in results]

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from ludic_core.loggers.base import TrainingLogger
     from ludic_core.loggers.console import PrintLogger, RichConsoleLogger
     from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.step_result import StepResult
     from ludic_core.loggers.tee import TeeLogger
     from ludic_core.loggers.wandb import WandbLogger
     from ludic_core.parsing import Parser, ParseResult
@@ -125,6 +126,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "ludic_core.loggers.base": ("TrainingLogger",),
     "ludic_core.loggers.console": ("PrintLogger", "RichConsoleLogger"),
     "ludic_core.loggers.jsonl": ("JsonlLogger",),
+    "ludic_core.loggers.step_result": ("StepResult",),
     "ludic_core.loggers.tee": ("TeeLogger",),
     "ludic_core.loggers.wandb": ("WandbLogger",),
     "ludic_core.inference": (
@@ -238,6 +240,7 @@ __all__ = [
     "SingleAgentProtocol",
     "Step",
     "StepOutcome",
+    "StepResult",
     "TeacherScoredBatchSource",
     "TeacherScorer",
     "TeeLogger",

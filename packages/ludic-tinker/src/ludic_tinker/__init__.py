@@ -21,7 +21,7 @@ from ludic_tinker.connect import (
 )
 from ludic_tinker.datums import item_to_datum, items_to_datums
 from ludic_tinker.losses import BUILTIN_LOSS_INPUTS, CustomLoss, TinkerLoss, tinker_loss_for
-from ludic_tinker.trainer import AdamConfig, TinkerStepStats, TinkerTrainer, TinkerTrainerConfig
+from ludic_tinker.trainer import AdamConfig, TinkerTrainer, TinkerTrainerConfig
 
 __version__ = "0.1.0"
 
@@ -33,7 +33,6 @@ __all__ = [
     "TinkerCheckpoint",
     "TinkerLoss",
     "TinkerRequestError",
-    "TinkerStepStats",
     "TinkerTimeouts",
     "TinkerTrainer",
     "TinkerTrainerConfig",

@@ -22,6 +22,8 @@ import numpy as np
 import tinker
 
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.loggers.base import TrainingLogger
+from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 from ludic_tinker._sdk import call_for_client, sdk_has_field, translate_error, wait_result
@@ -31,7 +33,7 @@ from ludic_tinker.connect import TinkerTimeouts, create_training_client_from_che
 from ludic_tinker.datums import datum_parts, items_to_datums
 from ludic_tinker.losses import CustomLoss, TinkerLoss, tinker_loss_for
 
-__all__ = ["AdamConfig", "TinkerStepStats", "TinkerTrainer", "TinkerTrainerConfig"]
+__all__ = ["AdamConfig", "TinkerTrainer", "TinkerTrainerConfig"]
 
 log = get_logger(__name__)
 
@@ -87,19 +89,6 @@ class TinkerTrainerConfig:
     timeouts: TinkerTimeouts = attrs.field(factory=TinkerTimeouts)
 
 
-@attrs.frozen
-class TinkerStepStats:
-    """What one training step did. ``metrics`` uses the canonical ``train/`` and ``perf/`` prefixes."""
-
-    step: int
-    num_items: int
-    num_action_tokens: int
-    loss: float
-    metrics: dict[str, float]
-    sampler_version: int | None = None
-    checkpoint: TinkerCheckpoint | None = None
-
-
 class TinkerTrainer:
     """Trains on SAW batches with Tinker doing the forward/backward and optimiser step remotely.
 
@@ -108,6 +97,12 @@ class TinkerTrainer:
     computes a ludic-train algorithm's objective. ``preprocess`` runs on each batch first (e.g. an
     algorithm's zero-weight filter). ``start_step`` is the step of the weights ``training_client``
     holds (0 for a fresh run; :meth:`resume` sets it from the checkpoint).
+
+    The same shape as ludic-train's local ``Trainer``: ``train(num_steps)`` returns one
+    :class:`~ludic_core.StepResult` per step (canonical ``train/`` and ``perf/`` keys, ``train/step``
+    included) and hands each to ``logger`` (any :class:`~ludic_core.loggers.base.TrainingLogger`), so a
+    script switches backend without touching its logging. Checkpoints saved along the way are in
+    :attr:`checkpoints`; ``aclose`` closes the logger.
     """
 
     def __init__(
@@ -120,7 +115,7 @@ class TinkerTrainer:
         chat_client: TinkerChatClient | None = None,
         preprocess: Callable[[SAWBatch], SAWBatch] | None = None,
         start_step: int = 0,
-        on_step: Callable[[TinkerStepStats], None] | None = None,
+        logger: TrainingLogger | None = None,
     ) -> None:
         if isinstance(loss, TinkerLoss):
             loss.check_supported()
@@ -136,7 +131,7 @@ class TinkerTrainer:
         self.config = config or TinkerTrainerConfig()
         self.chat_client = chat_client
         self.preprocess = preprocess
-        self.on_step = on_step
+        self.logger = logger
         self._adam = self.config.adam.to_tinker()
         self._step = start_step
         self._sampler_version: int | None = None
@@ -180,19 +175,19 @@ class TinkerTrainer:
 
     # ------------------------------------------------------------------ the loop
 
-    async def train(self, num_steps: int) -> list[TinkerStepStats]:
+    async def train(self, num_steps: int) -> list[StepResult]:
         """Run ``num_steps`` steps, each on one batch from the batch source."""
         if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
             raise ConfigError(f"num_steps must be an int >= 1, got {num_steps!r}")
         if self.chat_client is not None and self._sampler_version != self._step:
             await self.refresh_sampler()  # sample the first batch from the weights being trained
-        stats = []
+        results = []
         for _ in range(num_steps):
             batch = await self.batch_source.next_batch()
-            stats.append(await self.train_step(batch))
-        return stats
+            results.append(await self.train_step(batch))
+        return results
 
-    async def train_step(self, batch: SAWBatch) -> TinkerStepStats:
+    async def train_step(self, batch: SAWBatch) -> StepResult:
         started = time.perf_counter()
         if self.preprocess is not None:
             batch = self.preprocess(batch)
@@ -209,27 +204,26 @@ class TinkerTrainer:
         else:
             fb_output = await self._submit_and_wait(self._custom_datums(items), self._custom_submit(items))
         self._step += 1
-        metrics = self._metrics(items, fb_output, started)
-        stats_kwargs: dict[str, Any] = {}
+        result = StepResult(self._metrics(items, fb_output, started))
+        result["train/step"] = float(self._step)
+        result["train/num_action_tokens"] = float(sum(i.num_action_tokens for i in items))
         every = self.config.sampler_every
         if every is not None and self.chat_client is not None and self._step % every == 0:
             await self.refresh_sampler()
-            stats_kwargs["sampler_version"] = self._step
+            result["train/sampler_version"] = float(self._step)
         every = self.config.checkpoint_every
         if every is not None and self._step % every == 0:
-            stats_kwargs["checkpoint"] = await self.save_checkpoint()
-        stats = TinkerStepStats(
-            step=self._step,
-            num_items=len(items),
-            num_action_tokens=sum(i.num_action_tokens for i in items),
-            loss=metrics["train/loss"],
-            metrics=metrics,
-            **stats_kwargs,
-        )
-        log.info("tinker.step", step=self._step, loss=stats.loss, items=stats.num_items)
-        if self.on_step is not None:
-            self.on_step(stats)
-        return stats
+            await self.save_checkpoint()
+            result["train/checkpoint_step"] = float(self._step)
+        log.info("tinker.step", step=self._step, loss=result["train/loss"], items=len(items))
+        if self.logger is not None:
+            self.logger.log(self._step, result)
+        return result
+
+    async def aclose(self) -> None:
+        """Close the logger (the Tinker clients belong to the caller)."""
+        if self.logger is not None:
+            self.logger.close()
 
     async def _submit_and_wait(self, data: list[tinker.Datum], submit_fb: Callable[[list[Any]], Any]) -> Any:
         adam = self._adam

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.loggers.base import TrainingLogger, canonicalize, is_number
+from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
 from ludic_core.publisher import PolicyPublisher
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
@@ -39,7 +40,7 @@ from ludic_train.weights import is_fsdp_module, merged_state_dict
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Evaluator", "StepResult", "Trainer"]
+__all__ = ["Evaluator", "Trainer"]
 
 log = get_logger(__name__)
 
@@ -61,10 +62,6 @@ def _rank() -> int:
     import torch.distributed as dist
 
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-class StepResult(dict[str, float]):
-    """The metrics of one step (canonical keys); a plain dict with a typed name."""
 
 
 class Trainer:
