@@ -328,3 +328,16 @@ async def test_react_never_raises_on_arbitrary_model_output(
     for prev, cur in zip(result.steps, result.steps[1:], strict=False):
         seq = prev.trace.prompt_token_ids + prev.trace.completion_token_ids
         assert cur.trace.prompt_token_ids[: len(seq)] == seq
+
+
+async def test_the_scripted_token_client_keeps_the_whole_client_contract(qwen_tok: Any) -> None:
+    from ludic_core.testing import check_client
+
+    client = ScriptedTokenClient(qwen_tok, ["<answer>1</answer>"] * 8)
+    # Prompt logprobs included: a teacher scorer (distillation) can be tested against this client.
+    await check_client(
+        client,
+        prompt_token_ids=qwen_tok.encode("Hello there"),
+        prompt_logprobs=True,
+        deterministic_with_seed=False,
+    )

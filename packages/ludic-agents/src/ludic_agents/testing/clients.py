@@ -18,6 +18,7 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.inference import TokenCompletionRequest
 from ludic_core.seeding import derive_seed
+from ludic_core.testing.clients import scripted_prompt_logprob
 from ludic_core.types import ChatResponse
 
 __all__ = ["ScriptedCompletion", "ScriptedTokenClient"]
@@ -91,10 +92,18 @@ class ScriptedTokenClient:
         if request.return_.return_chosen_logprobs:
             base = 0 if request.seed is None else request.seed
             logprobs = [math.log(0.05 + 0.9 * derive_seed(base, i, t) / 2**31) for i, t in enumerate(ids)]
+        # Prompt logprobs as ludic-core's scripted clients give them, so a teacher scorer can be tested
+        # on this client too (an omitted field would break the ChatClient contract).
+        prompt_logprobs = (
+            [scripted_prompt_logprob(p, t) for p, t in enumerate(request.prompt_token_ids) if p > 0]
+            if request.return_.return_prompt_logprobs
+            else None
+        )
         return ChatResponse(
             text=self.tokenizer.decode(ids, skip_special_tokens=True),
             prompt_token_ids=request.prompt_token_ids,
             completion_token_ids=ids,
             completion_logprobs=logprobs,
             finish_reason=finish_reason,
+            prompt_logprobs=prompt_logprobs,
         )
