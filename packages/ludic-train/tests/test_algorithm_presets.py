@@ -8,6 +8,12 @@ import attrs
 import pytest
 import torch
 
+from ludic_core.algorithms.preprocess import (
+    ComposedPreprocess,
+    DropZeroWeight,
+    SubtractBaseline,
+    compose_preprocess,
+)
 from ludic_core.credit import ConstantCredit, GroupNormalizedReturn, HybridNormalizedReturn, MonteCarloReturn
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.saw import SAWBatch, SAWItem
@@ -27,7 +33,6 @@ from ludic_train.losses import (
     TruncatedISCorrection,
 )
 from ludic_train.microbatch import collate_micro_batches, micro_loss_scale
-from ludic_train.preprocess import ComposedPreprocess, DropZeroWeight, SubtractBaseline, compose_preprocess
 from ludic_train.presets import (
     make_cispo,
     make_dr_grpo,

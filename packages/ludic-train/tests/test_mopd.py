@@ -8,11 +8,14 @@ import random
 import pytest
 import torch
 
+from ludic_core.algorithms import presets as spec_presets
+from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.credit import ConstantCredit, GroupNormalizedReturn
 from ludic_core.errors import ConfigError
 from ludic_core.registry import ALGORITHMS, make_algorithm
 from ludic_core.saw import SAWItem
 from ludic_train import presets
+from ludic_train.algorithm import RLAlgorithm
 from ludic_train.collate import collate_saw_items
 from ludic_train.losses import CompositeLoss, LossTerm, ReinforceLoss, ReverseKLLoss
 from ludic_train.presets import make_mopd, make_opd
@@ -141,10 +144,12 @@ def test_bad_settings_name_the_field_and_value(kwargs: dict[str, float], problem
 
 
 def test_make_algorithm_builds_mopd_by_name() -> None:
+    # By name the presets are torch-free specs; the torch algorithm is built from the same spec.
     built = make_algorithm("mopd", kl_coeff=0.5, outcome_coeff=0.25, group_size=8)
-    assert built == make_mopd(kl_coeff=0.5, outcome_coeff=0.25, group_size=8)
-    assert make_algorithm("opd") == make_opd()
-    assert make_algorithm("grpo", group_size=4) == presets.make_grpo(group_size=4)
+    assert isinstance(built, AlgorithmSpec)
+    assert RLAlgorithm.from_spec(built) == make_mopd(kl_coeff=0.5, outcome_coeff=0.25, group_size=8)
+    assert RLAlgorithm.from_spec(make_algorithm("opd")) == make_opd()
+    assert RLAlgorithm.from_spec(make_algorithm("grpo", group_size=4)) == presets.make_grpo(group_size=4)
 
 
 def test_every_preset_is_registered_under_its_name() -> None:
@@ -155,4 +160,6 @@ def test_every_preset_is_registered_under_its_name() -> None:
         assert name in ALGORITHMS.names(), (
             f"{factory} is not registered (ludic.algorithms entry point {name!r})"
         )
-        assert ALGORITHMS.get(name) is getattr(presets, factory), name
+        assert ALGORITHMS.get(name) is getattr(spec_presets, name), name
+        assert getattr(presets, factory).__wrapped__ is getattr(spec_presets, name), name
+

@@ -16,6 +16,7 @@ costs no more than it did when the root held only the version.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ludic_core.agent import AgentActResult, AgentActStep, AgentHarness
+    from ludic_core.algorithms.spec import AlgorithmSpec
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
     from ludic_core.credit import (
         ConstantCredit,
@@ -98,6 +99,7 @@ __version__ = "0.1.0"
 # Which submodule defines each public name; ``__getattr__`` imports it on first access.
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "ludic_core.agent": ("AgentActResult", "AgentActStep", "AgentHarness"),
+    "ludic_core.algorithms.spec": ("AlgorithmSpec",),
     "ludic_core.batch_sources": ("OfflineBatchSource", "RolloutBatchSource"),
     "ludic_core.credit": (
         "ConstantCredit",
@@ -182,6 +184,7 @@ __all__ = [
     "AgentActStep",
     "AgentHarness",
     "AgentStep",
+    "AlgorithmSpec",
     "BatchSource",
     "ChatClient",
     "ChatResponse",

@@ -153,9 +153,10 @@ def make_agent(name: str, /, **kwargs: Any) -> Any:
 
 
 ALGORITHMS: Registry[Any] = Registry("algorithm", "ludic.algorithms")
-"""RL algorithm presets by name: each factory takes keyword arguments and returns an algorithm (for
-``ludic-train``, an ``RLAlgorithm``). Installing ``ludic-train`` registers its presets under their
-names without the ``make_`` prefix (``"grpo"``, ``"spo"``, ``"opd"``, ``"mopd"`` …)."""
+"""RL algorithm presets by name: each factory takes keyword arguments and returns an algorithm. ludic-core
+registers its presets (:mod:`ludic_core.algorithms.presets`: ``"grpo"``, ``"spo"``, ``"opd"``, ``"mopd"``
+…), which return a torch-free :class:`~ludic_core.algorithms.spec.AlgorithmSpec` that every trainer
+takes."""
 
 
 def register_algorithm(name: str, factory: Factory[Any], *, overwrite: bool = False) -> Factory[Any]:

@@ -8,11 +8,12 @@ that is the :class:`Trainer` with its :class:`TrainerConfig`, the algorithm pres
 ``make_sft`` …) and :class:`RLAlgorithm`, the loss protocols, collation, checkpoints,
 training-curve plots (:func:`plot_metrics`), :class:`LocalPolicyClient` for colocated runs, offline
 SFT data, and model wrapping (:func:`apply_lora`, :func:`shard_model`). What needs no torch lives in
-ludic-core and is imported from there: the metrics loggers, the ``PolicyPublisher`` contract and the
-Redis actor/learner pipeline.
+ludic-core and is imported from there: the algorithm specs, presets and preprocessing
+(``ludic_core.algorithms``; the ``make_*`` presets here build them), the metrics loggers, the
+``PolicyPublisher`` contract and the Redis actor/learner pipeline.
 
 The submodules hold the rest and keep every name importable where it was: ``ludic_train.losses``
-(every loss), ``ludic_train.preprocess``, ``ludic_train.microbatch``, ``ludic_train.weights`` and
+(every loss), ``ludic_train.microbatch``, ``ludic_train.weights`` and
 ``ludic_train.testing`` (tiny models).
 
 The root resolves its names lazily, on first use: ``import ludic_train`` imports neither torch nor any

@@ -4,6 +4,10 @@ New algorithms are new pairs, never new trainer classes: the trainer only calls 
 each macro-batch and :meth:`compute_loss` on each micro-batch. The credit assigner is used upstream,
 where rollouts become SAW items (``ludic_core.saw_builder``); the algorithm carries it so one object
 describes the whole method.
+
+An algorithm is usually built from a torch-free :class:`~ludic_core.algorithms.spec.AlgorithmSpec`
+(:meth:`RLAlgorithm.from_spec`; the presets in ``ludic_core.algorithms`` are such specs), which it keeps
+as ``spec`` so that other backends can run the same method.
 """
 
 from __future__ import annotations
@@ -17,20 +21,15 @@ import attrs
 import torch
 from torch import Tensor
 
+from ludic_core.algorithms.preprocess import Preprocess
+from ludic_core.algorithms.spec import KNOWN_INPUTS, AlgorithmSpec
 from ludic_core.credit import CreditAssigner
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.saw import SAWBatch
 from ludic_train.losses.base import HOW_TO_PROVIDE, Loss, Stats
-from ludic_train.preprocess import Preprocess
+from ludic_train.losses.build import build_loss
 
 __all__ = ["KNOWN_INPUTS", "RLAlgorithm", "accepts_logits_to_keep"]
-
-KNOWN_INPUTS: Mapping[str, str] = {
-    "actor_logps": "behaviour-policy logprobs of every action token from the sampler",
-    "teacher_logps": "teacher logprobs of every action token",
-}
-"""Optional SAW item fields an algorithm can require, with what they are (how to provide them:
-:data:`ludic_train.losses.base.HOW_TO_PROVIDE`)."""
 
 
 _ACCEPTS_LOGITS_TO_KEEP: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
@@ -89,7 +88,13 @@ def _losses_needing(loss: object, field: str) -> list[str]:
 
 @attrs.frozen
 class RLAlgorithm:
-    """``required_inputs`` defaults to what the loss declares; :meth:`validate` checks items carry them."""
+    """``required_inputs`` defaults to what the loss declares; :meth:`validate` checks items carry them.
+
+    ``spec`` is the :class:`~ludic_core.algorithms.spec.AlgorithmSpec` the algorithm was built from
+    (:meth:`from_spec`), kept only while it still describes the algorithm: an ``attrs.evolve`` that
+    changes the name, credit assigner, loss, preprocess or required inputs drops it (to None), so a
+    backend handed this algorithm never runs a stale spec.
+    """
 
     name: str
     credit_assigner: CreditAssigner
@@ -98,6 +103,7 @@ class RLAlgorithm:
     required_inputs: frozenset[str] = attrs.field(
         default=attrs.Factory(_default_required, takes_self=True), converter=_input_names
     )
+    spec: AlgorithmSpec | None = attrs.field(default=None, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not self.name:
@@ -107,6 +113,32 @@ class RLAlgorithm:
             raise ConfigError(
                 f"RLAlgorithm {self.name!r}: unknown required_inputs {unknown}; known: {sorted(KNOWN_INPUTS)}"
             )
+        if self.spec is not None and not self._described_by(self.spec):
+            # attrs' documented way to set a field of a frozen instance during initialisation.
+            object.__setattr__(self, "spec", None)
+
+    @classmethod
+    def from_spec(cls, spec: AlgorithmSpec) -> RLAlgorithm:
+        """The torch algorithm for ``spec``: its loss built by :func:`~ludic_train.losses.build_loss`."""
+        if not isinstance(spec, AlgorithmSpec):
+            raise ConfigError(f"RLAlgorithm.from_spec takes an AlgorithmSpec, got {type(spec).__name__}")
+        return cls(
+            name=spec.name,
+            credit_assigner=spec.credit_assigner,
+            loss=build_loss(spec.loss),
+            preprocess=spec.preprocess,
+            required_inputs=spec.required_inputs,
+            spec=spec,
+        )
+
+    def _described_by(self, spec: AlgorithmSpec) -> bool:
+        return (
+            spec.name == self.name
+            and spec.credit_assigner == self.credit_assigner
+            and spec.preprocess == self.preprocess
+            and spec.required_inputs == self.required_inputs
+            and build_loss(spec.loss) == self.loss
+        )
 
     def validate(self, batch: SAWBatch) -> None:
         """Raise :class:`DataError` naming every required field that items lack, which items, the loss

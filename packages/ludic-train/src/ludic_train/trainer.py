@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.loggers.base import TrainingLogger, canonicalize, is_number
 from ludic_core.loggers.step_result import StepResult
@@ -67,7 +68,9 @@ def _rank() -> int:
 class Trainer:
     """Args:
     model: a causal LM (plain, PEFT-wrapped, or already ``fully_shard``-ed with FSDP2).
-    algorithm: credit assigner + loss (+ preprocess); the trainer uses the loss and preprocess.
+    algorithm: credit assigner + loss (+ preprocess); the trainer uses the loss and preprocess. An
+        :class:`~ludic_core.algorithms.spec.AlgorithmSpec` (e.g. ``ludic_core.algorithms.grpo(...)``)
+        is built with :meth:`RLAlgorithm.from_spec`.
     batch_source: anything with ``async next_batch() -> SAWBatch``; if it also has
         ``state_dict``/``load_state_dict``, checkpoints record and restore its position.
     config: :class:`TrainerConfig`.
@@ -85,7 +88,7 @@ class Trainer:
         self,
         *,
         model: Any,
-        algorithm: RLAlgorithm,
+        algorithm: RLAlgorithm | AlgorithmSpec,
         batch_source: BatchSource,
         config: TrainerConfig,
         publisher: PolicyPublisher | None = None,
@@ -111,7 +114,9 @@ class Trainer:
         if resume_from is not None and checkpointer is None:
             raise ConfigError(f"resume_from={resume_from!r} needs a checkpointer")
         self.config = config
-        self.algorithm = algorithm
+        self.algorithm = (
+            RLAlgorithm.from_spec(algorithm) if isinstance(algorithm, AlgorithmSpec) else algorithm
+        )
         self.batch_source = batch_source
         self.publisher = publisher
         self.checkpointer = checkpointer

@@ -1,4 +1,4 @@
-"""Macro-batch preprocessing for :class:`~ludic_train.algorithm.RLAlgorithm`: ``SAWBatch → SAWBatch``.
+"""Macro-batch preprocessing of an algorithm (``AlgorithmSpec.preprocess``): ``SAWBatch → SAWBatch``.
 
 Preprocessing sees the whole macro-batch before it is split into micro-batches, which is where
 batch-wide statistics belong: the REINFORCE baseline is the mean weight of the *macro*-batch (the

@@ -1,7 +1,8 @@
 """Losses on collated micro-batches (causal shift, action-token masks, one term per sequence).
 
 One module per family; :mod:`ludic_train.losses.base` holds the :class:`Loss` protocol, the shared
-token-logprob context and :func:`stats_to_host`.
+token-logprob context and :func:`stats_to_host`; :func:`build_loss` turns a ludic-core loss spec into
+the loss that computes it.
 """
 
 from ludic_train.losses.base import (
@@ -14,6 +15,7 @@ from ludic_train.losses.base import (
     stats_to_host,
     token_context,
 )
+from ludic_train.losses.build import build_loss
 from ludic_train.losses.cispo import CISPOLoss
 from ludic_train.losses.clipped import SequenceClippedSurrogateLoss, TokenClippedSurrogateLoss
 from ludic_train.losses.composite import CompositeLoss, LossTerm
@@ -45,6 +47,7 @@ __all__ = [
     "TokenLogpContext",
     "TokenLoss",
     "TruncatedISCorrection",
+    "build_loss",
     "shared_token_context",
     "stats_to_host",
     "token_context",

@@ -6,7 +6,7 @@ the truncated importance-sampling wrapper (:class:`~ludic_train.losses.tis.Trunc
 with ``cap=None``: ``level="sequence"`` reproduces the original's ``sg(r_b)·A_b·log π(a_b)``, and
 ``level="sequence_geomean"`` around ``ReinforceLoss(length_normalize=True)`` its length-normalised form,
 whose ratio is ``exp(mean_t log r_t)``), and the baseline is
-subtracted over the whole macro-batch by the :func:`~ludic_train.preprocess.subtract_baseline`
+subtracted over the whole macro-batch by the :class:`~ludic_core.algorithms.preprocess.SubtractBaseline`
 preprocess, not per micro-batch (:func:`~ludic_train.presets.make_reinforce_baseline`).
 """
 
