@@ -7,24 +7,43 @@ objective is obtained exactly by scaling each datum's advantages: by ``1/B`` (``
 "sequence_mean"``) or ``1/(B·n_b)`` (``"token_mean_per_sequence"``), with B the batch size and n_b
 the item's action-token count.
 
-| ludic preset (loss)                                 | Tinker loss            | same objective?                                   |
-|-----------------------------------------------------|------------------------|---------------------------------------------------|
-| GRPO, Dr.GRPO (TokenClippedSurrogateLoss)           | ``ppo``                | yes: clip thresholds 1−ε_low / 1+ε_high, A scaled |
-| CISPO, ScaleRL without KL (CISPOLoss)               | ``cispo``              | yes: thresholds 1−ε_low / 1+ε_high, A scaled      |
-| GSPO (SequenceClippedSurrogateLoss, length-normal.) | ``gspo`` (SDK ≥ 0.34)  | GSPO-token form: same value and gradient for per-sequence advantages |
-| SFT (MaskedCrossEntropyLoss)                        | ``cross_entropy``      | yes: weights = w_b scaled                         |
-| on-policy REINFORCE                                 | ``importance_sampling``| token-level IS; equals REINFORCE's gradient only on-policy |
-| (Tinker-native)                                     | ``dro``                | Tinker's DRO; no ludic preset                     |
-| SAPO, GMPO, REINFORCE(+baseline), KL/entropy terms  | ``forward_backward_custom`` | with the ``[torch]`` extra, see :class:`CustomLoss` |
+:func:`tinker_loss_for` maps an algorithm's loss spec (``ludic_core.algorithms``) by its type, reading
+the spec's fields (clip band, ``length_normalize``):
+
+| loss spec (presets)                                         | Tinker loss            | same objective?                                   |
+|-------------------------------------------------------------|------------------------|---------------------------------------------------|
+| ``ClippedSurrogate(level="token")`` (grpo, dr_grpo, spo)    | ``ppo``                | yes: clip thresholds 1−ε_low / 1+ε_high, A scaled |
+| ``CISPO`` (cispo, scalerl without KL)                       | ``cispo``              | yes: thresholds 1−ε_low / 1+ε_high, A scaled      |
+| ``ClippedSurrogate(level="sequence", length_normalize=True)`` (gspo) | ``gspo`` (SDK ≥ 0.34) | GSPO-token form: same value and gradient for per-sequence advantages |
+| ``CrossEntropy`` (sft)                                      | ``cross_entropy``      | yes: weights = w_b scaled                         |
+| ``Reinforce`` (reinforce, reinforce_baseline)               | ``importance_sampling``| same gradient on-policy (ratio 1); needs ``actor_logps`` |
+| ``TruncatedIS(Reinforce, level="token", cap=None)``         | ``importance_sampling``| same gradient (``sg(r)·∇log π = ∇r``)             |
+| (Tinker-native)                                             | ``dro``                | Tinker's DRO; no ludic preset                     |
+| ``GMPO``, ``SAPO``, ``TokenKL``, ``Entropy``, ``ReverseKL``, ``Composite`` (scalerl with KL, mopd with an outcome term), other ``TruncatedIS``, any ``ratio_clip`` | ``forward_backward_custom`` | no built-in: :func:`tinker_loss_for` raises, use :class:`CustomLoss` (the ``[torch]`` extra) |
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from ludic_core.algorithms.losses import (
+    CISPO,
+    GMPO,
+    SAPO,
+    ClippedSurrogate,
+    Composite,
+    CrossEntropy,
+    Entropy,
+    LossSpec,
+    Reinforce,
+    ReverseKL,
+    TokenKL,
+    TruncatedIS,
+)
+from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.errors import ConfigError, missing_extra
 from ludic_core.saw import SAWItem
 from ludic_tinker._sdk import sdk_version, supported_loss_fns
@@ -32,7 +51,15 @@ from ludic_tinker._sdk import sdk_version, supported_loss_fns
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["BUILTIN_LOSS_INPUTS", "CustomLoss", "Normalization", "TinkerLoss", "tinker_loss_for"]
+__all__ = [
+    "BUILTIN_LOSS_INPUTS",
+    "BuiltFromSpec",
+    "CustomLoss",
+    "Normalization",
+    "TinkerLoss",
+    "algorithm_spec",
+    "tinker_loss_for",
+]
 
 Normalization = Literal["sum", "sequence_mean", "token_mean_per_sequence"]
 
@@ -178,35 +205,125 @@ class CustomLoss:
             raise missing_extra("ludic-tinker", "torch", "torch") from exc
 
 
-def _loss_attr(loss: Any, name: str, default: Any) -> Any:
-    return getattr(loss, name, default)
+@runtime_checkable
+class BuiltFromSpec(Protocol):
+    """An algorithm object that carries the spec it was built from (ludic-train's ``RLAlgorithm``);
+    ``spec`` is None when it was built by hand or changed since."""
+
+    @property
+    def spec(self) -> AlgorithmSpec | None: ...
 
 
-def tinker_loss_for(algorithm: Any) -> TinkerLoss:
-    """The built-in Tinker loss that computes the same objective as a ludic-train algorithm's loss.
-
-    ``algorithm`` is a ludic-train ``RLAlgorithm`` (or its ``loss``); the mapping is by the loss's class
-    and hyper-parameters (see the table in this module's docstring). Raises :class:`ConfigError`, naming
-    the loss, when Tinker has no built-in equivalent: use :class:`CustomLoss` for those.
-    """
-    loss = getattr(algorithm, "loss", algorithm)
-    kind = type(loss).__name__
-    length_normalize = bool(_loss_attr(loss, "length_normalize", False))
-    norm: Normalization = "token_mean_per_sequence" if length_normalize else "sequence_mean"
-    if _loss_attr(loss, "ratio_clip", None) is not None:
-        raise ConfigError(f"{kind} with ratio_clip has no Tinker built-in equivalent; use CustomLoss")
-    eps_lo, eps_hi = _loss_attr(loss, "clip_eps_low", None), _loss_attr(loss, "clip_eps_high", None)
-    if kind == "TokenClippedSurrogateLoss":
-        return TinkerLoss.ppo(clip_low=1 - eps_lo, clip_high=1 + eps_hi, normalization=norm)
-    if kind == "CISPOLoss":
-        return TinkerLoss.cispo(clip_low=1 - eps_lo, clip_high=1 + eps_hi, normalization=norm)
-    if kind in ("SequenceClippedSurrogateLoss", "ClippedSurrogateLoss") and length_normalize:
-        tl = TinkerLoss.gspo(clip_low=1 - eps_lo, clip_high=1 + eps_hi)
-        tl.check_supported()
-        return tl
-    if kind in ("MaskedCrossEntropyLoss", "MaskedCausalLMCrossEntropyLoss"):
-        return TinkerLoss.cross_entropy(normalization=norm)
+def algorithm_spec(algorithm: AlgorithmSpec | BuiltFromSpec) -> AlgorithmSpec:
+    """``algorithm`` itself if it is an :class:`AlgorithmSpec`, else the spec it carries."""
+    if isinstance(algorithm, AlgorithmSpec):
+        return algorithm
+    if isinstance(algorithm, BuiltFromSpec):
+        if algorithm.spec is None:
+            raise ConfigError(
+                f"{type(algorithm).__name__} carries no AlgorithmSpec (built by hand from torch losses, or "
+                "changed after it was built from one), so Tinker cannot know its loss; pass the "
+                "ludic_core.algorithms spec (e.g. ludic_core.algorithms.grpo(...)) instead"
+            )
+        return algorithm.spec
     raise ConfigError(
-        f"{kind} has no Tinker built-in equivalent; train it with CustomLoss "
-        '(forward_backward_custom, needs pip install "ludic-tinker[torch]")'
+        f"expected an AlgorithmSpec (ludic_core.algorithms) or an algorithm built from one, got "
+        f"{type(algorithm).__name__}"
     )
+
+
+def _normalization(length_normalize: bool) -> Normalization:
+    return "token_mean_per_sequence" if length_normalize else "sequence_mean"
+
+
+class _Unsupported(Exception):
+    """Why a spec has no Tinker built-in (turned into the ConfigError that names the spec)."""
+
+
+def _no_ratio_clip(spec: ClippedSurrogate) -> None:
+    if spec.ratio_clip is not None:
+        raise _Unsupported(
+            f"Tinker's clipped losses have no cap on the ratio itself (ratio_clip={spec.ratio_clip!r})"
+        )
+
+
+def _clipped(spec: ClippedSurrogate) -> TinkerLoss:
+    _no_ratio_clip(spec)
+    low, high = 1.0 - spec.clip_eps_low, 1.0 + spec.clip_eps_high
+    if spec.level == "token":
+        return TinkerLoss.ppo(
+            clip_low=low, clip_high=high, normalization=_normalization(spec.length_normalize)
+        )
+    if not spec.length_normalize:
+        raise _Unsupported(
+            "Tinker's gspo clips the geometric mean of the token ratios; the sequence ratio without "
+            "length_normalize is their product"
+        )
+    loss = TinkerLoss.gspo(clip_low=low, clip_high=high)
+    loss.check_supported()
+    return loss
+
+
+def _cispo(spec: CISPO) -> TinkerLoss:
+    return TinkerLoss.cispo(
+        clip_low=1.0 - spec.clip_eps_low,
+        clip_high=1.0 + spec.clip_eps_high,
+        normalization=_normalization(spec.length_normalize),
+    )
+
+
+def _reinforce(spec: Reinforce) -> TinkerLoss:
+    # Tinker's importance_sampling, -(exp(p - q)·A), has REINFORCE's gradient where q = p (on-policy).
+    return TinkerLoss.importance_sampling(normalization=_normalization(spec.length_normalize))
+
+
+def _truncated_is(spec: TruncatedIS) -> TinkerLoss:
+    if isinstance(spec.inner, Reinforce) and spec.level == "token" and spec.cap is None:
+        # -sg(r_t)·A·log π has the gradient of -r_t·A: exactly importance_sampling.
+        return _reinforce(spec.inner)
+    raise _Unsupported(
+        "Tinker's importance_sampling is untruncated token-level IS around REINFORCE only "
+        f"(this is level={spec.level!r}, cap={spec.cap!r} around {type(spec.inner).__name__})"
+    )
+
+
+_BUILTINS: dict[type[LossSpec], Callable[[Any], TinkerLoss]] = {
+    ClippedSurrogate: _clipped,
+    CISPO: _cispo,
+    CrossEntropy: lambda spec: TinkerLoss.cross_entropy(normalization=_normalization(spec.length_normalize)),
+    Reinforce: _reinforce,
+    TruncatedIS: _truncated_is,
+}
+
+_NO_BUILTIN: dict[type[LossSpec], str] = {
+    GMPO: "Tinker has no geometric-mean ratio clipped in log space",
+    SAPO: "Tinker has no sigmoid-gated ratio",
+    TokenKL: "Tinker's built-ins have no KL term to the sampler",
+    Entropy: "Tinker's built-ins have no entropy term",
+    ReverseKL: "Tinker's built-ins do not read teacher logprobs",
+    Composite: "a weighted sum of loss terms is not one Tinker built-in",
+}
+
+
+def tinker_loss_for(algorithm: AlgorithmSpec | BuiltFromSpec | LossSpec) -> TinkerLoss:
+    """The built-in Tinker loss that computes the same objective as an algorithm's loss spec.
+
+    ``algorithm`` is a :class:`~ludic_core.algorithms.spec.AlgorithmSpec` (a ``ludic_core.algorithms``
+    preset), an algorithm built from one (ludic-train's ``RLAlgorithm``), or a loss spec. The mapping is
+    by the spec's type and fields (the table in this module's docstring). Raises :class:`ConfigError`
+    naming the spec and why when Tinker has no built-in equivalent: train those with :class:`CustomLoss`.
+    """
+    loss = algorithm if isinstance(algorithm, LossSpec) else algorithm_spec(algorithm).loss
+    build = _BUILTINS.get(type(loss))
+    try:
+        if build is None:
+            raise _Unsupported(
+                _NO_BUILTIN.get(type(loss), "ludic-tinker knows no Tinker loss for this spec type")
+            )
+        return build(loss)
+    except _Unsupported as why:
+        raise ConfigError(
+            f"Tinker cannot run the loss spec {loss!r} with a built-in loss: {why}; train it with "
+            'CustomLoss (forward_backward_custom, needs pip install "ludic-tinker[torch]") or pick a '
+            "spec Tinker runs (ClippedSurrogate, CISPO, CrossEntropy, Reinforce)"
+        ) from None

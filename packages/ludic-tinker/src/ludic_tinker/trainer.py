@@ -21,6 +21,7 @@ import attrs
 import numpy as np
 import tinker
 
+from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.loggers.base import TrainingLogger
 from ludic_core.loggers.step_result import StepResult
@@ -31,7 +32,7 @@ from ludic_tinker.checkpoints import TinkerCheckpoint
 from ludic_tinker.client import TinkerChatClient
 from ludic_tinker.connect import TinkerTimeouts, create_training_client_from_checkpoint
 from ludic_tinker.datums import datum_parts, items_to_datums
-from ludic_tinker.losses import CustomLoss, TinkerLoss, tinker_loss_for
+from ludic_tinker.losses import BuiltFromSpec, CustomLoss, TinkerLoss, algorithm_spec, tinker_loss_for
 
 __all__ = ["AdamConfig", "TinkerTrainer", "TinkerTrainerConfig"]
 
@@ -94,7 +95,7 @@ class TinkerTrainer:
 
     ``loss`` is a :class:`TinkerLoss` (server-side built-in) or a :class:`CustomLoss`
     (``forward_backward_custom``, needs torch); :meth:`from_algorithm` picks the built-in loss that
-    computes a ludic-train algorithm's objective. ``preprocess`` runs on each batch first (e.g. an
+    computes an algorithm spec's objective. ``preprocess`` runs on each batch first (e.g. an
     algorithm's zero-weight filter). ``start_step`` is the step of the weights ``training_client``
     holds (0 for a fresh run; :meth:`resume` sets it from the checkpoint).
 
@@ -139,11 +140,18 @@ class TinkerTrainer:
 
     @classmethod
     def from_algorithm(
-        cls, training_client: Any, batch_source: BatchSource, algorithm: Any, **kwargs: Any
+        cls,
+        training_client: Any,
+        batch_source: BatchSource,
+        algorithm: AlgorithmSpec | BuiltFromSpec,
+        **kwargs: Any,
     ) -> TinkerTrainer:
-        """Use ``algorithm``'s loss as a Tinker built-in (see :func:`tinker_loss_for`) and its preprocess."""
-        preprocess = kwargs.pop("preprocess", getattr(algorithm, "preprocess", None))
-        return cls(training_client, batch_source, tinker_loss_for(algorithm), preprocess=preprocess, **kwargs)
+        """Train ``algorithm`` (an :class:`~ludic_core.algorithms.spec.AlgorithmSpec`, or a ludic-train
+        ``RLAlgorithm`` built from one): its loss spec as a Tinker built-in (:func:`tinker_loss_for`,
+        which says which specs need a :class:`CustomLoss`) and its preprocess."""
+        spec = algorithm_spec(algorithm)
+        preprocess = kwargs.pop("preprocess", spec.preprocess)
+        return cls(training_client, batch_source, tinker_loss_for(spec), preprocess=preprocess, **kwargs)
 
     @classmethod
     async def resume(
