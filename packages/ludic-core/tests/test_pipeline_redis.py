@@ -59,7 +59,7 @@ async def queue_key(redis_url: str) -> AsyncIterator[str]:
     key = f"ludic-test:{uuid.uuid4().hex[:12]}"
     yield key
     client = redis_asyncio.Redis.from_url(redis_url)
-    await client.delete(key, f"{key}:dead")
+    await client.delete(key, f"{key}:dead", *[k async for k in client.scan_iter(f"{key}:*")])
     await client.aclose()
 
 
@@ -392,15 +392,16 @@ def indexed(n_items: int, batch_index: int) -> BatchMessage:
 @pytest.mark.redis
 async def test_source_pops_several_messages_per_round_trip(redis_url: str, queue_key: str) -> None:
     await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in range(8)))
-    before = await command_calls(redis_url, "lpop", "blpop")
+    before = await command_calls(redis_url, "lmove", "blmove")
     async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=6, wait_timeout_s=5) as source:
         first = await source.next_batch()
         second = await source.next_batch()
     # The same whole messages, in the same order, as popping one at a time...
     assert batch_indices(first, 2) == [0, 1, 2] and batch_indices(second, 2) == [3, 4, 5]
     assert first.meta["queue_len_after"] == 5 and second.meta["queue_len_after"] == 2
-    # ...in 3 pops instead of 6: LPOP 1 (the size is unknown), LPOP 2, then LPOP 3.
-    assert await command_calls(redis_url, "lpop", "blpop") - before == 3
+    # ...claimed in 3 round trips (1 message: the size is unknown, then 2, then 3), one LMOVE per
+    # message and none beyond what the batches need.
+    assert await command_calls(redis_url, "lmove", "blmove") - before == 6
     assert await raw_llen(redis_url, queue_key) == 2
 
 

@@ -72,9 +72,11 @@ class Trainer:
         :class:`~ludic_core.algorithms.spec.AlgorithmSpec` (e.g. ``ludic_core.algorithms.grpo(...)``)
         is built with :meth:`RLAlgorithm.from_spec`.
     batch_source: anything with ``async next_batch() -> SAWBatch``; if it also has
-        ``state_dict``/``load_state_dict``, checkpoints record and restore its position.
+        ``state_dict``/``load_state_dict``, checkpoints record and restore its position; if it has
+        ``checkpoint_committed(step)``, that is called once each checkpoint is durable.
     config: :class:`TrainerConfig`.
-    publisher: receives the weights every ``config.publish_every_steps`` steps.
+    publisher: receives the weights every ``config.publish_every_steps`` steps, and once before the
+        first step of a resumed run.
     checkpointer: a :class:`CheckpointManager` (saves every ``every_n_steps``).
     resume_from: a step, a checkpoint path, ``"latest"`` (the newest checkpoint if there is one,
         else a fresh start) or ``None``.
@@ -138,6 +140,9 @@ class Trainer:
         self.step = 0
         self.last_eval: dict[str, float] = {}
         self.history: list[StepResult] = []
+        # A resumed run publishes its weights before training: the sampler may hold (and tag data
+        # with) newer weights of the continuation this resume discards.
+        self._publish_before_training = False
         if resume_from is not None:
             self._resume(resume_from)
 
@@ -190,6 +195,7 @@ class Trainer:
         )
         self.step = loaded.step
         self.last_eval = {k: v for k, v in loaded.trainer_state.get("last_eval", {}).items() if is_number(v)}
+        self._publish_before_training = self.publisher is not None
 
     # --- the loop -------------------------------------------------------------------------------------
 
@@ -218,6 +224,9 @@ class Trainer:
         import torch
 
         cfg = self.config
+        if self._publish_before_training:
+            self._publish_before_training = False
+            await self.publish()
         t_start = time.perf_counter()
         batch, stale = await self._next_fresh_batch()
         t_data = time.perf_counter()
@@ -449,7 +458,7 @@ class Trainer:
     def save_checkpoint(self) -> Path | None:
         if self.checkpointer is None:
             raise ConfigError("save_checkpoint() needs a checkpointer")
-        return self.checkpointer.save(
+        path = self.checkpointer.save(
             self.step,
             model=self.model,
             optimizer=self.optimizer,
@@ -457,6 +466,12 @@ class Trainer:
             batch_source=self.batch_source,
             rngs=self.rngs,
         )
+        # The checkpoint is durable: a source that holds data until then (the Redis pipeline's
+        # claims) may acknowledge what it trained.
+        committed = getattr(self.batch_source, "checkpoint_committed", None)
+        if callable(committed):
+            committed(self.step)
+        return path
 
     async def evaluate(self) -> dict[str, float]:
         if self.evaluator is None:

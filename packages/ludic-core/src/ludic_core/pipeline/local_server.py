@@ -1,8 +1,10 @@
 """A private, throw-away ``redis-server`` for one-machine runs, tests and benchmarks.
 
 :func:`local_redis_server` starts the ``redis-server`` binary on a free loopback port in a temporary
-directory with persistence off (``--save "" --appendonly no``), waits until it answers PING, yields
-its URL and stops it afterwards. Nothing here needs the ``redis`` Python package.
+directory with persistence off (``--save "" --appendonly no``; ``durable=True``: an append-only file
+fsynced on every write), waits until it answers PING, yields its URL and stops it afterwards.
+:func:`start_redis_server` starts one on a given port and directory, for tests that kill it and
+start it again. Nothing here needs the ``redis`` Python package.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from pathlib import Path
 
 from ludic_core.errors import ConfigError, LudicError, LudicTimeoutError
 
-__all__ = ["RedisServerNotFound", "find_redis_server", "free_loopback_port", "local_redis_server"]
+__all__ = [
+    "RedisServerNotFound",
+    "find_redis_server",
+    "free_loopback_port",
+    "local_redis_server",
+    "start_redis_server",
+]
 
 
 class RedisServerNotFound(LudicError, FileNotFoundError):
@@ -60,39 +68,93 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=5)
 
 
-@contextlib.contextmanager
-def local_redis_server(*, startup_timeout_s: float = 10.0, binary: str | None = None) -> Iterator[str]:
-    """Yield ``redis://127.0.0.1:<port>/0`` of a fresh server, stopped on exit.
-
-    Raises :class:`RedisServerNotFound` without a binary and :class:`LudicTimeoutError` (quoting the
-    server's log) if it does not answer PING within ``startup_timeout_s``.
-    """
+def _check_startup_timeout(startup_timeout_s: object) -> None:
     if (
         isinstance(startup_timeout_s, bool)
         or not isinstance(startup_timeout_s, (int, float))
         or startup_timeout_s <= 0
     ):
         raise ConfigError(f"startup_timeout_s must be a number > 0, got {startup_timeout_s!r}")
+
+
+def _executable(binary: str | None) -> str:
     executable = binary or find_redis_server()
     if executable is None:
         raise RedisServerNotFound(
             "no redis-server binary on PATH or at /usr/bin/redis-server (Debian/Ubuntu: apt-get install redis-server)"
         )
+    return executable
+
+
+def _spawn(
+    executable: str, workdir: Path, port: int, *, durable: bool, startup_timeout_s: float
+) -> subprocess.Popen[bytes]:
+    """Start the server and wait for PING; the returned process has exited if it could not start."""
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if durable else ["--appendonly", "no"]
+    command = [
+        executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", *persistence,
+        "--dir", str(workdir), "--daemonize", "no",
+    ]  # fmt: skip
+    # Appended, so the log of a restarted server follows the log of the one before.
+    with (workdir / "redis.log").open("ab") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + startup_timeout_s
+    while process.poll() is None and time.monotonic() < deadline and not _answers_ping(port):
+        time.sleep(0.02)
+    return process
+
+
+def _not_answering(executable: str, workdir: Path, port: int, startup_timeout_s: float) -> LudicTimeoutError:
+    log_tail = (workdir / "redis.log").read_text(errors="replace")[-2000:]
+    return LudicTimeoutError(
+        f"{executable} did not answer PING on 127.0.0.1:{port} within {startup_timeout_s} s; its log:\n{log_tail}"
+    )
+
+
+def start_redis_server(
+    workdir: Path,
+    *,
+    port: int,
+    durable: bool = False,
+    startup_timeout_s: float = 10.0,
+    binary: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``redis-server`` on ``127.0.0.1:port`` with its files in ``workdir``; returns once it
+    answers PING. For tests that kill the server and start it again on the same port and files.
+
+    ``durable=True`` turns on the append-only file with ``appendfsync always`` (every answered write
+    survives a SIGKILL; a restart in the same ``workdir`` reloads it); else nothing is persisted.
+    The caller stops the process. Raises as :func:`local_redis_server`.
+    """
+    _check_startup_timeout(startup_timeout_s)
+    executable = _executable(binary)
+    process = _spawn(executable, workdir, port, durable=durable, startup_timeout_s=startup_timeout_s)
+    if process.poll() is None and _answers_ping(port):
+        return process
+    _stop(process)
+    raise _not_answering(executable, workdir, port, startup_timeout_s)
+
+
+@contextlib.contextmanager
+def local_redis_server(
+    *, startup_timeout_s: float = 10.0, binary: str | None = None, durable: bool = False
+) -> Iterator[str]:
+    """Yield ``redis://127.0.0.1:<port>/0`` of a fresh server, stopped on exit (``durable``: see
+    :func:`start_redis_server`).
+
+    Raises :class:`RedisServerNotFound` without a binary and :class:`LudicTimeoutError` (quoting the
+    server's log) if it does not answer PING within ``startup_timeout_s``.
+    """
+    _check_startup_timeout(startup_timeout_s)
+    executable = _executable(binary)
     with tempfile.TemporaryDirectory(prefix="ludic-redis-") as workdir:
-        log_path = Path(workdir) / "redis.log"
         # A port found free can be taken before the server binds it (the server then exits): retry
         # with another port. A server that runs but stays silent is not retried.
         for _attempt in range(3):
             port = free_loopback_port()
-            command = [
-                executable, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", workdir, "--daemonize", "no",
-            ]  # fmt: skip
-            with log_path.open("wb") as log_file:
-                process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + startup_timeout_s
-            while process.poll() is None and time.monotonic() < deadline and not _answers_ping(port):
-                time.sleep(0.02)
+            process = _spawn(
+                executable, Path(workdir), port, durable=durable, startup_timeout_s=startup_timeout_s
+            )
             if process.poll() is None and _answers_ping(port):
                 break
             exited = process.poll() is not None
@@ -100,10 +162,7 @@ def local_redis_server(*, startup_timeout_s: float = 10.0, binary: str | None = 
             if not exited:
                 break
         if process.poll() is not None:
-            log_tail = log_path.read_text(errors="replace")[-2000:]
-            raise LudicTimeoutError(
-                f"{executable} did not answer PING on 127.0.0.1 within {startup_timeout_s} s; its log:\n{log_tail}"
-            )
+            raise _not_answering(executable, Path(workdir), port, startup_timeout_s)
         try:
             yield f"redis://127.0.0.1:{port}/0"
         finally:

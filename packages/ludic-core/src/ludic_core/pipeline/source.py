@@ -1,34 +1,69 @@
-"""The learner side of pipeline RL: a :class:`~ludic_core.saw.BatchSource` that pops actor batches
-from Redis.
+"""The learner side of pipeline RL: a :class:`~ludic_core.saw.BatchSource` that claims actor batches
+from Redis, exactly once.
 
-``next_batch`` pops whole actor messages until it holds at least ``min_items`` items; a message is never
-split, so GRPO groups arrive whole. Several messages come per round trip: ``LPOP`` with a count (and
-``LLEN`` for the batch meta) in one pipelined request, as many messages as the largest message seen so
-far says are still missing, so a batch is made of the same messages as when popping one at a time.
-Only when the queue is empty does it wait, with an async ``BLPOP`` bounded by ``poll_timeout_s`` (the
-event loop is never blocked). If not enough data arrives within ``wait_timeout_s`` it raises
-:class:`~ludic_core.errors.LudicTimeoutError` naming the queue; messages popped so far are kept and
-served by the next call, in order, so a caller that retries loses nothing. Messages popped but not yet
-served (kept for the next call) live in the learner's memory, not in Redis: like any popped message,
-they are lost if the learner stops (at most once, as before).
+``next_batch`` takes whole actor messages until it holds at least ``min_items`` items; a message is
+never split, so GRPO groups arrive whole. Several messages come per round trip (as many as the largest
+message seen so far says are still missing, so a batch is made of the same messages as when taking one
+at a time). Only when the queue is empty does it wait, with an async ``BLMOVE`` bounded by
+``poll_timeout_s`` (the event loop is never blocked). If not enough data arrives within
+``wait_timeout_s`` it raises :class:`~ludic_core.errors.LudicTimeoutError` naming the queue; messages
+taken so far are kept and served by the next call, in order, so a caller that retries loses nothing.
 
-Malformed messages (not msgpack, wrong format or wire version, invalid items: token ids, masks,
-non-finite or positive logprobs, non-finite weights, inconsistent lengths, items without a
-``policy_version``; see :mod:`ludic_core.pipeline.columns`) are never skipped silently. Each is first
-moved (RPUSH) to the dead-letter list ``<queue_key>:dead`` so it is preserved for inspection, then:
+**Exactly-once delivery.** A message is *claimed*, not popped: ``LMOVE`` moves it atomically from the
+queue to this learner's processing list ``<queue_key>:processing:<consumer>``
+(:mod:`ludic_core.pipeline.claims`), where it stays until a checkpoint that trained on it is durable:
 
-* ``on_malformed="raise"`` (default): :class:`~ludic_core.errors.DataError` quoting the start of the
-  message. Data corruption usually means a version skew between actor and learner code; a training run
-  should stop rather than train on a shrinking, biased subset.
-* ``on_malformed="dead_letter"``: counted (``num_malformed``, and ``num_malformed_messages`` in the
-  batch meta), logged as a warning, and the source goes on popping.
+* :meth:`RedisBatchSource.state_dict` records how many claimed messages went into served batches (the
+  ``consumed`` position); the trainer's checkpoint stores it with the weights.
+* :meth:`RedisBatchSource.checkpoint_committed` — called by the trainer once that checkpoint is on disk
+  — acknowledges them: they move to ``<queue_key>:trained:<consumer>`` (the last
+  ``keep_trained_messages`` are kept there), in one transaction with the acknowledged count.
+* After a kill, a source given the checkpoint's state (:meth:`load_state_dict`) moves the acknowledged
+  boundary to the checkpoint's position: forward if the learner died between writing the checkpoint
+  and acknowledging it, backward (re-queueing trained messages) when resuming an older checkpoint.
+  Everything after the position — claimed but never trained into a kept step — is then delivered
+  again, in the order it was first claimed, before anything new is claimed. A source without a state
+  resumes at the acknowledged boundary.
+
+So a message is trained into exactly one kept step: the ones before the resumed checkpoint are never
+delivered again, the ones after it always are. Learners share a queue by using different ``consumer``
+names (e.g. one per data-parallel rank): ``LMOVE`` hands each message to exactly one of them. A
+consumer name belongs to one running learner at a time; a restarted learner takes its old name back.
+
+Why lists and not a Redis stream with a consumer group: the actors' ``RPUSH``, their ``LLEN``
+back-pressure (which counts only messages no learner has claimed), ``python -m
+ludic_core.pipeline.dump`` and the wire format stay as they were; a learner trains its claims in
+order, so one acknowledged count per consumer says what is trained (no per-message ids to store in a
+checkpoint), and a resume from an older checkpoint needs the trained payloads, which a list keeps and
+trims by itself, where a stream's acknowledged entries would need trimming that never removes a
+pending one.
+
+Durability is Redis's: with ``appendonly yes`` and ``appendfsync always`` every claim, acknowledgement
+and push that was answered survives a kill of the server. Without it a server restart can lose
+claims a checkpoint counts on; the source then refuses to resume, saying so.
+
+**Dead letters.** A message the learner will not train goes, in one transaction that also puts a
+tombstone at its place in the processing list (so a re-delivery skips it and it is dead-lettered
+exactly once), to the list ``<queue_key>:dead``:
+
+* Malformed messages (not msgpack, wrong format or wire version, invalid items: token ids, masks,
+  non-finite or positive logprobs, non-finite weights, inconsistent lengths, items without a
+  ``policy_version``; see :mod:`ludic_core.pipeline.columns`), as they came. Then, with
+  ``on_malformed="raise"`` (default), :class:`~ludic_core.errors.DataError` quoting the start of the
+  message: data corruption usually means a version skew between actor and learner code, and a
+  training run should stop rather than train on a shrinking, biased subset. With
+  ``on_malformed="dead_letter"`` they are counted (``num_malformed``, and ``num_malformed_messages``
+  in the batch meta), logged as a warning, and the source goes on.
+* Messages from the future, when ``current_version`` is given (``lambda: trainer.step``): a message
+  holding an item whose ``policy_version`` is newer than the learner's current version was sampled by
+  weights of a continuation the learner discarded (it was killed after publishing them and resumed an
+  older checkpoint). Such data can never become on-policy for this run, and the trainer would stop on
+  it, so it is dead-lettered with ``meta["dead_letter_reason"]`` saying why, counted
+  (``num_future``, ``num_future_messages`` in the batch meta) and logged. Without ``current_version``
+  the trainer's own check refuses such items with an error.
 
 Staleness is the trainer's job (``TrainerConfig.max_lag`` compares ``item.meta["policy_version"]``
 with its step); this source only guarantees every item carries a version.
-
-There is no ``state_dict``: a Redis list is a live stream, not a resumable position. Popped messages
-are gone from the queue, so after a learner restart training continues with whatever the actors push
-next (with ``max_lag`` discarding what is too old).
 """
 
 from __future__ import annotations
@@ -36,11 +71,14 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable
-from typing import Any, Literal, Protocol, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
 
-from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
+import attrs
+
+from ludic_core.errors import ConfigError, DataError, LudicError, LudicTimeoutError
 from ludic_core.logs import get_logger
+from ludic_core.pipeline.claims import TOMBSTONE, ClaimKeys
 from ludic_core.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
 from ludic_core.pipeline.wire import (
     DEFAULT_QUEUE_KEY,
@@ -48,6 +86,7 @@ from ludic_core.pipeline.wire import (
     count_rollouts,
     dead_letter_key,
     decode_message,
+    encode_message,
 )
 from ludic_core.saw import SAWBatch, SAWItem
 
@@ -60,14 +99,11 @@ MalformedPolicy = Literal["raise", "dead_letter"]
 # Batch-meta counters summed over the messages of a learner batch.
 _SUMMED_META = ("num_episodes", "num_failed_episodes", "num_samples_filtered")
 
-# The most messages one LPOP asks for: bounds one reply (64 messages of 1k-token batches: ~6 MB).
-_MAX_MESSAGES_PER_POP = 64
+# The most messages one claim asks for: bounds one reply (64 messages of 1k-token batches: ~6 MB).
+_MAX_MESSAGES_PER_CLAIM = 64
 
-
-class _PipelineRedis(Protocol):
-    """The pipelined commands of ``redis.asyncio`` the source adds to :class:`AsyncRedis`."""
-
-    def pipeline(self, transaction: bool = True) -> Any: ...
+# What a state_dict says it is, so a checkpoint of another source is refused by name.
+_STATE_FORMAT = "ludic.pipeline.redis_source"
 
 
 def _mean(values: list[float]) -> float | None:
@@ -87,15 +123,20 @@ def _prompt_length(item: SAWItem) -> float:
 
 
 class RedisBatchSource:
-    """Serve batches of at least ``min_items`` SAW items from the Redis list ``queue_key``.
+    """Serve batches of at least ``min_items`` SAW items claimed from the Redis list ``queue_key``.
 
     Args:
         redis_url: e.g. ``redis://127.0.0.1:6379/0``.
         queue_key: the list the actors push to.
         min_items: the smallest batch; whole messages are added until it is reached.
-        poll_timeout_s: the BLPOP timeout of one call (how often the wait deadline is checked).
+        consumer: this learner's name among those sharing the queue (one per data-parallel rank; the
+            same after a restart, so it finds its claims again).
+        poll_timeout_s: the BLMOVE timeout of one call (how often the wait deadline is checked).
         wait_timeout_s: the longest one ``next_batch`` waits before raising.
         on_malformed: ``"raise"`` or ``"dead_letter"`` (see the module docstring).
+        current_version: ``() -> int``, the learner's current policy version (``lambda: trainer.step``):
+            messages with newer items are dead-lettered (see the module docstring); ``None``: no check.
+        keep_trained_messages: acknowledged messages kept for a resume from an older checkpoint.
         connect_timeout_s: bound on connecting (PING) and on each non-blocking command.
     """
 
@@ -105,15 +146,22 @@ class RedisBatchSource:
         *,
         min_items: int,
         queue_key: str = DEFAULT_QUEUE_KEY,
+        consumer: str = "learner-0",
         poll_timeout_s: float = 1.0,
         wait_timeout_s: float = 600.0,
         on_malformed: MalformedPolicy = "raise",
+        current_version: Callable[[], int] | None = None,
+        keep_trained_messages: int = 256,
         connect_timeout_s: float = 10.0,
     ) -> None:
         if isinstance(min_items, bool) or not isinstance(min_items, int) or min_items < 1:
             raise ConfigError(f"RedisBatchSource.min_items must be an int >= 1, got {min_items!r}")
         if not isinstance(queue_key, str) or not queue_key:
             raise ConfigError(f"RedisBatchSource.queue_key must be a non-empty str, got {queue_key!r}")
+        if not isinstance(consumer, str) or not consumer or any(c.isspace() for c in consumer):
+            raise ConfigError(
+                f"RedisBatchSource.consumer must be a non-empty str without spaces, got {consumer!r}"
+            )
         for name, value in (
             ("poll_timeout_s", poll_timeout_s),
             ("wait_timeout_s", wait_timeout_s),
@@ -125,21 +173,50 @@ class RedisBatchSource:
             raise ConfigError(
                 f"RedisBatchSource.on_malformed must be 'raise' or 'dead_letter', got {on_malformed!r}"
             )
+        if current_version is not None and not callable(current_version):
+            raise ConfigError(
+                f"RedisBatchSource.current_version must be a callable returning an int, got {current_version!r}"
+            )
+        if (
+            isinstance(keep_trained_messages, bool)
+            or not isinstance(keep_trained_messages, int)
+            or keep_trained_messages < 0
+        ):
+            raise ConfigError(
+                f"RedisBatchSource.keep_trained_messages must be an int >= 0, got {keep_trained_messages!r}"
+            )
         self.redis_url = redis_url
         self.queue_key = queue_key
+        self.consumer = consumer
+        self.keys = ClaimKeys(queue=queue_key, consumer=consumer)
         self.min_items = min_items
         self.poll_timeout_s = float(poll_timeout_s)
         self.wait_timeout_s = float(wait_timeout_s)
         self.on_malformed: MalformedPolicy = on_malformed
+        self.current_version = current_version
+        self.keep_trained_messages = keep_trained_messages
         self.connect_timeout_s = float(connect_timeout_s)
         self.num_batches = 0
         self.num_messages = 0
         self.num_malformed = 0
+        self.num_future = 0
+        self.num_redelivered = 0
+        # Positions in this consumer's claim log (see ludic_core.pipeline.claims): acknowledged <=
+        # served (in batches handed out) <= fetched (read into memory) <= claimed (on the processing list).
+        self._acked = 0
+        self._served = 0
+        self._fetched = 0
+        self._claimed = 0
+        self._synced = False
+        self._resume_to: int | None = None
+        self._commit_to: int | None = None
         self._pending: list[BatchMessage] = []
         self._pending_items = 0
         self._pending_malformed = 0
-        # Raw messages popped ahead and not yet decoded (served first, in order, by the next call).
-        self._popped: deque[bytes] = deque()
+        self._pending_future = 0
+        self._pending_end = 0  # the position after the last message taken into _pending
+        # Raw messages fetched ahead and not yet decoded, with their positions (served first, in order).
+        self._popped: deque[tuple[int, bytes]] = deque()
         self._largest_message = 0
         self._redis: AsyncRedis | None = None
 
@@ -151,7 +228,7 @@ class RedisBatchSource:
 
     async def connect(self) -> None:
         if self._redis is None:
-            # The socket timeout must outlast one BLPOP, or redis-py would abort the wait itself.
+            # The socket timeout must outlast one BLMOVE, or redis-py would abort the wait itself.
             self._redis = await connect_redis(
                 self.redis_url,
                 connect_timeout_s=self.connect_timeout_s,
@@ -159,7 +236,21 @@ class RedisBatchSource:
             )
 
     async def aclose(self) -> None:
-        if self._redis is not None:
+        """Acknowledge a committed checkpoint not yet acknowledged, then close the connection.
+
+        A failed acknowledgement is logged, not raised: the checkpoint holds the position, and a
+        source given its state acknowledges it on resume.
+        """
+        if self._redis is None:
+            return
+        try:
+            if self._synced and self._commit_to is not None:
+                await self._acknowledge(self._redis)
+        except LudicError as exc:
+            log.warning(
+                "pipeline.ack_on_close_failed", queue=self.queue_key, consumer=self.consumer, error=str(exc)
+            )
+        finally:
             redis, self._redis = self._redis, None
             await redis.aclose()
 
@@ -171,9 +262,114 @@ class RedisBatchSource:
         await self.aclose()
 
     async def _call(self, awaitable: Awaitable[Any], what: str, timeout_s: float | None = None) -> Any:
-        return await redis_call(
-            awaitable, what=what, url=self.redis_url, timeout_s=timeout_s or self.connect_timeout_s
+        try:
+            return await redis_call(
+                awaitable, what=what, url=self.redis_url, timeout_s=timeout_s or self.connect_timeout_s
+            )
+        except LudicError:
+            # The command may or may not have run (a claim, an acknowledgement): read the positions
+            # back from Redis before the next one.
+            self._synced = False
+            raise
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position trained so far: every message of every batch served (plain data)."""
+        return {
+            "format": _STATE_FORMAT,
+            "queue_key": self.queue_key,
+            "consumer": self.consumer,
+            "consumed": self._served,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume at a checkpoint's position: the next call acknowledges what it trained and delivers
+        again everything claimed after it (see the module docstring)."""
+        if not isinstance(state, Mapping) or state.get("format") != _STATE_FORMAT:
+            raise DataError(
+                f"RedisBatchSource.load_state_dict: not a RedisBatchSource state (format "
+                f"{state.get('format') if isinstance(state, Mapping) else type(state).__name__!r})"
+            )
+        for key, expected in (("queue_key", self.queue_key), ("consumer", self.consumer)):
+            if state.get(key) != expected:
+                raise DataError(
+                    f"RedisBatchSource.load_state_dict: the checkpoint's {key} is {state.get(key)!r} but this "
+                    f"source's is {expected!r}; resume each learner with its own queue and consumer name"
+                )
+        consumed = state.get("consumed")
+        if isinstance(consumed, bool) or not isinstance(consumed, int) or consumed < 0:
+            raise DataError(
+                f"RedisBatchSource.load_state_dict: consumed must be an int >= 0, got {consumed!r}"
+            )
+        self._resume_to = consumed
+        self._commit_to = None
+        self._synced = False
+
+    def checkpoint_committed(self, step: int) -> None:
+        """Called by the trainer once the checkpoint of ``step`` is durable: the messages it trained
+        on (those counted by the last :meth:`state_dict`) are acknowledged by the next call."""
+        self._commit_to = self._served
+        log.debug("pipeline.checkpoint_committed", queue=self.queue_key, consumer=self.consumer, step=step)
+
+    async def _sync(self, redis: AsyncRedis) -> None:
+        """Read this consumer's positions from Redis, resume a loaded checkpoint, and forget what was
+        fetched but not served (it is read again from the processing list)."""
+        acked, processing, _ = await self._call(
+            self.keys.read_boundary(redis), f"positions of {self.keys.processing!r}"
         )
+        if self._resume_to is not None:
+            if self._resume_to != acked:
+                await self._call(
+                    self.keys.move_boundary(
+                        redis, acked=acked, to=self._resume_to, keep_trained=self.keep_trained_messages
+                    ),
+                    f"move {self.consumer!r}'s acknowledged boundary {acked} -> {self._resume_to}",
+                )
+                processing += acked - self._resume_to
+                acked = self._resume_to
+            self._served = acked
+            self._resume_to = None
+        else:
+            # A fresh source resumes where this consumer's last acknowledgement left off.
+            self._served = max(self._served, acked)
+        if acked + processing < self._served:
+            raise DataError(
+                f"consumer {self.consumer!r} of {self.queue_key!r} served messages up to position {self._served} "
+                f"but Redis holds claims only up to {acked + processing}: Redis lost writes (run it with "
+                "appendonly yes, appendfsync always)"
+            )
+        self._acked = acked
+        self._claimed = acked + processing
+        self._fetched = self._served
+        self._popped.clear()
+        self._pending, self._pending_items, self._pending_malformed, self._pending_future = [], 0, 0, 0
+        self._pending_end = self._served
+        if self._claimed > self._served:
+            log.info(
+                "pipeline.redelivering",
+                queue=self.queue_key,
+                consumer=self.consumer,
+                messages=self._claimed - self._served,
+                position=self._served,
+            )
+        self._synced = True
+
+    async def _acknowledge(self, redis: AsyncRedis) -> None:
+        target, self._commit_to = self._commit_to, None
+        if target is None or target <= self._acked:
+            return
+        try:
+            await self._call(
+                self.keys.move_boundary(
+                    redis, acked=self._acked, to=target, keep_trained=self.keep_trained_messages
+                ),
+                f"acknowledge {self.keys.processing!r} up to position {target}",
+            )
+        except LudicError:
+            self._commit_to = target  # tried again after the positions are read back
+            raise
+        self._acked = target
 
     # -- batches -----------------------------------------------------------------------------------
 
@@ -181,11 +377,14 @@ class RedisBatchSource:
         await self.connect()
         assert self._redis is not None
         redis = self._redis
+        if not self._synced:
+            await self._sync(redis)
+        await self._acknowledge(redis)
         started = time.monotonic()
         queue_len: int | None = None
         while self._pending_items < self.min_items:
             if self._popped:
-                await self._take(self._popped.popleft())
+                await self._take(*self._popped.popleft())
                 continue
             remaining = self.wait_timeout_s - (time.monotonic() - started)
             if remaining <= 0:
@@ -195,64 +394,103 @@ class RedisBatchSource:
                     f"{len(self._pending)} messages, kept for the next call); are the actors running and "
                     "pushing to the same queue_key?"
                 )
-            queue_len = await self._pop(redis, remaining)
+            queue_len = await self._fetch_or_claim(redis, remaining)
         messages, self._pending, self._pending_items = self._pending, [], 0
         malformed, self._pending_malformed = self._pending_malformed, 0
+        future, self._pending_future = self._pending_future, 0
+        self._served = self._pending_end
         if queue_len is None:
             queue_len = int(await self._call(redis.llen(self.queue_key), f"LLEN {self.queue_key!r}"))
         self.num_batches += 1
         return SAWBatch(
             items=[item for m in messages for item in m.items],
-            meta=self._batch_meta(messages, malformed=malformed, queue_len=queue_len),
+            meta=self._batch_meta(messages, malformed=malformed, future=future, queue_len=queue_len),
         )
 
     def _messages_wanted(self) -> int:
-        """How many messages to pop at once: what the largest message seen says is still missing.
+        """How many messages to take at once: what the largest message seen says is still missing.
 
-        As long as no message is larger than the largest seen, this never pops more than popping one
+        As long as no message is larger than the largest seen, this never takes more than taking one
         at a time until ``min_items`` would; 1 before the first message.
         """
         if self._largest_message == 0:
             return 1
         missing = self.min_items - self._pending_items
-        return max(1, min(_MAX_MESSAGES_PER_POP, math.ceil(missing / self._largest_message)))
+        return max(1, min(_MAX_MESSAGES_PER_CLAIM, math.ceil(missing / self._largest_message)))
 
-    async def _pop(self, redis: AsyncRedis, remaining_s: float) -> int | None:
-        """Pop into ``self._popped``; returns the queue length after the pop when it was read with it."""
+    async def _fetch_or_claim(self, redis: AsyncRedis, remaining_s: float) -> int | None:
+        """Read into ``self._popped`` the claims not yet delivered, else claim new messages; returns the
+        queue length after a claim when it was read with it."""
         wanted = self._messages_wanted()
-        pipe = cast(_PipelineRedis, redis).pipeline(transaction=False)
-        pipe.lpop(self.queue_key, wanted)
-        pipe.llen(self.queue_key)
-        popped, length = await self._call(pipe.execute(), f"LPOP {self.queue_key!r} {wanted} + LLEN")
-        if popped:
-            self._popped.extend(popped)
-            return int(length)
+        if self._fetched < self._claimed:
+            count = min(wanted, self._claimed - self._fetched)
+            start = self._fetched - self._acked
+            raws = await self._call(
+                self.keys.fetch(redis, start, count), f"LRANGE {self.keys.processing!r} {start} +{count}"
+            )
+            if len(raws) != count:
+                self._synced = False
+                raise DataError(
+                    f"{self.keys.processing!r} holds {len(raws)} messages from index {start} where {count} "
+                    "were expected: is another learner using the same consumer name?"
+                )
+            self.num_redelivered += count
+            self._keep_fetched(raws)
+            return None
+        raws, length = await self._call(
+            self.keys.claim(redis, wanted),
+            f"LMOVE {self.queue_key!r} -> {self.keys.processing!r} x{wanted} + LLEN",
+        )
+        if raws:
+            self._claimed += len(raws)
+            self._keep_fetched(raws)
+            return length
         # The queue is empty: wait for the next message, at most one poll interval.
         poll = min(self.poll_timeout_s, remaining_s)
-        got = await self._call(
-            redis.blpop([self.queue_key], timeout=poll),
-            f"BLPOP {self.queue_key!r}",
+        raw = await self._call(
+            redis.blmove(self.queue_key, self.keys.processing, poll, "LEFT", "RIGHT"),
+            f"BLMOVE {self.queue_key!r} -> {self.keys.processing!r}",
             timeout_s=poll + self.connect_timeout_s,
         )
-        if got is not None:
-            self._popped.append(got[1])
+        if raw is not None:
+            self._claimed += 1
+            self._keep_fetched([raw])
         return None
 
-    async def _take(self, raw: bytes) -> None:
-        message = await self._decode_or_dead_letter(raw)
-        if message is not None:
-            self._pending.append(message)
-            self._pending_items += len(message.items)
-            self._largest_message = max(self._largest_message, len(message.items))
-            self.num_messages += 1
+    def _keep_fetched(self, raws: list[bytes]) -> None:
+        for raw in raws:
+            self._popped.append((self._fetched, raw))
+            self._fetched += 1
 
-    async def _decode_or_dead_letter(self, raw: bytes) -> BatchMessage | None:
+    async def _take(self, position: int, raw: bytes) -> None:
+        self._pending_end = position + 1
+        if raw == TOMBSTONE:
+            return  # dead-lettered before a restart: its position is consumed, nothing to train
+        message = await self._decode_or_dead_letter(position, raw)
+        if message is None:
+            return
+        if await self._dead_letter_if_future(position, message):
+            return
+        self._pending.append(message)
+        self._pending_items += len(message.items)
+        self._largest_message = max(self._largest_message, len(message.items))
+        self.num_messages += 1
+
+    async def _dead_letter(self, position: int, payload: bytes) -> None:
+        assert self._redis is not None
+        await self._call(
+            self.keys.dead_letter(
+                self._redis, index=position - self._acked, dead_key=self.dead_letter_key, payload=payload
+            ),
+            f"RPUSH {self.dead_letter_key!r} + LSET {self.keys.processing!r}",
+        )
+
+    async def _decode_or_dead_letter(self, position: int, raw: bytes) -> BatchMessage | None:
         try:
             return decode_message(raw)
         except DataError as exc:
-            assert self._redis is not None
-            # Preserve the bytes before anything else: the message is already off the queue.
-            await self._call(self._redis.rpush(self.dead_letter_key, raw), f"RPUSH {self.dead_letter_key!r}")
+            # Preserve the bytes before anything else: nothing else will read this message again.
+            await self._dead_letter(position, raw)
             self.num_malformed += 1
             if self.on_malformed == "raise":
                 raise DataError(
@@ -268,7 +506,35 @@ class RedisBatchSource:
             )
             return None
 
-    def _batch_meta(self, messages: list[BatchMessage], *, malformed: int, queue_len: int) -> dict[str, Any]:
+    async def _dead_letter_if_future(self, position: int, message: BatchMessage) -> bool:
+        if self.current_version is None:
+            return False
+        current = self.current_version()
+        newest = max(int(item.meta["policy_version"]) for item in message.items)
+        if newest <= current:
+            return False
+        reason = (
+            f"policy_version {newest} is newer than the learner's version {current}: sampled by weights "
+            "of a continuation the learner discarded when it resumed an older checkpoint"
+        )
+        marked = attrs.evolve(message, meta={**message.meta, "dead_letter_reason": reason})
+        await self._dead_letter(position, encode_message(marked))
+        self.num_future += 1
+        self._pending_future += 1
+        log.warning(
+            "pipeline.future_message_dead_lettered",
+            queue=self.queue_key,
+            dead_letter=self.dead_letter_key,
+            actor_id=message.actor_id,
+            batch_index=message.batch_index,
+            policy_version=newest,
+            current_version=current,
+        )
+        return True
+
+    def _batch_meta(
+        self, messages: list[BatchMessage], *, malformed: int, future: int, queue_len: int
+    ) -> dict[str, Any]:
         items: list[SAWItem] = [item for m in messages for item in m.items]
         versions = [int(item.meta["policy_version"]) for item in items]
         now = time.time()
@@ -292,6 +558,8 @@ class RedisBatchSource:
             "message_age_s_mean": _mean(ages),
             "message_age_s_max": max(ages),
             "num_malformed_messages": malformed,
+            "num_future_messages": future,
+            "consumer": self.consumer,
             "queue_len_after": queue_len,
             "avg_total_reward": _mean(list(rollout_rewards.values())),
             "avg_completion_length": _mean([_completion_length(i) for i in items]),

@@ -1,0 +1,131 @@
+"""A learner's claims on the pipeline queue, kept in Redis so that a restart finds them.
+
+Every learner has a *consumer* name (one per data-parallel rank, the same across its restarts) and
+three keys of its own next to the queue:
+
+* ``<queue>:processing:<consumer>`` — the messages it claimed and has not acknowledged, in the order
+  it claimed them. A claim is one ``LMOVE`` from the queue's head to this list's tail: atomic, so a
+  message is on exactly one list at any time and two learners never claim the same message.
+* ``<queue>:trained:<consumer>`` — the last ``keep_trained`` acknowledged messages, in order: what a
+  resume from an older checkpoint re-delivers.
+* ``<queue>:acked:<consumer>`` — how many messages this consumer has acknowledged in all.
+
+Positions count the messages a consumer claimed since it first ran, so ``trained ++ processing`` is
+one log and ``acked`` the boundary in it: the processing list starts at position ``acked``.
+Acknowledging up to position ``p`` moves the boundary forward (``LMOVE`` processing → trained);
+resuming a checkpoint taken at ``p < acked`` moves it back (trained → processing), so everything
+after ``p`` is delivered again. Either is one ``MULTI`` transaction with the new ``acked``, so a kill
+(of the learner or of Redis with an append-only file) never leaves the two out of step.
+
+A message a learner dead-letters is replaced, in the same transaction that copies it to the dead-letter
+list, by :data:`TOMBSTONE`: it keeps its position (the positions of the others stay valid) and a
+re-delivery skips it instead of dead-lettering it twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, cast
+
+import attrs
+
+from ludic_core.errors import DataError
+
+__all__ = ["TOMBSTONE", "ClaimKeys"]
+
+TOMBSTONE = b"ludic.pipeline.dead-lettered"
+"""What replaces a dead-lettered message in a processing list (never a valid msgpack message map)."""
+
+
+class _Pipelined(Protocol):
+    """The pipelined commands of ``redis.asyncio`` used here."""
+
+    def pipeline(self, transaction: bool = True) -> Any: ...
+
+
+@attrs.frozen
+class ClaimKeys:
+    """The Redis keys of one consumer of one queue (see the module docstring)."""
+
+    queue: str
+    consumer: str
+
+    @property
+    def processing(self) -> str:
+        return f"{self.queue}:processing:{self.consumer}"
+
+    @property
+    def trained(self) -> str:
+        return f"{self.queue}:trained:{self.consumer}"
+
+    @property
+    def acked(self) -> str:
+        return f"{self.queue}:acked:{self.consumer}"
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    async def read_boundary(self, redis: object) -> tuple[int, int, int]:
+        """``(acked, processing length, trained length)`` in one round trip."""
+        pipe = cast(_Pipelined, redis).pipeline(transaction=True)
+        pipe.get(self.acked)
+        pipe.llen(self.processing)
+        pipe.llen(self.trained)
+        acked, processing, trained = await pipe.execute()
+        return int(acked or 0), int(processing), int(trained)
+
+    async def claim(self, redis: object, count: int) -> tuple[list[bytes], int]:
+        """Move up to ``count`` messages from the queue to the processing list; returns them, in order,
+        and the queue length after the claim. Each ``LMOVE`` is atomic on its own: a kill part-way
+        leaves the moved ones on the processing list, where a restart re-delivers them."""
+        pipe = cast(_Pipelined, redis).pipeline(transaction=False)
+        for _ in range(count):
+            pipe.lmove(self.queue, self.processing, "LEFT", "RIGHT")
+        pipe.llen(self.queue)
+        *moved, length = await pipe.execute()
+        return [raw for raw in moved if raw is not None], int(length)
+
+    async def fetch(self, redis: Any, start: int, count: int) -> list[bytes]:
+        """``count`` messages of the processing list from index ``start`` (re-delivery after a restart)."""
+        return list(await redis.lrange(self.processing, start, start + count - 1))
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    async def move_boundary(self, redis: object, *, acked: int, to: int, keep_trained: int) -> None:
+        """Move the acknowledged boundary from ``acked`` (as read from Redis) to position ``to``.
+
+        Raises :class:`DataError`, changing nothing, when the lists are too short: forward, the
+        processing list lacks messages a checkpoint says were trained (Redis lost writes: run it with
+        ``appendonly yes``); backward, the trained list no longer holds what a resume must re-deliver
+        (``keep_trained`` too small for how far back the resume goes).
+        """
+        _, processing, trained = await self.read_boundary(redis)
+        if to > acked and to - acked > processing:
+            raise DataError(
+                f"consumer {self.consumer!r} of {self.queue!r}: the checkpoint consumed messages up to "
+                f"position {to} but Redis holds claims only up to {acked + processing} (acked {acked}); "
+                "Redis lost acknowledged writes (run it with appendonly yes, appendfsync always)"
+            )
+        if to < acked and acked - to > trained:
+            raise DataError(
+                f"consumer {self.consumer!r} of {self.queue!r}: resuming at position {to} must re-deliver "
+                f"{acked - to} trained messages but {self.trained!r} keeps only {trained}; raise "
+                "RedisBatchSource(keep_trained_messages=...) or resume a newer checkpoint"
+            )
+        pipe = cast(_Pipelined, redis).pipeline(transaction=True)
+        for _ in range(max(0, to - acked)):
+            pipe.lmove(self.processing, self.trained, "LEFT", "RIGHT")
+        for _ in range(max(0, acked - to)):
+            pipe.lmove(self.trained, self.processing, "RIGHT", "LEFT")
+        if keep_trained > 0:
+            pipe.ltrim(self.trained, -keep_trained, -1)
+        else:
+            pipe.delete(self.trained)
+        pipe.set(self.acked, to)
+        await pipe.execute()
+
+    async def dead_letter(self, redis: object, *, index: int, dead_key: str, payload: bytes) -> None:
+        """Append ``payload`` to ``dead_key`` and put :data:`TOMBSTONE` at ``index`` of the processing
+        list, in one transaction."""
+        pipe = cast(_Pipelined, redis).pipeline(transaction=True)
+        pipe.rpush(dead_key, payload)
+        pipe.lset(self.processing, index, TOMBSTONE)
+        await pipe.execute()
