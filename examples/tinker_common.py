@@ -1,6 +1,5 @@
-"""What the Tinker training examples share: the clip bands of ludic-train's presets, expressed as
-Tinker loss thresholds, the metrics shown on the console (the logging itself is ludic-core's, as for the
-local Trainer), and the options that say which service to train on and whose tokenizer to use.
+"""What the Tinker training examples share: the metrics shown on the console (the logging itself is
+ludic-core's, as for the local Trainer), and the options that say which service to train on and whose tokenizer to use.
 
 * ``--base-model`` / ``--base-url`` — the Tinker base model and deployment.
 * ``--tokenizer DIR_OR_NAME`` — a local Hugging Face tokenizer directory (or a hub name) used instead
@@ -29,12 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-
-GRPO_CLIP = (0.8, 1.27)
-"""ludic-train's GRPO band ``[1 − 0.2, 1 + 0.27]``, as Tinker ``ppo`` thresholds."""
-GSPO_CLIP = (1 - 3e-4, 1 + 4e-4)
-"""ludic-train's GSPO band ``[1 − 3e-4, 1 + 4e-4]``, as Tinker ``gspo`` thresholds."""
-
 
 SHOWN_KEYS = ("train/loss", "train/num_items", "eval/accuracy", "eval/win_rate", "eval/mean_reward")
 """What the examples' console line shows (the JSON lines hold every metric)."""

@@ -5,10 +5,10 @@ are imported, not copied). Sampling goes through ``TinkerChatClient``; ``TinkerT
 batch to Tinker (``forward_backward`` with a built-in loss, then ``optim_step``) and hands the new
 weights to the sampler after every step, so rollouts carry the step that produced their weights.
 
-* ``--algorithm grpo`` — Tinker's ``ppo`` loss at GRPO's clip band ``[0.8, 1.27]`` (ludic-train's
-  ``make_grpo``), group-normalised advantages.
-* ``--algorithm gspo`` — Tinker's ``gspo`` loss at GSPO's band ``[1 − 3e-4, 1 + 4e-4]`` (``make_gspo``),
-  length-normalised; needs a tinker SDK that has it (0.34 or newer), else a clear error at start.
+* ``--algorithm grpo`` — the ``ludic_core.algorithms.grpo`` preset, the same spec ``train.py`` trains
+  locally: group-normalised advantages and Tinker's ``ppo`` loss at the preset's clip band.
+* ``--algorithm gspo`` — the ``gspo`` preset: Tinker's ``gspo`` loss at its band, length-normalised;
+  needs a tinker SDK that has it (0.34 or newer), else a clear error at start.
 
     export TINKER_API_KEY=tml-...
     python examples/gsm8k/train_tinker.py --base-model Qwen/Qwen3-4B-Instruct-2507 --train-steps 20
@@ -40,8 +40,6 @@ from typing import Any
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/tinker_common.py
 from tinker_common import (
-    GRPO_CLIP,
-    GSPO_CLIP,
     SHOWN_KEYS,
     ServiceWiring,
     add_service_arguments,
@@ -125,19 +123,14 @@ def check_args(args: argparse.Namespace) -> None:
         raise SystemExit(f"--train-steps must be >= 1, got {args.train_steps}")
 
 
-def tinker_loss(algorithm: str) -> Any:
-    """The Tinker built-in loss for ``--algorithm``, at ludic-train's clip band for it. Raises
-    ``ConfigError`` (naming the SDK version) when the installed tinker SDK lacks the loss."""
-    from ludic_tinker import TinkerLoss
+def algorithm_spec(args: argparse.Namespace) -> Any:
+    """The ``ludic_core.algorithms`` preset for ``--algorithm`` (the spec ``train.py`` trains locally)."""
+    from ludic_core.algorithms import grpo, gspo
 
-    if algorithm == "grpo":
-        loss = TinkerLoss.ppo(clip_low=GRPO_CLIP[0], clip_high=GRPO_CLIP[1])
-    elif algorithm == "gspo":
-        loss = TinkerLoss.gspo(clip_low=GSPO_CLIP[0], clip_high=GSPO_CLIP[1])
-    else:
-        raise SystemExit(f"--algorithm must be grpo or gspo, got {algorithm!r}")
-    loss.check_supported()
-    return loss
+    presets = {"grpo": grpo, "gspo": gspo}
+    if args.algorithm not in presets:
+        raise SystemExit(f"--algorithm must be grpo or gspo, got {args.algorithm!r}")
+    return presets[args.algorithm](group_size=args.group_size, positive_only=args.positive_only)
 
 
 async def main(
@@ -150,17 +143,20 @@ async def main(
     """Train; returns each step's metrics. ``tokenizer`` / ``chat_template`` default to
     ``--tokenizer``'s, or the base model's (``training_client.get_tokenizer()``); with
     ``--fake-service``, the fake's byte tokenizer and plain-text template."""
+    from ludic_tinker import tinker_loss_for
+
     check_args(args)
-    loss = tinker_loss(args.algorithm)  # before any remote call: an unsupported loss fails fast
+    algorithm = algorithm_spec(args)
+    # Before any remote call: a loss the installed SDK lacks (gspo before 0.34) fails fast, by name.
+    tinker_loss_for(algorithm)
     with open_service(args, api_key=api_key, tokenizer=tokenizer, chat_template=chat_template) as wiring:
-        return await _train(args, wiring, loss)
+        return await _train(args, wiring, algorithm)
 
 
-async def _train(args: argparse.Namespace, wiring: ServiceWiring, loss: Any) -> list[dict[str, float]]:
+async def _train(args: argparse.Namespace, wiring: ServiceWiring, algorithm: Any) -> list[dict[str, float]]:
     common = gsm8k_train()
     from ludic_core import JsonlLogger, PrintLogger, TeeLogger
     from ludic_core.batch_sources import RolloutBatchSource
-    from ludic_core.credit import GroupNormalizedReturn
     from ludic_core.evaluation import run_eval
     from ludic_tinker import (
         AdamConfig,
@@ -208,23 +204,20 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring, loss: Any) -> 
         rollout_log=args.rollout_log,
         chat_template=wiring.chat_template,  # None: the Agent's HFChatTemplate over the client's tokenizer
     )
-    # make_grpo / make_gspo's credit: advantages normalised within each question's group.
-    credit = GroupNormalizedReturn(
-        group_size=args.group_size, normalize_adv=True, positive_only=args.positive_only
-    )
+    # The preset's credit: advantages normalised within each question's group.
     source = RolloutBatchSource(
         engine=engine,
-        credit_assigner=credit,
+        credit_assigner=algorithm.credit_assigner,
         requests=common.train_requests(args, train_rows),
         max_steps=1,
         concurrency=args.concurrency,
     )
     # The same loggers as the local Trainer's: a JSON line per step or eval, a console line.
     logger = TeeLogger(JsonlLogger(args.metrics), PrintLogger(prefix="[tinker]", keys=SHOWN_KEYS))
-    trainer = TinkerTrainer(
+    trainer = TinkerTrainer.from_algorithm(
         training_client,
         source,
-        loss,
+        algorithm,
         config=config,
         chat_client=client,
         start_step=start_step,

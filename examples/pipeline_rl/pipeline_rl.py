@@ -225,9 +225,9 @@ async def run_actor(
 ) -> dict[str, Any]:
     import attrs
 
+    from ludic_core.algorithms import grpo
     from ludic_core.pipeline import RedisPipelineActor
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.presets import make_grpo
 
     model, tokenizer = build_model(args)
     client = LocalPolicyClient(model, tokenizer, seed=args.seed, initial_version=0)
@@ -238,7 +238,7 @@ async def run_actor(
     actor = RedisPipelineActor(
         engine=make_engine(client, args),
         requests_provider=make_requests(args),
-        credit_assigner=make_grpo(group_size=args.group_size).credit_assigner,
+        credit_assigner=grpo(group_size=args.group_size).credit_assigner,
         redis_url=redis_url,
         queue_key=args.queue_key,
         client=client,
@@ -258,12 +258,12 @@ async def run_actor(
 
 
 async def run_learner(args: argparse.Namespace, redis_url: str, weights: Any) -> dict[str, Any]:
+    from ludic_core.algorithms import grpo
     from ludic_core.loggers.console import PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
     from ludic_core.pipeline import RedisBatchSource
     from ludic_train.config import TrainerConfig
-    from ludic_train.presets import make_grpo
     from ludic_train.trainer import Trainer
 
     model, tokenizer = build_model(args)
@@ -282,7 +282,7 @@ async def run_learner(args: argparse.Namespace, redis_url: str, weights: Any) ->
             "train/policy_lag_max", "perf/batch_wait_s", "perf/step_s"]  # fmt: skip
     trainer = Trainer(
         model=model,
-        algorithm=make_grpo(group_size=args.group_size),
+        algorithm=grpo(group_size=args.group_size),  # the spec the actors' credit comes from
         batch_source=source,
         config=TrainerConfig(
             pad_token_id=tokenizer,

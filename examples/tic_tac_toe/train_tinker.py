@@ -2,7 +2,7 @@
 
 The same game, agent, rewards and requests as ``train.py`` (from ``common.py``). Sampling goes through
 ``TinkerChatClient``; ``TinkerTrainer`` sends every batch to Tinker (``forward_backward`` with the
-built-in ``ppo`` loss at GRPO's clip band ``[0.8, 1.27]``, then ``optim_step``) and hands the new
+built-in ``ppo`` loss at the ``ludic_core.algorithms.grpo`` preset's clip band, then ``optim_step``) and hands the new
 weights to the sampler after every step, so rollouts carry the step that produced their weights.
 
     export TINKER_API_KEY=tml-...
@@ -32,7 +32,6 @@ from typing import Any
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/tinker_common.py
 from tinker_common import (
-    GRPO_CLIP,
     SHOWN_KEYS,
     ServiceWiring,
     add_service_arguments,
@@ -111,14 +110,13 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
     from common import eval_requests, grpo_requests, make_engine, outcome_reducers
 
     from ludic_core import JsonlLogger, PrintLogger, TeeLogger
+    from ludic_core.algorithms import grpo
     from ludic_core.batch_sources import RolloutBatchSource
-    from ludic_core.credit import GroupNormalizedReturn
     from ludic_core.evaluation import run_eval
     from ludic_tinker import (
         AdamConfig,
         TinkerChatClient,
         TinkerCheckpoint,
-        TinkerLoss,
         TinkerTimeouts,
         TinkerTrainer,
         TinkerTrainerConfig,
@@ -155,12 +153,11 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
     engine = make_engine(
         client, opponent=args.opponent, agent_mark=mark, seed=args.seed, chat_template=wiring.chat_template
     )
-    credit = GroupNormalizedReturn(
-        group_size=args.group_size, normalize_adv=True, positive_only=args.positive_only
-    )
+    # The same GRPO spec the local Trainer takes: its credit here, its clip band as Tinker's ppo loss.
+    algorithm = grpo(group_size=args.group_size, positive_only=args.positive_only)
     source = RolloutBatchSource(
         engine=engine,
-        credit_assigner=credit,
+        credit_assigner=algorithm.credit_assigner,
         requests=grpo_requests(
             group_size=args.group_size,
             groups_per_step=args.rollouts_per_update // args.group_size,
@@ -172,10 +169,10 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
     )
     # The same loggers as the local Trainer's: a JSON line per step or eval, a console line.
     logger = TeeLogger(JsonlLogger(args.metrics), PrintLogger(prefix="[tinker]", keys=SHOWN_KEYS))
-    trainer = TinkerTrainer(
+    trainer = TinkerTrainer.from_algorithm(
         training_client,
         source,
-        TinkerLoss.ppo(clip_low=GRPO_CLIP[0], clip_high=GRPO_CLIP[1]),
+        algorithm,
         config=config,
         chat_client=client,
         start_step=start_step,
