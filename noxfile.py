@@ -132,9 +132,27 @@ DEMO_REQUIREMENTS = ("ludic-core", "ludic-envs", "ludic-agents[hf]", "ludic-trai
 # dependencies must hold nothing beyond ISOLATED_ALLOWED_DISTS (structlog and attrs have no runtime
 # dependencies on Python >= 3.11).
 HEAVY_MODULES = ("torch", "transformers", "aiohttp", "redis", "vllm", "tinker", "datasets")
+# ludic-core's base dependencies: attrs, structlog, typing-extensions; cattrs (the `ludic` command's
+# configs); aiohttp and its closure (the OpenAI-compatible client behind `ludic eval --backend openai`,
+# imported only when a request is made, so the import check below still forbids it).
+_CORE_DISTS = (
+    "ludic-core",
+    "attrs",
+    "structlog",
+    "typing-extensions",
+    "cattrs",
+    "aiohttp",
+    "aiohappyeyeballs",
+    "aiosignal",
+    "frozenlist",
+    "multidict",
+    "propcache",
+    "yarl",
+    "idna",
+)
 ISOLATED_ALLOWED_DISTS: dict[str, tuple[str, ...]] = {
-    "ludic-core": ("ludic-core", "attrs", "structlog", "typing-extensions"),
-    "ludic-envs": ("ludic-envs", "ludic-core", "attrs", "structlog", "typing-extensions"),
+    "ludic-core": _CORE_DISTS,
+    "ludic-envs": ("ludic-envs", *_CORE_DISTS),
 }
 
 

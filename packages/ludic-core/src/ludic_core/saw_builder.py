@@ -12,6 +12,11 @@ A later prompt that does not extend the sequence (a context that rewrote history
 chat template that re-renders earlier output differently) raises :class:`~ludic_core.errors.DataError`:
 training on a sequence the model never saw would be silently wrong.
 
+Message-level model calls (sampled through a :class:`~ludic_core.message_client.MessageClient`, step
+info ``token_level: False``) carry no token ids and are refused with a :class:`~ludic_core.errors.DataError`:
+an on-policy loss needs the exact sampled tokens and their logprobs, and an empty item would train on
+nothing. Such rollouts become SFT data only after re-tokenisation with the student's chat template.
+
 Weight and reward come from the turn's final step: the env step, or the last agent step when the turn
 ended without one (a parse failure, an internal-only attempt).
 
@@ -29,6 +34,7 @@ import attrs
 
 from ludic_core.credit import RolloutStepKey, group_key
 from ludic_core.errors import DataError
+from ludic_core.message_client import is_message_level
 from ludic_core.saw import SAWItem
 from ludic_core.types import AgentStep, EnvironmentStep, Rollout, Step
 
@@ -228,6 +234,18 @@ def _turn_meta(rollout: Rollout, turn: Turn, tokens: TurnTokens) -> dict[str, An
     return meta
 
 
+def _refuse_message_level(agent_steps: Sequence[AgentStep], where: str) -> None:
+    message_level = [s.index for s in agent_steps if is_message_level(s.info)]
+    if message_level:
+        raise DataError(
+            f"{where}: model calls {message_level} are message-level (sampled through a MessageClient such "
+            "as OpenAIChatClient: info token_level=False) and carry no token ids; on-policy losses need the "
+            "sampled tokens and their logprobs, so sample training rollouts with a token-level ChatClient "
+            "(LocalPolicyClient, VLLMClient, TinkerChatClient), and re-tokenise message-level rollouts with "
+            "the student's chat template before using them as SFT data"
+        )
+
+
 def rollout_to_saw_items(
     rollout: Rollout,
     weights: Mapping[RolloutStepKey, float],
@@ -249,6 +267,7 @@ def rollout_to_saw_items(
     items: list[SAWItem] = []
     for turn in split_turns(rollout):
         where = f"rollout {rollout.id!r}, turn {turn.turn_id!r}"
+        _refuse_message_level(turn.agent_steps, where)
         tokens = concat_turn_tokens(turn.agent_steps, where=where)
         if need_logps and tokens.actor_logps is None:
             raise DataError(

@@ -1,0 +1,203 @@
+"""Read a run config: TOML (or a run directory's ``config.json``) plus ``key=value`` overrides, structured
+into an attrs class by cattrs and validated before anything heavy starts.
+
+Why cattrs: the library's data types are attrs classes already, so cattrs structures them as they are
+(nested classes, ``Literal``, ``X | None``, tuples) with no second schema, and it reports every bad field
+at once with its path. It adds one small pure-Python dependency. Command-line flags stay with stdlib
+argparse: the flags are few, and ``key=value`` reaches every field without a flag per field (tyro,
+cyclopts or jsonargparse would generate flags from the classes, but each brings a larger dependency tree
+into the torch-free install).
+
+Values of overrides are read as TOML values (``episodes=5`` is an int, ``stop=["</move>"]`` a list,
+``model=gpt-4o`` a string because it is not valid TOML), and types are checked strictly: ``5.5`` is not an
+int, ``"5"`` is not a number, ``true`` is not an int. Errors name the field, the value and the expected
+type; an unknown key names the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
+
+from ludic_core.errors import ConfigError
+
+__all__ = ["load_config", "make_converter", "parse_override", "to_json"]
+
+C = TypeVar("C")
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _strict(tp: type, accepts: tuple[type, ...]) -> Any:
+    def structure(value: Any, _tp: Any) -> Any:
+        if (isinstance(value, bool) and tp is not bool) or not isinstance(value, accepts):
+            raise TypeError(f"got {type(value).__name__}")
+        return tp(value)
+
+    return structure
+
+
+def make_converter() -> cattrs.Converter:
+    """A converter that refuses unknown keys and never coerces between types (ints widen to floats)."""
+    converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    converter.register_structure_hook(int, _strict(int, (int,)))
+    converter.register_structure_hook(float, _strict(float, (int, float)))
+    converter.register_structure_hook(str, _strict(str, (str,)))
+    converter.register_structure_hook(bool, _strict(bool, (bool,)))
+    return converter
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"a.b=1"`` -> ``(["a", "b"], 1)``; the value is a TOML value, else the plain string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r} must look like key=value (nested: section.key=value)")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.split("."), value
+
+
+def _set(data: dict[str, Any], path: Sequence[str], value: Any, text: str) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {text!r}: {part!r} is a value, not a table")
+        node = child
+    node[path[-1]] = value
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """A TOML file, or a JSON file (a run directory's ``config.json``), as a dict."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from exc
+    try:
+        if path.suffix == ".json":
+            data = json.loads(raw)
+        else:
+            data = tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid {path.suffix[1:] or 'TOML'}: {exc}"
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a table, got {type(data).__name__}")
+    return data
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _attrs_class(tp: Any) -> type | None:
+    """The attrs class inside ``tp`` (``X`` or ``X | None``), if any."""
+    if attrs.has(tp):
+        return typing.cast(type, tp)
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        for arg in typing.get_args(tp):
+            if attrs.has(arg):
+                return typing.cast(type, arg)
+    return None
+
+
+def _class_at(cls: type, path: Sequence[str]) -> type:
+    for part in path:
+        nested = _attrs_class(_field_types(cls).get(part))
+        if nested is None:
+            return cls
+        cls = nested
+    return cls
+
+
+def _messages(exc: BaseException, cls: type, data: Any, path: list[str]) -> Iterable[str]:
+    """One readable line per leaf error of a cattrs exception group."""
+    if isinstance(exc, ForbiddenExtraKeysError):
+        valid = [f.name for f in attrs.fields(exc.cl)]
+        for key in sorted(exc.extra_fields):
+            where = ".".join([*path, key])
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+            hint = f"; did you mean {'.'.join([*path, close[0]])!r}?" if close else ""
+            yield f"unknown key {where!r}{hint} (valid keys here: {', '.join(valid)})"
+        return
+    if isinstance(exc, (ClassValidationError, IterableValidationError)):
+        with_notes, without_notes = exc.group_exceptions()
+        for sub in without_notes:
+            yield from _messages(sub, cls, data, path)
+        for sub, note in with_notes:
+            name = getattr(note, "name", None)
+            index = getattr(note, "index", None)
+            if name is not None:
+                sub_path = [*path, str(name)]
+                sub_data = data.get(name) if isinstance(data, Mapping) else None
+                sub_cls = _attrs_class(getattr(note, "type", None)) or cls
+            else:
+                sub_path = [*path[:-1], f"{path[-1]}[{index}]"] if path else [f"[{index}]"]
+                sub_data = data[index] if isinstance(data, list) and isinstance(index, int) else None
+                sub_cls = cls
+            if isinstance(sub, (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError)):
+                yield from _messages(sub, sub_cls, sub_data, sub_path)
+            elif isinstance(sub, KeyError):
+                yield f"{'.'.join(sub_path)}: missing (required, type {_type_name(getattr(note, 'type', '?'))})"
+            else:
+                expected = _type_name(getattr(note, "type", "?"))
+                yield f"{'.'.join(sub_path)} = {sub_data!r}: expected {expected} ({sub})"
+        return
+    # A validator's ConfigError already names the class, the field and the value.
+    yield str(exc) if isinstance(exc, ConfigError) else f"{'.'.join(path) or 'config'}: {exc}"
+
+
+def load_config(
+    cls: type[C],
+    *,
+    files: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+    flags: Mapping[str, Any] | None = None,
+) -> C:
+    """Structure ``cls`` from the files, then the command's ``flags`` (a nested dict), then the
+    overrides (later wins). Raises :class:`~ludic_core.errors.ConfigError` listing every problem."""
+    data: dict[str, Any] = {}
+    for layer in [*(read_file(f) for f in files), dict(flags or {})]:
+        _merge(data, layer)
+    for text in overrides:
+        path, value = parse_override(text)
+        _set(data, path, value, text)
+    try:
+        return make_converter().structure(data, cls)
+    except (ClassValidationError, ForbiddenExtraKeysError) as exc:
+        problems = list(_messages(exc, cls, data, []))
+        raise ConfigError(f"invalid {cls.__name__}:\n  " + "\n  ".join(problems)) from exc
+    except ConfigError:
+        raise
+
+
+def _merge(into: dict[str, Any], layer: Mapping[str, Any]) -> None:
+    for key, value in layer.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def to_json(config: Any) -> dict[str, Any]:
+    """The resolved config as plain JSON data (what ``config.json`` in a run directory holds)."""
+    return typing.cast(dict[str, Any], make_converter().unstructure(config))

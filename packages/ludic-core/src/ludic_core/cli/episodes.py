@@ -1,0 +1,160 @@
+"""What ``ludic eval`` and ``ludic rollouts`` share: the command-line flags of a run config, and the
+engine and requests of a run.
+
+Requests are a pure function of the config: prompt ``i`` gets its env seed from ``(seed, "env", i)`` and
+sample ``j`` of it its sampling seed from ``(seed, "sampling", i, j)``, and request meta carries a stable
+``request_id`` (``"i.j"``), so reruns and resumed runs replay the same episodes. Samples of a prompt form a
+group (``group_id``) for pass@k.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from ludic_core.cli.backends import Backend
+from ludic_core.cli.profiles import EvalProfile
+from ludic_core.cli.run_config import BACKEND_KINDS, SamplingConfig
+from ludic_core.engine import RolloutEngine
+from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
+from ludic_core.protocols.single_agent import SingleAgentProtocol
+from ludic_core.registry import ENVS
+from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic_core.seeding import derive_seed
+
+__all__ = [
+    "CLI_PROTOCOL",
+    "add_run_arguments",
+    "build_engine",
+    "build_requests",
+    "flags_of",
+    "inference_spec",
+    "sampling_params",
+]
+
+CLI_PROTOCOL = "ludic_cli_agent"
+"""The protocol name the CLI's engine registers (a single agent from the backend)."""
+
+# flag dest -> config path: only flags given on the command line reach the config.
+_FLAG_PATHS: dict[str, tuple[str, ...]] = {
+    "env": ("env",),
+    "model": ("backend", "model"),
+    "backend": ("backend", "kind"),
+    "base_url": ("backend", "base_url"),
+    "episodes": ("episodes",),
+    "samples_per_prompt": ("samples_per_prompt",),
+    "seed": ("seed",),
+    "concurrency": ("concurrency",),
+    "temperature": ("sampling", "temperature"),
+    "max_tokens": ("sampling", "max_tokens"),
+    "run_dir": ("run_dir",),
+}
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env", nargs="?", help="a registered env (see `ludic envs`)")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="config overrides, e.g. sampling.temperature=0.7 env_kwargs.opponent=minimax",
+    )
+    parser.add_argument("--config", action="append", default=[], help="a TOML run config (repeatable)")
+    parser.add_argument(
+        "--backend",
+        choices=BACKEND_KINDS,
+        help="openai: any OpenAI-compatible server (vLLM, SGLang, hosted); vllm: the same (vLLM speaks the "
+        "OpenAI API; `ludic serve` starts one); local: in-process model (ludic-train); tinker (ludic-tinker)",
+    )
+    parser.add_argument("--model", help="served model name (openai), model dir or `tiny` (local)")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    parser.add_argument("-n", "--episodes", type=int, help="number of prompts (env seeds)")
+    parser.add_argument("-k", "--samples-per-prompt", type=int, help="samples per prompt (pass@k groups)")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--concurrency", type=int, help="episodes in flight")
+    parser.add_argument("--temperature", type=float)
+    parser.add_argument("--max-tokens", type=int)
+    parser.add_argument(
+        "--run-dir", help="where config, versions and episodes go (default runs/<cmd>-<env>-<time>)"
+    )
+
+
+def flags_of(args: argparse.Namespace, extra: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """The flags given on the command line as a nested config dict."""
+    flags: dict[str, Any] = {}
+    for dest, path in {**_FLAG_PATHS, **(extra or {})}.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        node = flags
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return flags
+
+
+def sampling_params(config: SamplingConfig, profile: EvalProfile) -> SamplingParams:
+    return SamplingParams(
+        temperature=config.temperature,
+        max_tokens=config.max_tokens if config.max_tokens is not None else profile.max_tokens,
+        top_p=config.top_p,
+        stop=config.stop if config.stop is not None else profile.stop,
+    )
+
+
+def build_requests(
+    *,
+    env: str,
+    env_kwargs: dict[str, Any],
+    episodes: int,
+    samples_per_prompt: int,
+    seed: int,
+    inference: InferenceSpec,
+) -> list[RolloutRequest]:
+    requests: list[RolloutRequest] = []
+    for i in range(episodes):
+        for j in range(samples_per_prompt):
+            requests.append(
+                RolloutRequest(
+                    env=EnvSpec(env, kwargs=env_kwargs),
+                    protocol=ProtocolSpec(CLI_PROTOCOL),
+                    env_seed=derive_seed(seed, "env", i),
+                    sampling_seed=derive_seed(seed, "sampling", i, j),
+                    inference=inference,
+                    meta={"request_id": f"{i}.{j}", "group_id": f"prompt-{i}", "group_index": j},
+                )
+            )
+    return requests
+
+
+def inference_spec(sampling: SamplingParams, backend: Backend) -> InferenceSpec:
+    # Token-level backends return the behaviour logprobs, so their rollouts can train on-policy later.
+    return InferenceSpec(sampling=sampling, return_=ReturnSpec(return_chosen_logprobs=backend.token_level))
+
+
+def build_engine(
+    *,
+    env: str,
+    backend: Backend,
+    profile: EvalProfile,
+    system_prompt: str | None,
+    seed: int,
+    concurrency: int,
+    episode_timeout_s: float,
+    rollout_log: str | None,
+) -> RolloutEngine:
+    # Resolve the env now: an unknown name fails before any model call, listing the registered envs.
+    ENVS.get(env)
+    make_agent = backend.agent_factory(parser=profile.parser, system_prompt=system_prompt)
+
+    def protocol() -> SingleAgentProtocol:
+        return SingleAgentProtocol(make_agent(), stop_on_parse_error=profile.stop_on_parse_error)
+
+    return RolloutEngine(
+        protocol_factories={CLI_PROTOCOL: protocol},
+        base_seed=seed,
+        rollout_log=rollout_log,
+        concurrency=concurrency,
+        episode_timeout_s=episode_timeout_s,
+    )

@@ -1,0 +1,184 @@
+"""``ludic rollouts <env> --keep <filter> -o data.jsonl``: collect rollouts for rejection sampling and
+SFT data from any backend.
+
+Kept rollouts are appended to ``-o`` as they finish (:class:`~ludic_core.rollout_log.RolloutLog`), and
+every finished request is recorded in ``<output>.requests.jsonl`` (its ``request_id`` and how many
+rollouts were kept), so a rerun with the same output skips the requests already done and collects the
+rest: an interrupted run resumes where it stopped. ``<output>.run.json`` holds what fixes the requests
+(env, env kwargs, seed, samples per prompt); a rerun with other values is refused rather than mixing
+two datasets in one file.
+
+Rollouts from a message-level backend (``openai``) carry text but no token ids (step info
+``token_level: False``); re-tokenise them with the student's chat template before SFT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ludic_core.cli.backends import check_backend, make_backend
+from ludic_core.cli.command import Command
+from ludic_core.cli.config import load_config
+from ludic_core.cli.episodes import (
+    add_run_arguments,
+    build_engine,
+    build_requests,
+    flags_of,
+    inference_spec,
+    sampling_params,
+)
+from ludic_core.cli.keep import parse_keep
+from ludic_core.cli.profiles import resolve_profile
+from ludic_core.cli.progress import Progress
+from ludic_core.cli.run_config import RolloutsConfig
+from ludic_core.cli.run_dir import create_run_dir
+from ludic_core.cli.table import print_table
+from ludic_core.engine import EpisodeResult
+from ludic_core.errors import ConfigError, DataError
+from ludic_core.evaluation import rollout_record
+from ludic_core.jsonl import read_jsonl
+from ludic_core.registry import ENVS
+from ludic_core.rollout_log import RolloutLog
+
+__all__ = ["COMMAND", "done_request_ids", "run"]
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument("-o", "--output", help="the JSONL file kept rollouts are appended to")
+    parser.add_argument(
+        "--keep",
+        help="which rollouts to keep: all (default), success, an outcome, reward>0, ... (comma = and)",
+    )
+
+
+def _ledger_entry(line: str) -> str:
+    try:
+        entry = json.loads(line)
+    except ValueError as exc:
+        raise DataError(f"not JSON: {exc}") from exc
+    if not isinstance(entry, dict) or not isinstance(entry.get("request_id"), str):
+        raise DataError(f"expected an object with a str request_id, got {line.strip()!r:.200}")
+    return str(entry["request_id"])
+
+
+def done_request_ids(ledger: Path) -> set[str]:
+    """The request ids a previous run over the same output finished."""
+    if not ledger.exists():
+        return set()
+    return set(read_jsonl(ledger, _ledger_entry))
+
+
+def _identity(config: RolloutsConfig) -> dict[str, Any]:
+    return {
+        "env": config.env,
+        "env_kwargs": config.env_kwargs,
+        "seed": config.seed,
+        "samples_per_prompt": config.samples_per_prompt,
+    }
+
+
+def _check_same_run(path: Path, config: RolloutsConfig) -> None:
+    identity = json.loads(json.dumps(_identity(config), default=str))
+    if path.exists():
+        previous = json.loads(path.read_text())
+        if previous != identity:
+            raise ConfigError(
+                f"{config.output!r} was collected with {previous}, not {identity}; resuming would mix two "
+                "datasets: choose another --output or the same env, env_kwargs, seed and samples_per_prompt"
+            )
+    else:
+        path.write_text(json.dumps(identity, indent=2) + "\n")
+
+
+def _append_line(path: Path, entry: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(entry) + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+async def _collect(config: RolloutsConfig, run_dir: Path) -> dict[str, int]:
+    profile = resolve_profile(config.env)
+    keep = parse_keep(config.keep, profile)
+    output = Path(config.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    _check_same_run(output.with_name(output.name + ".run.json"), config)
+    ledger = output.with_name(output.name + ".requests.jsonl")
+    done = done_request_ids(ledger)
+    kept_log = RolloutLog(output)
+    backend = make_backend(config.backend)
+    counts = {"requests": 0, "skipped_done": 0, "rollouts": 0, "kept": 0, "failed_episodes": 0}
+    try:
+        engine = build_engine(
+            env=config.env,
+            backend=backend,
+            profile=profile,
+            system_prompt=config.system_prompt,
+            seed=config.seed,
+            concurrency=config.concurrency,
+            episode_timeout_s=config.episode_timeout_s,
+            rollout_log=str(run_dir / "episodes.jsonl"),
+        )
+        requests = build_requests(
+            env=config.env,
+            env_kwargs=config.env_kwargs,
+            episodes=config.episodes,
+            samples_per_prompt=config.samples_per_prompt,
+            seed=config.seed,
+            inference=inference_spec(sampling_params(config.sampling, profile), backend),
+        )
+        counts["requests"] = len(requests)
+        todo = [r for r in requests if r.meta["request_id"] not in done]
+        counts["skipped_done"] = len(requests) - len(todo)
+
+        with Progress(f"rollouts {config.env}", len(requests), done=counts["skipped_done"]) as bar:
+
+            def on_episode_done(episode: EpisodeResult) -> None:
+                kept = [r for r in episode.rollouts if not episode.failed and keep(rollout_record(r))]
+                kept_log.write(kept)
+                # The ledger line goes last: a crash between the two writes reruns the request, and
+                # its rollouts may then appear twice in the output, but none is ever lost.
+                _append_line(ledger, {"request_id": episode.request.meta["request_id"], "kept": len(kept)})
+                counts["rollouts"] += len(episode.rollouts)
+                counts["kept"] += len(kept)
+                counts["failed_episodes"] += int(episode.failed)
+                bar.advance()
+
+            await engine.generate_rollouts(
+                todo, max_steps=config.max_steps, on_failure="continue", on_episode_done=on_episode_done
+            )
+    finally:
+        await backend.aclose()
+    return counts
+
+
+def run(args: argparse.Namespace) -> int:
+    extra = {"output": ("output",), "keep": ("keep",)}
+    config = load_config(
+        RolloutsConfig, files=args.config, flags=flags_of(args, extra), overrides=args.overrides
+    )
+    # Everything that can be refused cheaply is, before the run directory exists.
+    check_backend(config.backend)
+    ENVS.get(config.env)
+    resolve_profile(config.env)
+    run_dir = create_run_dir("rollouts", config.env, config, config.run_dir)
+    counts = asyncio.run(_collect(config, run_dir))
+    (run_dir / "counts.json").write_text(json.dumps(counts, indent=2) + "\n")
+    print_table(f"ludic rollouts {config.env} -> {config.output} (keep {config.keep})", list(counts.items()))
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    return 0
+
+
+COMMAND = Command(
+    help="collect rollouts from any backend, keep those a filter selects (resumable)",
+    add_arguments=_add_arguments,
+    run=run,
+)

@@ -1,0 +1,118 @@
+"""The typed run configs of ``ludic eval`` and ``ludic rollouts``: attrs classes, read from TOML and
+``key=value`` overrides by :mod:`ludic_core.cli.config`, and written back whole into the run directory.
+
+Nested tables group what belongs together (``[backend]``, ``[sampling]``); an override names a nested
+field with dots: ``backend.model=my-model``, ``sampling.temperature=0.7``, ``env_kwargs.opponent=minimax``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from ludic_core.errors import ConfigError
+
+__all__ = ["BACKEND_KINDS", "BackendConfig", "EvalConfig", "RolloutsConfig", "SamplingConfig"]
+
+BACKEND_KINDS = ("openai", "local", "vllm", "tinker")
+
+
+def _at_least(minimum: float) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None and value < minimum:
+            raise ConfigError(
+                f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value!r}"
+            )
+
+    return check
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not value > 0:
+        raise ConfigError(f"{type(instance).__name__}.{attribute.name} must be > 0, got {value!r}")
+
+
+def _ks(instance: Any, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
+    bad = [k for k in value if k < 1 or k > instance.samples_per_prompt]
+    if not value or bad:
+        raise ConfigError(
+            f"{type(instance).__name__}.{attribute.name} must list ks in [1, samples_per_prompt="
+            f"{instance.samples_per_prompt}], got {list(value)!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class BackendConfig:
+    """Where completions come from.
+
+    * ``openai``: any OpenAI-compatible server at ``base_url`` (vLLM, SGLang, a hosted API), ``model``
+      being the served model's name; the API key is read from the variable ``api_key_env``;
+    * ``local``: an in-process transformers model (ludic-train), ``model`` a model directory or hub id,
+      or ``tiny`` for the test model;
+    * ``vllm``: a vLLM server is OpenAI-compatible, so this is the ``openai`` backend (``ludic serve``
+      starts one with weight-update routes);
+    * ``tinker``: a Tinker sampling client (ludic-tinker), ``model`` the base model or a checkpoint path.
+    """
+
+    kind: Literal["openai", "local", "vllm", "tinker"] = "openai"
+    model: str = ""
+    base_url: str = "http://localhost:8000/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    max_concurrency: int = attrs.field(default=32, validator=_at_least(1))
+    request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    max_retries: int = attrs.field(default=4, validator=_at_least(0))
+    device: str = "cpu"
+
+
+@attrs.frozen(kw_only=True)
+class SamplingConfig:
+    """Sampling parameters (see :class:`~ludic_core.inference.SamplingParams`); ``max_tokens`` and
+    ``stop`` left unset take the env profile's values."""
+
+    temperature: float = attrs.field(default=0.0, validator=_at_least(0))
+    max_tokens: int | None = attrs.field(default=None, validator=_at_least(1))
+    top_p: float = attrs.field(default=1.0, validator=_positive)
+    stop: tuple[str, ...] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class EvalConfig:
+    """``ludic eval``: ``episodes`` prompts (env seeds), each sampled ``samples_per_prompt`` times (pass@k
+    needs k <= samples_per_prompt). ``run_dir`` empty: ``runs/eval-<env>-<time>``."""
+
+    env: str
+    env_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    backend: BackendConfig = attrs.field(factory=BackendConfig)
+    sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
+    episodes: int = attrs.field(default=100, validator=_at_least(1))
+    samples_per_prompt: int = attrs.field(default=1, validator=_at_least(1))
+    pass_k: tuple[int, ...] = attrs.field(default=(1,), validator=_ks)
+    max_steps: int = attrs.field(default=20, validator=_at_least(1))
+    seed: int = attrs.field(default=0, validator=_at_least(0))
+    concurrency: int = attrs.field(default=32, validator=_at_least(1))
+    system_prompt: str | None = None
+    episode_timeout_s: float = attrs.field(default=1800.0, validator=_positive)
+    run_dir: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class RolloutsConfig:
+    """``ludic rollouts``: like :class:`EvalConfig`, plus ``keep`` (which rollouts go to ``output``, see
+    :mod:`ludic_core.cli.keep`). Rerun with the same ``output`` to resume: requests already done are
+    skipped."""
+
+    env: str
+    output: str
+    keep: str = "all"
+    env_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    backend: BackendConfig = attrs.field(factory=BackendConfig)
+    sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
+    episodes: int = attrs.field(default=100, validator=_at_least(1))
+    samples_per_prompt: int = attrs.field(default=1, validator=_at_least(1))
+    max_steps: int = attrs.field(default=20, validator=_at_least(1))
+    seed: int = attrs.field(default=0, validator=_at_least(0))
+    concurrency: int = attrs.field(default=32, validator=_at_least(1))
+    system_prompt: str | None = None
+    episode_timeout_s: float = attrs.field(default=1800.0, validator=_positive)
+    run_dir: str = ""

@@ -1,0 +1,108 @@
+"""The `ludic` command's config layer (cattrs over attrs classes) and its dispatch, without any env
+package: unknown keys name the nearest valid key, wrong types name field, value and expected type, and
+a command contributed by a package that is not installed names the package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ludic_core.cli.config import load_config, parse_override
+from ludic_core.cli.run_config import EvalConfig, RolloutsConfig
+from ludic_core.errors import ConfigError
+
+
+def test_overrides_are_toml_values_and_nest() -> None:
+    config = load_config(
+        EvalConfig,
+        flags={"env": "tictactoe", "backend": {"model": "m"}},
+        overrides=[
+            "episodes=5",
+            "sampling.stop=['</move>']",
+            "env_kwargs.opponent=minimax",
+            "sampling.temperature=1",
+        ],
+    )
+    assert (config.episodes, config.sampling.stop, config.env_kwargs) == (
+        5,
+        ("</move>",),
+        {"opponent": "minimax"},
+    )
+    assert config.sampling.temperature == 1.0 and isinstance(config.sampling.temperature, float)
+    assert parse_override("backend.model=gpt-4o-mini") == (["backend", "model"], "gpt-4o-mini")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["episdes=3"], "unknown key 'episdes'; did you mean 'episodes'?"),
+        (
+            ["sampling.temprature=0.5"],
+            "unknown key 'sampling.temprature'; did you mean 'sampling.temperature'?",
+        ),
+        (["episodes=5.5"], "episodes = 5.5: expected int (got float)"),
+        (["episodes=true"], "episodes = True: expected int (got bool)"),
+        (["episodes='5'"], "episodes = '5': expected int (got str)"),
+        (["pass_k=[1, 'x']"], "pass_k[1] = 'x': expected int (got str)"),
+        (["backend.kind=sglang"], "backend.kind = 'sglang': expected Literal"),
+        (["episodes=0"], "EvalConfig.episodes must be >= 1, got 0"),
+        (["pass_k=[2]"], "pass_k must list ks in [1, samples_per_prompt=1], got [2]"),
+        (["novalue"], "override 'novalue' must look like key=value"),
+    ],
+)
+def test_config_errors_name_what_is_wrong(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(EvalConfig, flags={"env": "e"}, overrides=overrides)
+    assert expected in str(info.value)
+
+
+def test_every_problem_is_reported_at_once_and_required_fields_are_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(RolloutsConfig, overrides=["seed=-1.5", "keep=3"])
+    message = str(info.value)
+    for part in ("env: missing (required, type str)", "output: missing", "seed = -1.5", "keep = 3"):
+        assert part in message
+
+
+def test_toml_file_then_flags_then_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('env = "a"\nepisodes = 7\n[backend]\nmodel = "from-file"\nbase_url = "http://h/v1"\n')
+    config = load_config(EvalConfig, files=[path], flags={"backend": {"model": "flag"}}, overrides=["env=b"])
+    assert (config.env, config.episodes, config.backend.model, config.backend.base_url) == (
+        "b",
+        7,
+        "flag",
+        "http://h/v1",
+    )
+
+
+def _ludic(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ludic_core.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_ludic_lists_its_commands_and_names_missing_packages() -> None:
+    listing = _ludic()
+    assert listing.returncode == 0
+    assert all(name in listing.stdout for name in ("envs", "eval", "rollouts"))
+    train = _ludic("train", "grpo")
+    assert train.returncode == 2
+    assert "`ludic train` needs ludic-train: pip install ludic-train" in train.stderr
+
+
+def test_missing_backend_names_its_package_before_any_run_dir(tmp_path: Path) -> None:
+    # ludic-train may be installed here; tinker's backend is not contributed by any installed package.
+    result = subprocess.run(
+        [sys.executable, "-m", "ludic_core.cli", "eval", "x", "--backend", "tinker", "--model", "m"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert "backend 'tinker' needs ludic-tinker: pip install ludic-tinker" in result.stderr
+    assert not (tmp_path / "runs").exists()

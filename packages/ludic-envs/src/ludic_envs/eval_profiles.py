@@ -1,0 +1,73 @@
+"""Eval profiles of the envs in this package, for ``ludic eval`` and ``ludic rollouts``
+(:class:`ludic_core.cli.profiles.EvalProfile`, registered by env name in the entry-point group
+``"ludic.eval_profiles"``).
+
+* Tic-Tac-Toe: the reply must be one cell (``B2``, or ``<move>B2</move>``); outcomes win / draw / loss,
+  illegal (an occupied cell), parse_error (no single cell in the reply), failed, unfinished; success is a
+  win or a draw.
+* QA (GSM8K, MATH, any :class:`~ludic_envs.qa.DatasetQAEnv`): the whole reply goes to the env, which
+  extracts and grades the answer; outcomes correct / wrong / no_answer (nothing the env could read as an
+  answer) / parse_error (an empty reply) / failed; success is ``correct``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ludic_core.cli.profiles import EvalProfile
+from ludic_core.evaluation import Record
+from ludic_core.parsing import ParseResult
+
+__all__ = ["cell_parser", "qa_profile", "tictactoe_profile"]
+
+_CELL = re.compile(r"\s*(?:<move>\s*)?([A-Ca-c][1-3])(?:\s*</move>)?\s*\.?\s*")
+
+
+def cell_parser(text: str) -> ParseResult:
+    """One cell, bare or in move tags (case, surrounding space and a final period ignored)."""
+    match = _CELL.fullmatch(text)
+    if match:
+        return ParseResult(action=match.group(1).upper())
+    return ParseResult(action=None, reward=-1.0, obs="Reply with one free cell, for example B2.")
+
+
+def _tictactoe_outcome(record: Record) -> str:
+    if record.get("failed"):
+        return "failed"
+    if record.get("parse_error"):  # the game stops at the first unparsable reply
+        return "parse_error"
+    if record.get("illegal_reason"):
+        return "illegal"
+    result = record.get("result")
+    return result if result in ("win", "draw", "loss") else "unfinished"
+
+
+def tictactoe_profile() -> EvalProfile:
+    return EvalProfile(
+        parser=cell_parser,
+        outcomes=("win", "draw", "loss", "illegal", "parse_error", "failed", "unfinished"),
+        outcome=_tictactoe_outcome,
+        success=lambda record: _tictactoe_outcome(record) in ("win", "draw"),
+        max_tokens=16,
+        description="reply with one cell (B2 or <move>B2</move>)",
+    )
+
+
+def _qa_outcome(record: Record) -> str:
+    if record.get("failed"):
+        return "failed"
+    if not record.get("reached_env"):
+        return "parse_error"
+    if record.get("correct"):
+        return "correct"
+    return "wrong" if record.get("answer_found") else "no_answer"
+
+
+def qa_profile() -> EvalProfile:
+    return EvalProfile(
+        outcomes=("correct", "wrong", "no_answer", "parse_error", "failed"),
+        outcome=_qa_outcome,
+        success=lambda record: _qa_outcome(record) == "correct",
+        max_tokens=1024,
+        description="the env extracts and grades the answer",
+    )
