@@ -163,3 +163,25 @@ def test_every_preset_is_registered_under_its_name() -> None:
         assert ALGORITHMS.get(name) is getattr(spec_presets, name), name
         assert getattr(presets, factory).__wrapped__ is getattr(spec_presets, name), name
 
+
+async def test_the_trainer_reports_each_teachers_reverse_kl_from_the_batch_meta() -> None:
+    from ludic_core.saw import SAWBatch
+    from ludic_train.config import TrainerConfig
+    from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
+    from ludic_train.trainer import Trainer
+
+    class OneBatch:
+        async def next_batch(self) -> SAWBatch:
+            # What TeacherScoredBatchSource writes into a scored batch's meta.
+            meta = {"teacher_items/math": 3, "teacher_items/code": 1, "teacher_reverse_kl/math": 0.25}
+            return SAWBatch(items=items(0), meta=meta)
+
+    trainer = Trainer(
+        model=tiny_causal_lm(bpe_tokenizer(), seed=0),
+        algorithm=make_mopd(),
+        batch_source=OneBatch(),
+        config=TrainerConfig(pad_token_id=0, device="cpu", lr=1e-3, publish_every_steps=0),
+    )
+    [result] = await trainer.train(1)
+    assert result["train/teacher_items/math"] == 3 and result["train/teacher_items/code"] == 1
+    assert result["train/teacher_reverse_kl/math"] == 0.25

@@ -57,6 +57,8 @@ _BATCH_META_METRICS = (
     "avg_prompt_length",
     "num_failed_episodes",
 )
+# Batch-meta keys forwarded by prefix: per-teacher counts and reverse KL from TeacherScoredBatchSource.
+_BATCH_META_PREFIXES = ("teacher_items/", "teacher_reverse_kl/")
 
 
 def _rank() -> int:
@@ -328,6 +330,9 @@ class Trainer:
         for key in _BATCH_META_METRICS:
             if is_number(batch.meta.get(key)):
                 metrics[f"train/{key}"] = float(batch.meta[key])
+        for key, value in batch.meta.items():
+            if key.startswith(_BATCH_META_PREFIXES) and is_number(value):
+                metrics[f"train/{key}"] = float(value)
 
         if cfg.publish_every_steps and self.step % cfg.publish_every_steps == 0:
             await self.publish()
