@@ -341,3 +341,13 @@ async def test_the_scripted_token_client_keeps_the_whole_client_contract(qwen_to
         prompt_logprobs=True,
         deterministic_with_seed=False,
     )
+
+
+async def test_the_agent_keeps_the_agent_harness_contract(qwen_tok: Any) -> None:
+    from ludic_core.testing import check_agent
+
+    def fresh() -> Agent:
+        client = ScriptedTokenClient(qwen_tok, ["<answer>1</answer>", "no tags", "<answer>2</answer>"] * 4)
+        return Agent(client=client, parser=ANSWER, chat_template=HFChatTemplate(qwen_tok))
+
+    await check_agent(fresh, observations=["Pick a number.", "Wrong. Again.", "Once more."])

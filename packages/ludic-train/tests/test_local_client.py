@@ -589,3 +589,16 @@ async def test_prompt_logprobs_are_bit_identical_whatever_the_arrival_order(tok,
     order = list(range(len(requests)))
     random.Random(3).shuffle(order)
     assert await run(order) == first
+
+
+async def test_its_publisher_keeps_the_publisher_contract() -> None:
+    from ludic_core.testing import check_publisher
+    from ludic_train.local_client import LocalPolicyClient
+    from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
+
+    tokenizer = bpe_tokenizer()
+    client = LocalPolicyClient(tiny_causal_lm(tokenizer, seed=0), tokenizer)
+    try:
+        await check_publisher(client.as_publisher(), named_tensors={}, versions=(1, 3), version_source=client)
+    finally:
+        await client.aclose()

@@ -354,3 +354,18 @@ async def test_backend_wiring_builds_client_and_publisher(fake_server: Any, tmp_
         VLLMBackendConfig(timeout_s=0)
     with pytest.raises(ConfigError, match="start_server needs the model directory"):
         await open_vllm_backend(VLLMBackendConfig(start_server=True))
+
+
+@pytest.mark.parametrize("mode", ["upload", "path", "gloo"])
+async def test_publishers_keep_the_publisher_contract(fake_server: Any, tmp_path: Any, mode: str) -> None:
+    from ludic_core.testing import check_publisher
+    from ludic_vllm.client import VLLMClient
+
+    publisher = {
+        "upload": lambda: FilePublisher(fake_server.url, mode="upload"),
+        "path": lambda: FilePublisher(fake_server.url, tmp_path, keep_last=1),
+        "gloo": lambda: GlooPublisher(fake_server.url),
+    }[mode]()
+    async with VLLMClient(base_url=fake_server.url, model="tiny") as client:
+        await check_publisher(publisher, named_tensors=weights(5), versions=(1, 2), version_source=client)
+    assert_loaded(fake_server, weights(5))

@@ -1,7 +1,7 @@
 """Reusable test helpers: scripted clients, a minimal agent, a toy env and conformance checks.
 
-Third parties can use these in their own suites (``check_env``, ``check_client``, and
-``check_public_api`` for a package root built with :mod:`ludic_core.exports`).
+Third parties can use these in their own suites (``check_env``, ``check_client``, ``check_agent``,
+``check_publisher``, and ``check_public_api`` for a package root built with :mod:`ludic_core.exports`).
 """
 
 from ludic_core.testing.agent import ScriptedAgent, identity_parser, render_text_dialog
@@ -13,6 +13,7 @@ from ludic_core.testing.clients import (
     scripted_prompt_logprob,
 )
 from ludic_core.testing.envs import GuessNumberEnv
+from ludic_core.testing.harness_checks import check_agent, check_publisher
 from ludic_core.testing.public_api import check_public_api
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode, TokenizerLike
 
@@ -25,9 +26,11 @@ __all__ = [
     "SeededChatClient",
     "TextChatClient",
     "TokenizerLike",
+    "check_agent",
     "check_client",
     "check_env",
     "check_public_api",
+    "check_publisher",
     "identity_parser",
     "render_text_dialog",
     "scripted_prompt_logprob",
