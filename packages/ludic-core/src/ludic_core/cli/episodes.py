@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ludic_core.cli.backends import Backend
 from ludic_core.cli.profiles import EvalProfile
-from ludic_core.cli.run_config import BACKEND_KINDS, SamplingConfig
+from ludic_core.cli.run_config import BACKEND_KINDS, EpisodesConfig, SamplingConfig
 from ludic_core.engine import RolloutEngine
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.protocols.single_agent import SingleAgentProtocol
@@ -27,6 +28,7 @@ __all__ = [
     "CLI_PROTOCOL",
     "add_run_arguments",
     "build_engine",
+    "build_episodes",
     "build_requests",
     "flags_of",
     "inference_spec",
@@ -158,3 +160,29 @@ def build_engine(
         concurrency=concurrency,
         episode_timeout_s=episode_timeout_s,
     )
+
+
+def build_episodes(
+    config: EpisodesConfig, *, profile: EvalProfile, backend: Backend, run_dir: Path
+) -> tuple[RolloutEngine, list[RolloutRequest]]:
+    """The engine and the requests of a command's episodes, every episode logged to
+    ``run_dir/episodes.jsonl``."""
+    engine = build_engine(
+        env=config.env,
+        backend=backend,
+        profile=profile,
+        system_prompt=config.system_prompt,
+        seed=config.seed,
+        concurrency=config.concurrency,
+        episode_timeout_s=config.episode_timeout_s,
+        rollout_log=str(run_dir / "episodes.jsonl"),
+    )
+    requests = build_requests(
+        env=config.env,
+        env_kwargs=config.env_kwargs,
+        episodes=config.episodes,
+        samples_per_prompt=config.samples_per_prompt,
+        seed=config.seed,
+        inference=inference_spec(sampling_params(config.sampling, profile), backend),
+    )
+    return engine, requests

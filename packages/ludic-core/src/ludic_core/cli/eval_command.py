@@ -21,11 +21,8 @@ from ludic_core.cli.command import Command
 from ludic_core.cli.config import load_config
 from ludic_core.cli.episodes import (
     add_run_arguments,
-    build_engine,
-    build_requests,
+    build_episodes,
     flags_of,
-    inference_spec,
-    sampling_params,
 )
 from ludic_core.cli.profiles import EvalProfile, resolve_profile
 from ludic_core.cli.progress import Progress
@@ -60,24 +57,7 @@ async def _evaluate(config: EvalConfig, run_dir: Path) -> dict[str, Any]:
     profile = resolve_profile(config.env)
     backend = make_backend(config.backend)
     try:
-        engine = build_engine(
-            env=config.env,
-            backend=backend,
-            profile=profile,
-            system_prompt=config.system_prompt,
-            seed=config.seed,
-            concurrency=config.concurrency,
-            episode_timeout_s=config.episode_timeout_s,
-            rollout_log=str(run_dir / "episodes.jsonl"),
-        )
-        requests = build_requests(
-            env=config.env,
-            env_kwargs=config.env_kwargs,
-            episodes=config.episodes,
-            samples_per_prompt=config.samples_per_prompt,
-            seed=config.seed,
-            inference=inference_spec(sampling_params(config.sampling, profile), backend),
-        )
+        engine, requests = build_episodes(config, profile=profile, backend=backend, run_dir=run_dir)
         with Progress(f"eval {config.env}", len(requests)) as bar:
             result = await run_eval(
                 engine,

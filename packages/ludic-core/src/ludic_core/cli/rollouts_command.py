@@ -27,11 +27,8 @@ from ludic_core.cli.command import Command
 from ludic_core.cli.config import load_config
 from ludic_core.cli.episodes import (
     add_run_arguments,
-    build_engine,
-    build_requests,
+    build_episodes,
     flags_of,
-    inference_spec,
-    sampling_params,
 )
 from ludic_core.cli.keep import parse_keep
 from ludic_core.cli.profiles import resolve_profile
@@ -117,24 +114,7 @@ async def _collect(config: RolloutsConfig, run_dir: Path) -> dict[str, int]:
     backend = make_backend(config.backend)
     counts = {"requests": 0, "skipped_done": 0, "rollouts": 0, "kept": 0, "failed_episodes": 0}
     try:
-        engine = build_engine(
-            env=config.env,
-            backend=backend,
-            profile=profile,
-            system_prompt=config.system_prompt,
-            seed=config.seed,
-            concurrency=config.concurrency,
-            episode_timeout_s=config.episode_timeout_s,
-            rollout_log=str(run_dir / "episodes.jsonl"),
-        )
-        requests = build_requests(
-            env=config.env,
-            env_kwargs=config.env_kwargs,
-            episodes=config.episodes,
-            samples_per_prompt=config.samples_per_prompt,
-            seed=config.seed,
-            inference=inference_spec(sampling_params(config.sampling, profile), backend),
-        )
+        engine, requests = build_episodes(config, profile=profile, backend=backend, run_dir=run_dir)
         counts["requests"] = len(requests)
         todo = [r for r in requests if r.meta["request_id"] not in done]
         counts["skipped_done"] = len(requests) - len(todo)

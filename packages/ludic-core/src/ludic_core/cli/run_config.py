@@ -13,7 +13,14 @@ import attrs
 
 from ludic_core.errors import ConfigError
 
-__all__ = ["BACKEND_KINDS", "BackendConfig", "EvalConfig", "RolloutsConfig", "SamplingConfig"]
+__all__ = [
+    "BACKEND_KINDS",
+    "BackendConfig",
+    "EpisodesConfig",
+    "EvalConfig",
+    "RolloutsConfig",
+    "SamplingConfig",
+]
 
 BACKEND_KINDS = ("openai", "local", "vllm", "tinker")
 
@@ -77,9 +84,10 @@ class SamplingConfig:
 
 
 @attrs.frozen(kw_only=True)
-class EvalConfig:
-    """``ludic eval``: ``episodes`` prompts (env seeds), each sampled ``samples_per_prompt`` times (pass@k
-    needs k <= samples_per_prompt). ``run_dir`` empty: ``runs/eval-<env>-<time>``."""
+class EpisodesConfig:
+    """What ``ludic eval`` and ``ludic rollouts`` both run: ``episodes`` prompts (env seeds), each
+    sampled ``samples_per_prompt`` times, against ``backend``. Each setting is declared here once; the
+    commands' configs add only their own. ``run_dir`` empty: ``runs/<command>-<env>-<time>``."""
 
     env: str
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
@@ -87,7 +95,6 @@ class EvalConfig:
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     episodes: int = attrs.field(default=100, validator=_at_least(1))
     samples_per_prompt: int = attrs.field(default=1, validator=_at_least(1))
-    pass_k: tuple[int, ...] = attrs.field(default=(1,), validator=_ks)
     max_steps: int = attrs.field(default=20, validator=_at_least(1))
     seed: int = attrs.field(default=0, validator=_at_least(0))
     concurrency: int = attrs.field(default=32, validator=_at_least(1))
@@ -97,22 +104,19 @@ class EvalConfig:
 
 
 @attrs.frozen(kw_only=True)
-class RolloutsConfig:
-    """``ludic rollouts``: like :class:`EvalConfig`, plus ``keep`` (which rollouts go to ``output``, see
-    :mod:`ludic_core.cli.keep`). Rerun with the same ``output`` to resume: requests already done are
-    skipped."""
+class EvalConfig(EpisodesConfig):
+    """``ludic eval``: the episodes plus ``pass_k`` (pass@k needs k <= samples_per_prompt); greedy
+    sampling by default."""
 
-    env: str
+    pass_k: tuple[int, ...] = attrs.field(default=(1,), validator=_ks)
+
+
+@attrs.frozen(kw_only=True)
+class RolloutsConfig(EpisodesConfig):
+    """``ludic rollouts``: the episodes plus ``output`` and ``keep`` (which rollouts go to ``output``, see
+    :mod:`ludic_core.cli.keep`); sampling at temperature 1 by default. Rerun with the same ``output`` to
+    resume: requests already done are skipped."""
+
     output: str
     keep: str = "all"
-    env_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    backend: BackendConfig = attrs.field(factory=BackendConfig)
     sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
-    episodes: int = attrs.field(default=100, validator=_at_least(1))
-    samples_per_prompt: int = attrs.field(default=1, validator=_at_least(1))
-    max_steps: int = attrs.field(default=20, validator=_at_least(1))
-    seed: int = attrs.field(default=0, validator=_at_least(0))
-    concurrency: int = attrs.field(default=32, validator=_at_least(1))
-    system_prompt: str | None = None
-    episode_timeout_s: float = attrs.field(default=1800.0, validator=_positive)
-    run_dir: str = ""
