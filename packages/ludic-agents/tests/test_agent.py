@@ -351,3 +351,12 @@ async def test_the_agent_keeps_the_agent_harness_contract(qwen_tok: Any) -> None
         return Agent(client=client, parser=ANSWER, chat_template=HFChatTemplate(qwen_tok))
 
     await check_agent(fresh, observations=["Pick a number.", "Wrong. Again.", "Once more."])
+
+
+def test_the_chat_agent_is_registered_with_its_system_prompt(qwen_tok: Any) -> None:
+    from ludic_core.registry import make_agent
+
+    client = ScriptedTokenClient(qwen_tok, ["x"])
+    agent = make_agent("chat", client=client, parser=ANSWER, system_prompt="Play well.")
+    assert isinstance(agent, Agent) and agent.default_system_prompt == "Play well."
+    assert make_agent("chat", client=client, parser=ANSWER).default_system_prompt is None

@@ -23,7 +23,7 @@ from ludic_core.parsing import Parser, ParseResult
 from ludic_core.seeding import derive_seed
 from ludic_core.types import ChatResponse, Info, Message, ToolResult
 
-__all__ = ["DEFAULT_INCOMPLETE_FEEDBACK", "Agent"]
+__all__ = ["DEFAULT_INCOMPLETE_FEEDBACK", "Agent", "make_chat_agent"]
 
 log = get_logger(__name__)
 
@@ -188,7 +188,7 @@ class Agent:
         turn's tokens extended by the pending messages (tool results) and ``extra`` (prompt-only
         messages such as a final-answer instruction)."""
         if self._turn is None:
-            messages = self.context.prompt_messages() + list(extra)
+            messages = self.context.prompt_view() + list(extra)
             self._turn = TurnPrompt.start(self.chat_template, messages, tools=tools)
             return self._turn.prompt_ids, messages, {"prompt_render": "fresh"}
         if self._awaiting_external:
@@ -223,7 +223,9 @@ class Agent:
         timeout = min(bounds) if bounds else None
         self._turn_calls += 1
         try:
-            response = await asyncio.wait_for(self.client.complete_tokens(request), timeout)
+            # asyncio.timeout, not wait_for: no extra task per model call.
+            async with asyncio.timeout(timeout):
+                response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
             raise LudicTimeoutError(
                 f"model call {loop_index} of the turn: {type(self.client).__name__}.complete_tokens did not "
@@ -258,3 +260,16 @@ class Agent:
             info["policy_version_start"] = response.policy_version_start
             info["policy_version_end"] = response.policy_version_end
         return info
+
+
+def make_chat_agent(
+    *, client: ChatClient, parser: Parser, system_prompt: str | None = None, **options: Any
+) -> Agent:
+    """An :class:`Agent` over ``client``'s own tokenizer and chat template, with a fresh full-dialog
+    context whose system prompt is ``system_prompt`` (None: the env's suggestion).
+
+    Registered as the agent ``"chat"`` (``ludic_core.registry.make_agent("chat", client=..., parser=...)``),
+    so packages that may not import ludic-agents, such as ludic-train's ``local`` backend of the
+    ``ludic`` command, can still build one. ``options`` are the other :class:`Agent` arguments.
+    """
+    return Agent(client=client, parser=parser, context=FullDialog(system_prompt), **options)

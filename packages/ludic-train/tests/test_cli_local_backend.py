@@ -1,0 +1,65 @@
+"""``ludic eval`` / ``ludic rollouts --backend local``: the command run as a subprocess, sampling in-process
+from the tiny model through LocalPolicyClient and ludic-agents' Agent. Unlike the message-level openai
+backend, these rollouts carry token ids and behaviour logprobs, so they become trainable SAW items."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ludic_core.credit import MonteCarloReturn
+from ludic_core.rollout_log import read_rollouts
+from ludic_core.saw_builder import build_saw_items
+
+TIMEOUT_S = 240
+
+
+def ludic(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "ludic_core.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+
+
+def test_eval_samples_the_local_model_and_logs_trainable_episodes(tmp_path: Path) -> None:
+    done = ludic(
+        "eval",
+        "tictactoe",
+        "--backend",
+        "local",
+        "--model",
+        "tiny",
+        "-n",
+        "3",
+        "--run-dir",
+        "run",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["num_episodes"] == 3 and metrics["num_failed_episodes"] == 0
+    rates = [metrics[k] for k in ("win_rate", "draw_rate", "loss_rate", "illegal_rate", "parse_error_rate")]
+    assert abs(sum(rates) + metrics["failed_rate"] + metrics["unfinished_rate"] - 1.0) < 1e-9
+    rollouts = list(read_rollouts(tmp_path / "run" / "episodes.jsonl"))
+    assert len(rollouts) == 3
+    items = build_saw_items(rollouts, MonteCarloReturn().compute(rollouts), require_actor_logps=True)
+    assert items and all(item.actor_logps is not None for item in items)
+
+
+def test_a_missing_model_is_named_before_anything_runs(tmp_path: Path) -> None:
+    done = ludic(
+        "eval", "tictactoe", "--backend", "local", "--model", "no/such/dir", "--run-dir", "run", cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert (
+        "backend.model 'no/such/dir' is neither a model directory nor one of ['tiny', 'smollm2']"
+        in done.stderr
+    )
