@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 from ludic_core.engine import RolloutEngine
-from ludic_core.inference import InferenceSpec, ReturnSpec
+from ludic_core.inference import InferenceSpec, ReturnSpec, TokenCompletionRequest
 from ludic_core.protocols import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic_core.testing import GuessNumberEnv, ScriptedAgent, ScriptedChatClient
+from ludic_core.testing import ByteTokenizer, GuessNumberEnv, ScriptedAgent, ScriptedChatClient
+from ludic_core.testing.agent import render_text_dialog
+from ludic_core.types import Message
 
 REPLIES = ["5", "3", "8", "1", "9", "2", "7", "4", "6", "10"]
 INFERENCE = InferenceSpec(return_=ReturnSpec.for_rl())
 
 
+def reply(request: TokenCompletionRequest, _call_index: int) -> str:
+    """REPLIES in order within each episode, whatever order concurrent episodes call the model in.
+
+    Keyed on the turn (the assistant cues in the rendered prompt), not the client's global call
+    counter: with a shared counter, concurrency would change which episode gets which reply, so the
+    sides of a comparison would play different games.
+    """
+    turn = (request.prompt_text or "").count("<|assistant|>") - 1
+    return REPLIES[turn % len(REPLIES)]
+
+
 def make_client(latency_s: float = 0.0) -> ScriptedChatClient:
-    """A zero-cost model that cycles through REPLIES, after ``latency_s`` per call."""
-    return ScriptedChatClient(REPLIES, cycle=True, latency_s=latency_s)
+    """A zero-cost model that plays REPLIES in order each episode, after ``latency_s`` per call."""
+    return ScriptedChatClient(reply, latency_s=latency_s)
 
 
 def make_engine(latency_s: float = 0.0) -> RolloutEngine:
@@ -33,3 +46,24 @@ def requests(episodes: int) -> list[RolloutRequest]:
         )
         for e in range(episodes)
     ]
+
+
+async def bare_episode(client: ScriptedChatClient, episode: int, max_steps: int) -> int:
+    """The baseline both benchmarks compare with: one episode as a minimal hand-written loop (render,
+    tokenise, call the client, step the env), no engine. Returns the model calls it made."""
+    encode = ByteTokenizer().encode
+    env = GuessNumberEnv()
+    obs, _ = env.env_reset(seed=episode)
+    messages: list[Message] = [{"role": "user", "content": obs}]
+    for step in range(max_steps):
+        prompt = render_text_dialog(messages)
+        request = TokenCompletionRequest.from_spec(
+            encode(prompt), INFERENCE, seed=episode, prompt_text=prompt
+        )
+        response = await client.complete_tokens(request)
+        messages.append({"role": "assistant", "content": response.text})
+        outcome = env.env_step(response.text.strip())
+        if outcome.terminated or outcome.truncated:
+            return step + 1
+        messages.append({"role": "user", "content": outcome.obs})
+    return max_steps

@@ -10,7 +10,13 @@ actually made:
 * ``fifo_ideal`` — a zero-overhead executor that, like the engine's semaphore, starts episodes in
   request order whenever one of ``C`` slots frees up (list scheduling, simulated exactly).
 
-Prints one JSON object: for each concurrency, the wall time, both ideals and the efficiencies
+The same episodes also run as a bare asyncio loop at the same concurrency (a semaphore and the minimal
+hand-written episode loop, no engine), measured in the same run: its efficiency is what the client,
+env and event loop allow on this machine, and ``engine_vs_bare`` (bare wall / engine wall) is the part
+the engine itself loses. When the bare loop is far from 1.0, per-call CPU time of the client and env
+(not the engine) is what stops the machine from keeping that many calls in flight.
+
+Prints one JSON object: for each concurrency, the wall times, both ideals and the efficiencies
 ``ideal / measured`` (1.0 is perfect; what is lost is the engine's own work and event-loop scheduling).
 """
 
@@ -23,7 +29,7 @@ import json
 import sys
 import time
 
-from _guess_number import make_engine, requests
+from _guess_number import bare_episode, make_client, make_engine, requests
 
 
 async def run_engine(
@@ -40,6 +46,20 @@ async def run_engine(
         raise SystemExit(1)
     calls_by_seed = {r.meta["engine"]["env_seed"]: len(r.agent_steps) for r in result.rollouts}
     return wall, [calls_by_seed[seed] for seed in range(episodes)]
+
+
+async def run_bare(episodes: int, max_steps: int, concurrency: int, latency_s: float) -> float:
+    """Wall seconds of the bare loop over the same episodes, ``concurrency`` at a time."""
+    client = make_client(latency_s)
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(episode: int) -> int:
+        async with semaphore:
+            return await bare_episode(client, episode, max_steps)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(e) for e in range(episodes)))
+    return time.perf_counter() - started
 
 
 def fifo_makespan(calls: list[int], slots: int, latency_s: float) -> float:
@@ -65,18 +85,25 @@ def main() -> None:
 
     results = {}
     for concurrency in args.concurrency:
+        bare = asyncio.run(run_bare(args.episodes, args.max_steps, concurrency, latency_s))
         wall, calls = asyncio.run(run_engine(args.episodes, args.max_steps, concurrency, latency_s))
         lower_bound = max(sum(calls) / concurrency, max(calls)) * latency_s
         fifo = fifo_makespan(calls, concurrency, latency_s)
         results[str(concurrency)] = {
             "wall_s": wall,
+            "bare_loop_wall_s": bare,
             "lower_bound_s": lower_bound,
             "fifo_ideal_s": fifo,
             "efficiency_vs_lower_bound": lower_bound / wall,
             "efficiency_vs_fifo_ideal": fifo / wall,
+            "bare_loop_efficiency_vs_fifo_ideal": fifo / bare,
+            "engine_vs_bare": bare / wall,
             "model_calls": sum(calls),
         }
-        print(f"concurrency {concurrency}: {wall:.3f} s (fifo ideal {fifo:.3f} s)", file=sys.stderr)
+        print(
+            f"concurrency {concurrency}: {wall:.3f} s (bare loop {bare:.3f} s, fifo ideal {fifo:.3f} s)",
+            file=sys.stderr,
+        )
     print(
         json.dumps(
             {

@@ -36,11 +36,17 @@ import re
 from collections.abc import Sequence
 
 from ludic_core.errors import ConfigError
-from ludic_core.types import Info, Message, ToolResult
+from ludic_core.types import FrozenMessage, Info, Message, ToolResult
 
 __all__ = ["ContextStrategy", "FullDialog", "LatestObservation", "TruncatedThinkingContext"]
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+def _own_copy(message: Message) -> FrozenMessage:
+    # The caller keeps its dict (and the lists inside it): the history gets a deep copy, frozen, so
+    # prompts and steps can share it. Copies made from it (messages, prompt_messages) are plain dicts.
+    return FrozenMessage(copy.deepcopy(dict(message)))
 
 
 class ContextStrategy(abc.ABC):
@@ -62,7 +68,8 @@ class ContextStrategy(abc.ABC):
 
     @property
     def messages(self) -> list[Message]:
-        """A deep copy of the full history (what happened, not what the model is shown)."""
+        """A deep copy of the full history (what happened, not what the model is shown), as plain
+        mutable dicts."""
         return copy.deepcopy(self._messages)
 
     def reset(self, *, system_prompt: str | None = None) -> None:
@@ -70,7 +77,7 @@ class ContextStrategy(abc.ABC):
         self._messages = []
         prompt = system_prompt if system_prompt is not None else self._default_system_prompt
         if prompt is not None:
-            self._messages.append({"role": "system", "content": prompt})
+            self._messages.append(FrozenMessage(role="system", content=prompt))
 
     def on_env_reset(self, obs: str, info: Info) -> None:
         self.add_user(obs)
@@ -81,28 +88,34 @@ class ContextStrategy(abc.ABC):
     def add_user(self, content: str) -> None:
         if not isinstance(content, str):
             raise ConfigError(f"a user message needs str content, got {type(content).__name__}: {content!r}")
-        self._messages.append({"role": "user", "content": content})
+        self._messages.append(FrozenMessage(role="user", content=content))
 
     def add_assistant(self, message: Message) -> None:
         """Append an assistant message (``content`` and optionally OpenAI-format ``tool_calls``)."""
         if message.get("role") != "assistant":
             raise ConfigError(f"add_assistant needs role 'assistant', got {message.get('role')!r}")
-        self._messages.append(copy.deepcopy(dict(message)))
+        self._messages.append(_own_copy(message))
 
     def add_tool_results(self, results: Sequence[ToolResult]) -> None:
         for result in results:
-            self._messages.append(result.to_message())
+            self._messages.append(FrozenMessage(result.to_message()))
 
     def add_message(self, message: Message) -> None:
         """Append any well-formed message (escape hatch for custom protocols)."""
         role = message.get("role")
         if role not in _ROLES:
             raise ConfigError(f"message role must be one of {sorted(_ROLES)}, got {role!r}")
-        self._messages.append(copy.deepcopy(dict(message)))
+        self._messages.append(_own_copy(message))
 
     @abc.abstractmethod
     def prompt_messages(self) -> list[Message]:
         """The messages the next prompt is rendered from (a fresh copy; callers may mutate it)."""
+
+    def prompt_view(self) -> list[Message]:
+        """What :meth:`prompt_messages` shows, for a caller that only reads it (the agent renders it
+        and records it on the step). A strategy may return its history's frozen messages here instead
+        of copies; the default is :meth:`prompt_messages`."""
+        return self.prompt_messages()
 
 
 class FullDialog(ContextStrategy):
@@ -110,6 +123,13 @@ class FullDialog(ContextStrategy):
 
     def prompt_messages(self) -> list[Message]:
         return copy.deepcopy(self._messages)
+
+    def prompt_view(self) -> list[Message]:
+        if type(self).prompt_messages is not FullDialog.prompt_messages:
+            return self.prompt_messages()  # a subclass shows something else
+        # The history is frozen, so the prompt and every step that records it share its messages:
+        # no copy of the conversation per model call.
+        return list(self._messages)
 
 
 class LatestObservation(ContextStrategy):

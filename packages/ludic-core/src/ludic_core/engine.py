@@ -335,24 +335,30 @@ class RolloutEngine:
                     await maybe
             return result
 
+        # Finished tasks report through a queue: one O(1) wake-up per episode. Re-arming
+        # ``asyncio.wait`` over every pending task after each completion costs O(pending) each time,
+        # O(episodes²) per call, and was the engine's main cost at high concurrency. The queue needs
+        # no timeout of its own: every episode is bounded by ``episode_timeout_s``.
+        finished: asyncio.Queue[asyncio.Task[EpisodeResult]] = asyncio.Queue()
         tasks = [asyncio.ensure_future(run(i)) for i in range(len(requests))]
+        for task in tasks:
+            task.add_done_callback(finished.put_nowait)
         results: list[EpisodeResult | None] = [None] * len(requests)
-        index_of: dict[asyncio.Future[EpisodeResult], int] = {task: i for i, task in enumerate(tasks)}
-        pending: set[asyncio.Future[EpisodeResult]] = set(tasks)
+        index_of: dict[asyncio.Task[EpisodeResult], int] = {task: i for i, task in enumerate(tasks)}
         try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    episode = task.result()  # re-raises ConfigError and other non-episode errors
-                    results[index_of[task]] = episode
-                    if episode.failure is not None and on_failure == "raise":
-                        f = episode.failure
-                        raise EpisodeError(
-                            f"episode {episode.episode_index} (env {episode.request.env.kind!r}, env_seed "
-                            f"{episode.env_seed}) failed in stage {f.stage!r}: {f.error_type}: {f.message}; "
-                            "pass on_failure='continue' to keep the other episodes"
-                        )
+            for _ in range(len(tasks)):
+                task = await finished.get()
+                episode = task.result()  # re-raises ConfigError and other non-episode errors
+                results[index_of[task]] = episode
+                if episode.failure is not None and on_failure == "raise":
+                    f = episode.failure
+                    raise EpisodeError(
+                        f"episode {episode.episode_index} (env {episode.request.env.kind!r}, env_seed "
+                        f"{episode.env_seed}) failed in stage {f.stage!r}: {f.error_type}: {f.message}; "
+                        "pass on_failure='continue' to keep the other episodes"
+                    )
         finally:
+            pending = [task for task in tasks if not task.done()]
             for task in pending:
                 task.cancel()
             if pending:
@@ -452,7 +458,10 @@ class RolloutEngine:
                 inference=inference,
                 timeout_s=settings["timeout_s"],
             )
-            rollouts = list(await asyncio.wait_for(run, settings["episode_timeout_s"]))
+            # asyncio.timeout cancels this task at the deadline; wait_for would wrap the run in a
+            # second task per episode.
+            async with asyncio.timeout(settings["episode_timeout_s"]):
+                rollouts = list(await run)
         except ConfigError:
             raise
         except TimeoutError:

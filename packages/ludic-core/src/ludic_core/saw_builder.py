@@ -188,18 +188,41 @@ def _policy_version(agent_steps: Sequence[AgentStep]) -> int | None:
     return min(versions) if versions else None
 
 
-def _turn_meta(rollout: Rollout, turn: Turn, tokens: TurnTokens) -> dict[str, Any]:
+@attrs.frozen
+class _RolloutFacts:
+    """What every item of a rollout repeats in its meta, computed once per rollout, not per turn
+    (``total_reward`` alone walks every step)."""
+
+    scalar_meta: dict[str, Any]
+    group_id: str | None
+    total_reward: float
+    truncated: bool
+    truncation_reason: str | None
+
+    @classmethod
+    def of(cls, rollout: Rollout) -> _RolloutFacts:
+        try:
+            group_id: str | None = group_key(rollout)[0]
+        except DataError:
+            group_id = None
+        return cls(
+            scalar_meta={
+                k: v
+                for k, v in rollout.meta.items()
+                if isinstance(v, _SCALAR) and k not in ("engine", "request_meta")
+            },
+            group_id=group_id,
+            total_reward=rollout.total_reward,
+            truncated=rollout.truncated,
+            truncation_reason=rollout.truncation_reason,
+        )
+
+
+def _turn_meta(rollout: Rollout, turn: Turn, tokens: TurnTokens, facts: _RolloutFacts) -> dict[str, Any]:
     final = turn.final_step
     last_call = turn.agent_steps[-1]
-    meta: dict[str, Any] = {
-        k: v
-        for k, v in rollout.meta.items()
-        if isinstance(v, _SCALAR) and k not in ("engine", "request_meta")
-    }
-    try:
-        meta["group_id"] = group_key(rollout)[0]
-    except DataError:
-        meta["group_id"] = None
+    meta: dict[str, Any] = dict(facts.scalar_meta)
+    meta["group_id"] = facts.group_id
     meta.update(
         {
             "rollout_id": rollout.id,
@@ -208,12 +231,12 @@ def _turn_meta(rollout: Rollout, turn: Turn, tokens: TurnTokens) -> dict[str, An
             "turn_id": turn.turn_id,
             "turn_index": turn.index,
             "reward": final.reward,
-            "total_reward": rollout.total_reward,
+            "total_reward": facts.total_reward,
             "terminated": final.terminated,
             "truncated": final.truncated,
             "truncation_reason": final.truncation_reason,
-            "episode_truncated": rollout.truncated,
-            "episode_truncation_reason": rollout.truncation_reason,
+            "episode_truncated": facts.truncated,
+            "episode_truncation_reason": facts.truncation_reason,
             "parse_error": isinstance(final, AgentStep) and final.parse_error,
             "incomplete_completion": bool(last_call.info.get("incomplete_completion", False)),
             "finish_reason": last_call.trace.finish_reason,
@@ -264,6 +287,7 @@ def rollout_to_saw_items(
             "failed rollouts produce no training items"
         )
     need_logps = _rollout_wants_logps(rollout) if require_actor_logps is None else require_actor_logps
+    facts = _RolloutFacts.of(rollout)
     items: list[SAWItem] = []
     for turn in split_turns(rollout):
         where = f"rollout {rollout.id!r}, turn {turn.turn_id!r}"
@@ -282,7 +306,7 @@ def rollout_to_saw_items(
                 attention_mask=(1,) * len(tokens.input_ids),
                 action_mask=tokens.action_mask,
                 weight=weights[key],
-                meta=_turn_meta(rollout, turn, tokens),
+                meta=_turn_meta(rollout, turn, tokens, facts),
                 actor_logps=tokens.actor_logps,
                 sampling_temperature=tokens.sampling_temperature,
             )

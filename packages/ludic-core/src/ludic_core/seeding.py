@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from typing import Any
 
 from ludic_core.errors import ConfigError
 
-__all__ = ["MAX_SEED", "derive_seed", "random_state_from_json", "random_state_to_json"]
+__all__ = ["MAX_SEED", "derive_seed", "random_state_from_json", "random_state_to_json", "seed_deriver"]
 
 MAX_SEED = 2**31 - 1
 
@@ -26,6 +27,28 @@ def derive_seed(base: int, *parts: object) -> int:
     text = "\x1f".join([str(base), *(repr(p) for p in parts)])
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % (MAX_SEED + 1)
+
+
+def seed_deriver(base: int, *prefix: object) -> Callable[..., int]:
+    """``derive(*rest) == derive_seed(base, *prefix, *rest)``, with ``base`` and ``prefix`` hashed once.
+
+    For a stream of seeds that share their first parts (an episode's model calls: the same sampling
+    seed and agent, a new attempt each time): the hash state after the shared parts is kept and only
+    the rest is hashed per call, giving exactly the values :func:`derive_seed` gives.
+    """
+    if isinstance(base, bool) or not isinstance(base, int):
+        raise TypeError(f"seed_deriver: base must be an int, got {base!r}")
+    head = hashlib.blake2b(
+        "\x1f".join([str(base), *(repr(p) for p in prefix)]).encode("utf-8"), digest_size=8
+    )
+
+    def derive(*rest: object) -> int:
+        hasher = head.copy()
+        if rest:
+            hasher.update("".join(["\x1f" + repr(p) for p in rest]).encode("utf-8"))
+        return int.from_bytes(hasher.digest(), "big") % (MAX_SEED + 1)
+
+    return derive
 
 
 def random_state_to_json(rng: random.Random) -> list[Any]:

@@ -13,10 +13,11 @@ A :class:`Rollout` is one agent's view of one episode. Its timeline mixes two ki
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
+import os
 import random
 import time
-import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, Literal, TypeAlias
@@ -32,6 +33,7 @@ __all__ = [
     "ChatResponse",
     "EnvironmentStep",
     "EpisodeFailure",
+    "FrozenMessage",
     "Info",
     "Message",
     "Rollout",
@@ -41,6 +43,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "TruncationReason",
+    "freeze_message",
     "new_id",
     "seeded_ids",
 ]
@@ -65,11 +68,18 @@ TRUNCATION_REASONS: frozenset[str] = frozenset({"env", "max_steps", "max_seq_len
 _ID_SOURCE: ContextVar[random.Random | None] = ContextVar("ludic_id_source", default=None)
 
 
+# The version and variant bits of an RFC 4122 version-4 UUID, applied to 128 random bits.
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
 def new_id() -> str:
     """A fresh id for steps, rollouts and turns: uuid4, or drawn from :func:`seeded_ids` when active."""
     rng = _ID_SOURCE.get()
     if rng is None:
-        return uuid.uuid4().hex
+        # uuid.uuid4().hex without building a UUID object (the same bits; three ids per env step).
+        bits = int.from_bytes(os.urandom(16), "big")
+        return f"{(bits & _UUID4_CLEAR) | _UUID4_SET:032x}"
     return f"{rng.getrandbits(128):032x}"
 
 
@@ -104,7 +114,10 @@ def to_float_tuple_or_none(values: Iterable[Any] | None) -> tuple[Any, ...] | No
     """attrs converter: numbers become floats, anything else is left for :func:`check_floats`."""
     if values is None:
         return None
-    return tuple(float(v) if is_strict_int(v) or isinstance(v, float) else v for v in to_tuple(values))
+    values = to_tuple(values)
+    if set(map(type, values)) <= {float}:  # hot path (C speed): logprobs arrive as floats
+        return values
+    return tuple(float(v) if is_strict_int(v) or isinstance(v, float) else v for v in values)
 
 
 def check_ints(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
@@ -181,6 +194,39 @@ class TokenTrace:
         default=None, converter=to_float_or_none, validator=check_temperature
     )
 
+    @classmethod
+    def _trusted(
+        cls,
+        prompt_token_ids: tuple[int, ...],
+        completion_token_ids: tuple[int, ...],
+        completion_logprobs: tuple[float, ...] | None,
+        finish_reason: str | None,
+        sampling_temperature: float | None,
+    ) -> TokenTrace:
+        """Build from fields that already passed these validators (a :class:`ChatResponse`'s, or another
+        trace's): token tuples are checked once where they enter, not again in every object they pass
+        through. Private: anything else goes through ``__init__``."""
+        trace = object.__new__(cls)
+        set_field = object.__setattr__
+        set_field(trace, "prompt_token_ids", prompt_token_ids)
+        set_field(trace, "completion_token_ids", completion_token_ids)
+        set_field(trace, "completion_logprobs", completion_logprobs)
+        set_field(trace, "finish_reason", finish_reason)
+        set_field(trace, "sampling_temperature", sampling_temperature)
+        return trace
+
+    def with_sampling_temperature(self, temperature: float | None) -> TokenTrace:
+        """This trace with ``sampling_temperature`` replaced; only the new value is validated."""
+        value = to_float_or_none(temperature)
+        check_temperature(self, _TRACE_TEMPERATURE, value)
+        return TokenTrace._trusted(
+            self.prompt_token_ids,
+            self.completion_token_ids,
+            self.completion_logprobs,
+            self.finish_reason,
+            value,
+        )
+
     @property
     def has_logprobs(self) -> bool:
         return self.completion_logprobs is not None
@@ -209,6 +255,9 @@ class TokenTrace:
             # Absent in traces written before the field existed: unknown.
             sampling_temperature=data.get("sampling_temperature"),
         )
+
+
+_TRACE_TEMPERATURE = attrs.fields(TokenTrace).sampling_temperature
 
 
 @attrs.frozen
@@ -254,12 +303,14 @@ class ChatResponse:
         return self.policy_version_start
 
     def to_trace(self) -> TokenTrace:
-        return TokenTrace(
-            prompt_token_ids=self.prompt_token_ids,
-            completion_token_ids=self.completion_token_ids,
-            completion_logprobs=self.completion_logprobs,
-            finish_reason=self.finish_reason,
-            sampling_temperature=self.sampling_temperature,
+        # The response's validators already checked every field a trace has (same converters, same
+        # checks), so the trace shares its tuples instead of converting and checking them again.
+        return TokenTrace._trusted(
+            self.prompt_token_ids,
+            self.completion_token_ids,
+            self.completion_logprobs,
+            self.finish_reason,
+            self.sampling_temperature,
         )
 
 
@@ -359,8 +410,49 @@ def _finite(_i: Any, attribute: attrs.Attribute[Any], value: float) -> None:
         raise DataError(f"{attribute.name} must be finite, got {value!r}")
 
 
+class FrozenMessage(dict[str, Any]):
+    """A chat message that cannot change, so steps, contexts and prompts can share it instead of
+    copying it.
+
+    It is a ``dict`` (``m["role"]``, ``json.dumps``, ``==`` with plain dicts all work); every method
+    that would change it raises ``TypeError``. Copies are plain, mutable dicts: to edit a message, copy
+    it (``dict(m)``, ``copy.copy``, ``copy.deepcopy``). Freezing is shallow, as the step's own copy
+    always was: nested values such as ``tool_calls`` lists are shared, and nothing in Ludic mutates them.
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *_args: Any, **_kwargs: Any) -> Any:
+        raise TypeError(
+            f"a recorded message is immutable (role {self.get('role')!r}); copy it with dict(message) "
+            "to change it"
+        )
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return {k: copy.deepcopy(v, memo) for k, v in self.items()}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle rebuilds dict subclasses item by item through __setitem__; rebuild from a dict instead.
+        return (FrozenMessage, (dict(self),))
+
+
+def freeze_message(message: Message) -> FrozenMessage:
+    """``message`` itself when already frozen, else a frozen shallow copy (the one copy it gets)."""
+    return message if type(message) is FrozenMessage else FrozenMessage(message)
+
+
 def _messages(values: Iterable[Message]) -> tuple[Message, ...]:
-    return tuple(dict(m) for m in values)
+    # Frozen messages are shared: a context that keeps its history frozen hands every prompt to its
+    # steps without copying the conversation (once per call, quadratic over an episode).
+    if type(values) is tuple and all(type(m) is FrozenMessage for m in values):
+        return values
+    return tuple(m if type(m) is FrozenMessage else FrozenMessage(m) for m in values)
 
 
 @attrs.frozen

@@ -9,13 +9,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 
-import attrs
-
 from ludic_core.agent import AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.errors import LudicTimeoutError, ProtocolError, TransportError
 from ludic_core.inference import InferenceSpec
 from ludic_core.protocols.timeline import AgentTimeline
-from ludic_core.seeding import derive_seed
 from ludic_core.types import EpisodeFailure, ToolResult
 
 __all__ = ["EpisodeStageError", "act_with_external_tools", "failure_from"]
@@ -41,11 +38,6 @@ def failure_from(exc: BaseException, default_stage: str = "protocol") -> Episode
     return EpisodeFailure.from_exception(stage, error)
 
 
-def _seed(sampling_seed: int | None, *parts: object) -> int | None:
-    # One seed per model-call attempt, so turns do not replay the same random stream.
-    return None if sampling_seed is None else derive_seed(sampling_seed, *parts)
-
-
 async def _call_agent(
     agent: AgentHarness,
     *,
@@ -61,22 +53,7 @@ async def _call_agent(
         raise EpisodeStageError(
             "agent", ProtocolError(f"agent.act must return an AgentActResult, got {type(result).__name__}")
         )
-    return result if inference is None else _record_temperature(result, inference.sampling.temperature)
-
-
-def _record_temperature(result: AgentActResult, temperature: float) -> AgentActResult:
-    # The agent sampled with the spec the protocol passed it; a trainer needs that temperature to score
-    # the distribution the logprobs came from. A temperature the client reported itself is kept.
-    if all(step.trace.sampling_temperature is not None for step in result.steps):
-        return result
-    return AgentActResult(
-        steps=[
-            step
-            if step.trace.sampling_temperature is not None
-            else attrs.evolve(step, trace=attrs.evolve(step.trace, sampling_temperature=temperature))
-            for step in result.steps
-        ]
-    )
+    return result
 
 
 async def _run_handler(handler: ExternalToolHandler, step: AgentActStep) -> list[ToolResult]:
@@ -109,14 +86,19 @@ async def act_with_external_tools(
     stop_on_parse_error: bool,
     max_external_rounds: int,
 ) -> AgentActStep:
-    """Run ``act``; while it hands back external tool calls, run them and ``act`` again (same turn)."""
+    """Run ``act``; while it hands back external tool calls, run them and ``act`` again (same turn).
+
+    With ``inference`` given, the agent sampled with it: its temperature is recorded on the traces
+    whose client reported none (a trainer must score the distribution the logprobs came from).
+    """
+    temperature = None if inference is None else inference.sampling.temperature
     result = await _call_agent(
         agent,
         inference=inference,
-        sampling_seed=_seed(sampling_seed, timeline.agent_id, attempt, 0),
+        sampling_seed=timeline.call_seed(sampling_seed, attempt, 0),
         timeout_s=timeout_s,
     )
-    timeline.record_act(result, stop_on_parse_error=stop_on_parse_error)
+    timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
     rounds = 0
     while result.final_step.action_target == "external":
         if external_tool_handler is None:
@@ -145,8 +127,8 @@ async def act_with_external_tools(
         result = await _call_agent(
             agent,
             inference=inference,
-            sampling_seed=_seed(sampling_seed, timeline.agent_id, attempt, rounds),
+            sampling_seed=timeline.call_seed(sampling_seed, attempt, rounds),
             timeout_s=timeout_s,
         )
-        timeline.record_act(result, stop_on_parse_error=stop_on_parse_error)
+        timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
     return result.final_step

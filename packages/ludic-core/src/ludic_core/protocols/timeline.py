@@ -7,11 +7,13 @@ It turns the agent's model calls into :class:`AgentStep`s, env transitions into
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from ludic_core.agent import AgentActResult, AgentActStep
+from ludic_core.seeding import seed_deriver
 from ludic_core.types import (
     AgentStep,
     EnvironmentStep,
@@ -68,13 +70,37 @@ class AgentTimeline:
     finished: bool = False
     ended_by: str | None = None
     unattributed_reward: float = 0.0
+    _seeds: tuple[int, Callable[..., int]] | None = attrs.field(default=None, init=False, repr=False)
+
+    # -- seeds -------------------------------------------------------------------------------------
+
+    def call_seed(self, sampling_seed: int | None, attempt: int, round_: int) -> int | None:
+        """The seed of one model-call attempt: ``derive_seed(sampling_seed, agent_id, attempt, round_)``.
+
+        One seed per attempt, so turns do not replay the same random stream. The episode's part
+        (sampling seed, agent) is hashed once per episode, not once per call.
+        """
+        if sampling_seed is None:
+            return None
+        if self._seeds is None or self._seeds[0] != sampling_seed:
+            self._seeds = (sampling_seed, seed_deriver(sampling_seed, self.agent_id))
+        return self._seeds[1](attempt, round_)
 
     # -- recording ---------------------------------------------------------------------------------
 
-    def record_act(self, result: AgentActResult, *, stop_on_parse_error: bool) -> AgentStep:
-        """Log every model call of one ``act``; returns the final one."""
+    def record_act(
+        self, result: AgentActResult, *, stop_on_parse_error: bool, temperature: float | None = None
+    ) -> AgentStep:
+        """Log every model call of one ``act``; returns the final one.
+
+        ``temperature`` (the one the protocol asked the agent to sample with) is recorded on the traces
+        whose client reported none; a temperature the client reported itself is kept.
+        """
         last: AgentStep | None = None
         for act_step in result.steps:
+            trace = act_step.trace
+            if temperature is not None and trace.sampling_temperature is None:
+                trace = trace.with_sampling_temperature(temperature)
             reward, components, _ = split_parser_reward(act_step)
             info = dict(act_step.info)
             info["action_target"] = act_step.action_target
@@ -86,7 +112,7 @@ class AgentTimeline:
             is_final = act_step is result.final_step
             last = AgentStep(
                 index=len(self.steps),
-                trace=act_step.trace,
+                trace=trace,
                 prompt_messages=act_step.prompt_messages,
                 action=act_step.action,
                 action_target=act_step.action_target,
@@ -120,7 +146,9 @@ class AgentTimeline:
         ended = outcome.terminated or outcome.truncated
         step = EnvironmentStep(
             index=len(self.steps),
-            trace=final_act.trace,
+            # The recorded call's trace: the same tokens as the act step's, with the temperature the
+            # protocol filled in.
+            trace=source.trace,
             prev_obs=self.turn_start_obs,
             action=final_act.action,
             parsed_action=final_act.parse_result.action,

@@ -20,7 +20,7 @@ from ludic_core.errors import LudicTimeoutError
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode
-from ludic_core.types import Info, Message, ToolCall, ToolResult
+from ludic_core.types import FrozenMessage, Info, Message, ToolCall, ToolResult
 
 __all__ = ["ScriptedAgent", "identity_parser", "render_text_dialog"]
 
@@ -62,6 +62,7 @@ class ScriptedAgent:
         self.external_tools = frozenset(external_tools)
         self.inference = inference or InferenceSpec()
         self.incomplete_completion_penalty = incomplete_completion_penalty
+        # Frozen, so every step's prompt_messages shares them instead of copying the conversation.
         self.messages: list[Message] = []
 
     @property
@@ -69,16 +70,16 @@ class ScriptedAgent:
         return self._system_prompt
 
     def reset(self, *, system_prompt: str | None = None) -> None:
-        self.messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        self.messages = [FrozenMessage(role="system", content=system_prompt)] if system_prompt else []
 
     def on_env_reset(self, obs: str, info: Info) -> None:
-        self.messages.append({"role": "user", "content": obs})
+        self.messages.append(FrozenMessage(role="user", content=obs))
 
     def on_after_step(self, obs: str, info: Info) -> None:
-        self.messages.append({"role": "user", "content": obs})
+        self.messages.append(FrozenMessage(role="user", content=obs))
 
     def on_tool_results(self, results: Sequence[ToolResult]) -> None:
-        self.messages.extend(r.to_message() for r in results)
+        self.messages.extend(FrozenMessage(r.to_message()) for r in results)
 
     def _tool_call(self, text: str) -> ToolCall | None:
         parts = text.strip().split(" ", 2)
@@ -104,11 +105,13 @@ class ScriptedAgent:
             self.encode(prompt_text), spec, seed=sampling_seed, prompt_text=prompt_text
         )
         try:
-            response = await asyncio.wait_for(self.client.complete_tokens(request), timeout_s)
+            # asyncio.timeout, not wait_for: no extra task per model call.
+            async with asyncio.timeout(timeout_s):
+                response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
             raise LudicTimeoutError(f"model call did not answer within timeout_s={timeout_s}") from exc
-        prompt_messages = list(self.messages)
-        self.messages.append({"role": "assistant", "content": response.text})
+        prompt_messages = tuple(self.messages)
+        self.messages.append(FrozenMessage(role="assistant", content=response.text))
         info: Info = {"finish_reason": response.finish_reason}
         if response.policy_version is not None:
             info["policy_version"] = response.policy_version

@@ -1,0 +1,115 @@
+"""The engine's hot path shares what it used to copy and checks once what it used to check per object;
+these tests pin that the sharing is safe and the values (seeds, ids, validation errors) are unchanged."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import re
+
+import pytest
+
+from ludic_core.errors import DataError
+from ludic_core.protocols.timeline import AgentTimeline
+from ludic_core.saw import SAWItem
+from ludic_core.seeding import derive_seed, seed_deriver
+from ludic_core.types import AgentStep, ChatResponse, FrozenMessage, TokenTrace, freeze_message, new_id
+
+
+def step_with(messages: object) -> AgentStep:
+    trace = TokenTrace(prompt_token_ids=[1], completion_token_ids=[2])
+    return AgentStep(
+        index=0, trace=trace, prompt_messages=messages, action="a", action_target="env", turn_id="t"
+    )
+
+
+def test_frozen_message_refuses_every_change_and_copies_to_a_plain_dict() -> None:
+    message = FrozenMessage(role="user", content="hi")
+    assert message == {"role": "user", "content": "hi"} and isinstance(message, dict)
+    changes = [
+        lambda: message.__setitem__("content", "x"),
+        lambda: message.__delitem__("role"),
+        lambda: message.update(content="x"),
+        lambda: message.pop("role"),
+        lambda: message.popitem(),
+        lambda: message.setdefault("name", "x"),
+        message.clear,
+    ]
+    for change in changes:
+        with pytest.raises(TypeError, match="immutable"):
+            change()
+    assert message == {"role": "user", "content": "hi"}
+    for duplicate in (dict(message), copy.copy(message), copy.deepcopy(message)):
+        assert type(duplicate) is dict and duplicate == message
+        duplicate["content"] = "changed"
+    assert message["content"] == "hi"
+    restored = pickle.loads(pickle.dumps(message))
+    assert type(restored) is FrozenMessage and restored == message
+    assert json.loads(json.dumps(message)) == message
+
+
+def test_steps_share_frozen_messages_and_freeze_a_copy_of_plain_ones() -> None:
+    frozen = (FrozenMessage(role="system", content="s"), FrozenMessage(role="user", content="u"))
+    step = step_with(frozen)
+    assert step.prompt_messages is frozen  # shared, not copied
+    plain = [{"role": "user", "content": "u"}]
+    step = step_with(plain)
+    plain[0]["content"] = "changed later by the agent"
+    assert step.prompt_messages == ({"role": "user", "content": "u"},)
+    assert type(step.prompt_messages[0]) is FrozenMessage
+    assert freeze_message(frozen[0]) is frozen[0]
+
+
+def test_seed_deriver_gives_exactly_derive_seed() -> None:
+    for base, prefix, rest in [
+        (0, (), ()),
+        (7, ("agent_0",), (3, 0)),
+        (2**31 - 1, ("a", 1), ("x",)),
+        (5, (), (1,)),
+    ]:
+        assert seed_deriver(base, *prefix)(*rest) == derive_seed(base, *prefix, *rest)
+    with pytest.raises(TypeError, match="base must be an int"):
+        seed_deriver(True)
+
+
+def test_timeline_call_seeds_are_the_per_call_derivation() -> None:
+    timeline = AgentTimeline(agent_id="agent_1", turn_start_obs="")
+    assert timeline.call_seed(None, 0, 0) is None
+    for sampling_seed in (11, 12):  # the cached episode part follows a new sampling seed
+        for attempt, round_ in [(0, 0), (2, 1)]:
+            expected = derive_seed(sampling_seed, "agent_1", attempt, round_)
+            assert timeline.call_seed(sampling_seed, attempt, round_) == expected
+
+
+def test_trace_from_a_response_shares_its_checked_tuples() -> None:
+    response = ChatResponse(
+        text="x", prompt_token_ids=[1, 2], completion_token_ids=[3], completion_logprobs=[-1]
+    )
+    trace = response.to_trace()
+    assert trace == TokenTrace(prompt_token_ids=[1, 2], completion_token_ids=[3], completion_logprobs=[-1.0])
+    assert trace.prompt_token_ids is response.prompt_token_ids
+    warmer = trace.with_sampling_temperature(1)
+    assert warmer.sampling_temperature == 1.0 and warmer.prompt_token_ids is trace.prompt_token_ids
+    with pytest.raises(
+        DataError, match=r"sampling_temperature must be None or a finite number >= 0, got -1\.0"
+    ):
+        trace.with_sampling_temperature(-1)
+
+
+def test_binary_masks_are_still_checked_element_by_element() -> None:
+    for bad, value, position in [((1, 2, 0), "2", 1), ((0, 0, -1), "-1", 2)]:
+        with pytest.raises(
+            DataError, match=rf"action_mask must hold only 0/1; got {value} at position {position}"
+        ):
+            SAWItem(input_ids=[1, 2, 3], attention_mask=[1, 1, 1], action_mask=bad, weight=1.0)
+    with pytest.raises(DataError, match=r"attention_mask\[1\] must be an int, got True"):
+        SAWItem(input_ids=[1, 2], attention_mask=[1, True], action_mask=[0, 1], weight=1.0)
+    with pytest.raises(DataError, match=r"action_mask\[0\] must be an int, got 1.0"):
+        SAWItem(input_ids=[1, 2], attention_mask=[1, 1], action_mask=[1.0, 0], weight=1.0)
+
+
+def test_ids_are_uuid4_hex() -> None:
+    ids = {new_id() for _ in range(200)}
+    assert len(ids) == 200
+    assert all(re.fullmatch(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", i) for i in ids)
