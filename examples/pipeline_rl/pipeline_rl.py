@@ -277,6 +277,9 @@ async def run_learner(args: argparse.Namespace, redis_url: str, weights: Any) ->
         queue_key=args.queue_key,
         min_items=args.group_size * args.groups_per_batch,
         wait_timeout_s=args.wait_timeout,
+        # Data sampled by weights newer than the trainer's (left by a run it cannot continue) is
+        # dead-lettered with the reason instead of stopping the run.
+        current_version=lambda: trainer.step,
     )
     keys = ["train/loss", "train/avg_total_reward", "train/num_samples", "train/stale_items_dropped",
             "train/policy_lag_max", "perf/batch_wait_s", "perf/step_s"]  # fmt: skip
@@ -315,7 +318,9 @@ async def clear_queue(redis_url: str, queue_key: str) -> int:
 
     client = redis_asyncio.Redis.from_url(redis_url, socket_connect_timeout=10, socket_timeout=10)
     try:
-        return int(await client.delete(queue_key, f"{queue_key}:dead"))
+        # The queue, its dead letters and every learner's claims (<queue_key>:processing:<consumer>, ...).
+        claims = [key async for key in client.scan_iter(f"{queue_key}:*")]
+        return int(await client.delete(queue_key, *claims))
     finally:
         await client.aclose()
 

@@ -27,6 +27,7 @@ from ludic_core.pipeline import (
     BatchMessage,
     RedisBatchSource,
     RedisPipelineActor,
+    decode_message,
     encode_message,
     read_policy_version,
 )
@@ -466,6 +467,133 @@ async def test_dump_prints_queued_and_dead_messages(
     assert await asyncio.to_thread(dump, [redis_url, queue_key, "--dead"]) == 0
     assert "not valid msgpack" in json.loads(capsys.readouterr().out)["error"]
     assert await raw_llen(redis_url, queue_key) == 1  # read, not popped
+
+
+# --- exactly-once delivery -----------------------------------------------------------------------------
+
+
+async def served_indices(source: RedisBatchSource, batches: int) -> list[int]:
+    """The batch_index of each message of the next ``batches`` batches (one message each)."""
+    return [int((await source.next_batch()).items[0].meta["batch_index"]) for _ in range(batches)]
+
+
+def one_message_source(redis_url: str, queue_key: str, **options: Any) -> RedisBatchSource:
+    return RedisBatchSource(
+        redis_url, queue_key=queue_key, **{"min_items": 2, "wait_timeout_s": 5, **options}
+    )
+
+
+@pytest.mark.redis
+async def test_claims_not_acknowledged_are_delivered_again_after_a_restart(
+    redis_url: str, queue_key: str
+) -> None:
+    await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in range(4)))
+    first = one_message_source(redis_url, queue_key)
+    assert await served_indices(first, 1) == [0]
+    checkpoint = first.state_dict()
+    first.checkpoint_committed(1)
+    assert await served_indices(first, 2) == [1, 2]  # trained into steps the restart discards
+    await first.aclose()  # the learner dies here (its acknowledgement of step 1 went out with batch 1)
+    assert await raw_llen(redis_url, f"{queue_key}:processing:learner-0") == 2
+
+    second = one_message_source(redis_url, queue_key)
+    second.load_state_dict(checkpoint)
+    assert await served_indices(second, 3) == [1, 2, 3]  # again, in order, then the queue's next
+    assert second.num_redelivered == 2
+    await second.aclose()
+
+
+@pytest.mark.redis
+async def test_a_kill_between_checkpoint_and_acknowledgement_delivers_nothing_twice(
+    redis_url: str, queue_key: str
+) -> None:
+    await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in range(3)))
+    first = one_message_source(redis_url, queue_key)
+    assert await served_indices(first, 2) == [0, 1]
+    checkpoint = first.state_dict()  # written, then the learner dies before checkpoint_committed
+    await first.aclose()
+    second = one_message_source(redis_url, queue_key)
+    second.load_state_dict(checkpoint)
+    assert await served_indices(second, 1) == [2]
+    await second.aclose()
+    assert await raw_llen(redis_url, f"{queue_key}:processing:learner-0") == 1  # only message 2
+
+
+@pytest.mark.redis
+async def test_resuming_an_older_checkpoint_requeues_what_later_steps_trained(
+    redis_url: str, queue_key: str
+) -> None:
+    await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in range(5)))
+    first = one_message_source(redis_url, queue_key, keep_trained_messages=2)
+    states = []
+    for step in (1, 2, 3):
+        await first.next_batch()
+        states.append(first.state_dict())
+        first.checkpoint_committed(step)
+    await first.aclose()  # acknowledges step 3: messages 0-2 are trained and acknowledged
+    assert await raw_llen(redis_url, f"{queue_key}:processing:learner-0") == 0
+
+    second = one_message_source(redis_url, queue_key, keep_trained_messages=2)
+    second.load_state_dict(states[0])  # back to step 1: steps 2 and 3 are discarded
+    assert await served_indices(second, 3) == [1, 2, 3]
+    await second.aclose()
+
+    third = one_message_source(redis_url, queue_key, keep_trained_messages=2)
+    third.load_state_dict({**states[0], "consumed": 0})  # further back than the 2 messages kept
+    with pytest.raises(DataError, match=r"re-deliver 1 trained messages but .* keeps only 0"):
+        await third.next_batch()
+    await third.aclose()
+
+
+@pytest.mark.redis
+async def test_learners_with_their_own_consumer_names_share_a_queue(redis_url: str, queue_key: str) -> None:
+    await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in range(12)))
+    sources = [one_message_source(redis_url, queue_key, consumer=f"rank{r}") for r in range(3)]
+    served = await asyncio.gather(*(served_indices(source, 4) for source in sources))
+    for source in sources:
+        await source.aclose()
+    assert sorted(i for indices in served for i in indices) == list(range(12))  # each exactly once
+    for rank, indices in enumerate(served):
+        assert indices == sorted(indices)
+        assert await raw_llen(redis_url, f"{queue_key}:processing:rank{rank}") == 4
+
+
+@pytest.mark.redis
+async def test_messages_newer_than_the_learner_are_dead_lettered_once_with_the_reason(
+    redis_url: str, queue_key: str
+) -> None:
+    import redis.asyncio as redis_asyncio
+
+    versions = [1, 5, 2]
+    await raw_rpush(redis_url, queue_key, *(encode_message(message(2, version=v)) for v in versions))
+    first = one_message_source(redis_url, queue_key, min_items=4, current_version=lambda: 2)
+    checkpoint = first.state_dict()
+    batch = await first.next_batch()
+    assert [i.meta["policy_version"] for i in batch.items] == [1, 1, 2, 2]
+    assert batch.meta["num_future_messages"] == 1 and first.num_future == 1
+    await first.aclose()
+    second = one_message_source(redis_url, queue_key, min_items=4, current_version=lambda: 2)
+    second.load_state_dict(checkpoint)  # the whole batch again: the newer message stays a dead letter
+    assert [i.meta["policy_version"] for i in (await second.next_batch()).items] == [1, 1, 2, 2]
+    assert second.num_future == 0
+    await second.aclose()
+    client = redis_asyncio.Redis.from_url(redis_url)
+    (dead,) = await client.lrange(f"{queue_key}:dead", 0, -1)
+    await client.aclose()
+    letter = decode_message(dead)
+    assert letter.policy_version == 5
+    assert "policy_version 5 is newer than the learner's version 2" in letter.meta["dead_letter_reason"]
+
+
+@pytest.mark.redis
+async def test_a_checkpoint_of_another_consumer_or_queue_is_refused(redis_url: str, queue_key: str) -> None:
+    state = one_message_source(redis_url, queue_key, consumer="rank0").state_dict()
+    with pytest.raises(DataError, match="consumer is 'rank0' but this source's is 'rank1'"):
+        one_message_source(redis_url, queue_key, consumer="rank1").load_state_dict(state)
+    with pytest.raises(DataError, match="not a RedisBatchSource state"):
+        one_message_source(redis_url, queue_key).load_state_dict({"position": 3})
+    with pytest.raises(DataError, match="consumed must be an int >= 0, got -1"):
+        one_message_source(redis_url, queue_key, consumer="rank0").load_state_dict({**state, "consumed": -1})
 
 
 async def test_unreachable_redis_is_a_transport_error() -> None:

@@ -8,6 +8,7 @@ import math
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -31,6 +32,7 @@ from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
 from ludic_core.testing.redis import redis_url_for_tests
+from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.collate import collate_saw_items
 from ludic_train.config import TrainerConfig
 from ludic_train.presets import make_grpo
@@ -53,7 +55,7 @@ async def queue_key(redis_url: str) -> AsyncIterator[str]:
     key = f"ludic-test:{uuid.uuid4().hex[:12]}"
     yield key
     client = redis_asyncio.Redis.from_url(redis_url)
-    await client.delete(key, f"{key}:dead")
+    await client.delete(key, *[k async for k in client.scan_iter(f"{key}*")])
     await client.aclose()
 
 
@@ -84,9 +86,11 @@ class VersionBoard:
 
     def __init__(self) -> None:
         self.version = 0
+        self.published: list[int] = []
 
     async def publish(self, named_tensors: Mapping[str, Any], *, version: int) -> None:
         self.version = version
+        self.published.append(version)
 
     async def aclose(self) -> None:
         return None
@@ -195,3 +199,75 @@ async def test_actor_and_trainer_run_concurrently_and_stale_items_are_dropped(
     assert all(r["train/num_samples"] > 0 for r in results)
     assert live.stats.batches_pushed >= 2
     assert live.stats.last_policy_version is not None and live.stats.last_policy_version >= 1
+
+
+@pytest.mark.redis
+async def test_a_restarted_trainer_retrains_exactly_the_discarded_steps_and_never_stops_on_newer_data(
+    redis_url: str, queue_key: str, tmp_path: Path
+) -> None:
+    import redis.asyncio as redis_asyncio
+
+    board = VersionBoard()
+    algorithm = make_grpo(group_size=GROUP_SIZE)
+    chat = SeededChatClient(["1", "2", "3", "4"])
+
+    async def push(batches: int, version: int) -> None:
+        board.version = version
+        await run_pipeline_actor(
+            guess_engine(chat),
+            grpo_requests(1),
+            algorithm.credit_assigner,
+            redis_url,
+            queue_key=queue_key,
+            client=board,
+            max_steps=3,
+            max_batches=batches,  # type: ignore[arg-type]
+        )
+
+    # Four batches of version 0; then one sampled by weights of step 5 of a continuation a resume will
+    # discard; then one more of version 0.
+    await push(4, 0)
+    await push(1, 5)
+    await push(1, 0)
+
+    def trainer() -> tuple[Trainer, RedisBatchSource]:
+        source = RedisBatchSource(
+            redis_url, queue_key=queue_key, min_items=1, wait_timeout_s=10, current_version=lambda: run.step
+        )
+        run = Trainer(
+            model=tiny_causal_lm(bpe_tokenizer(), seed=0),
+            algorithm=algorithm,
+            batch_source=source,
+            config=TrainerConfig(
+                pad_token_id=0,
+                device="cpu",
+                lr=1e-3,
+                max_seq_len=128,
+                micro_token_budget=512,
+                publish_every_steps=1,
+            ),
+            publisher=board,
+            checkpointer=CheckpointManager(CheckpointConfig(tmp_path, every_n_steps=2)),
+            resume_from="latest",
+        )
+        return run, source
+
+    first, first_source = trainer()
+    await asyncio.wait_for(first.train(3), 30)  # checkpoint at step 2; step 3 is lost with the learner
+    await first_source.aclose()
+    board.published.clear()
+
+    second, second_source = trainer()
+    assert second.step == 2
+    await asyncio.wait_for(second.train(3), 30)
+    await second_source.aclose()
+    assert board.published[0] == 2  # the resumed weights go out before the first step
+    assert second.step == 5
+    assert second_source.num_redelivered == 1  # step 3's batch, trained again
+    assert second_source.num_future == 1 and second_source.num_messages == 3
+    client = redis_asyncio.Redis.from_url(redis_url)
+    (dead,) = await client.lrange(f"{queue_key}:dead", 0, -1)
+    left = await client.llen(queue_key)
+    await client.aclose()
+    assert "newer than the learner's version 4" in decode_message(dead).meta["dead_letter_reason"]
+    assert left == 0

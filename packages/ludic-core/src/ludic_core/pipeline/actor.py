@@ -19,6 +19,13 @@ Each iteration of :meth:`RedisPipelineActor.run`:
 6. **Push.** One msgpack message (:mod:`ludic_core.pipeline.wire`) per batch, with ``RPUSH``
    (:meth:`RedisPipelineActor.push` takes several messages and sends them in one ``RPUSH``).
 
+Delivery: a push is one atomic ``RPUSH``, never retried. Once Redis answered it (with ``appendonly yes``
+and ``appendfsync always``: once it is on disk) the message is the learner's to deliver exactly once
+(:mod:`ludic_core.pipeline.source`); an actor killed before that loses only the batch it was
+generating, which no learner ever saw, and a restarted actor generates new batches under a new
+``actor_id``. A push whose answer was lost may have landed: it is then trained like any other, never
+twice.
+
 Stopping: ``stop_event`` is checked between batches and while waiting for room; a batch being
 generated when it is set is finished and pushed first, so no half-batch is ever lost or sent.
 ``max_batches`` stops after that many pushes. Cancelling the task stops at once (the batch in flight is
