@@ -7,7 +7,7 @@ from ludic_core.inference import InferenceSpec, ReturnSpec, TokenCompletionReque
 from ludic_core.protocols import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.testing import ByteTokenizer, GuessNumberEnv, ScriptedAgent, ScriptedChatClient
-from ludic_core.testing.agent import render_text_dialog
+from ludic_core.testing.scripted_agent import render_text_dialog
 from ludic_core.types import Message
 
 REPLIES = ["5", "3", "8", "1", "9", "2", "7", "4", "6", "10"]

@@ -19,8 +19,8 @@ from ludic_agents import (
     xml_tag_parser,
 )
 from ludic_agents.testing import ScriptedCompletion, ScriptedTokenClient
-from ludic_core.agent import AgentHarness
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
+from ludic_core.harness import AgentHarness
 from ludic_core.inference import InferenceSpec, SamplingParams
 from ludic_core.parsing import ParseResult
 from ludic_core.seeding import derive_seed

@@ -10,11 +10,11 @@ from typing import Any
 import attrs
 import pytest
 
-from ludic_core.agent import AgentActResult
 from ludic_core.credit import GroupNormalizedReturn, group_key
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError, TransportError
+from ludic_core.harness import AgentActResult
 from ludic_core.inference import InferenceSpec, TokenCompletionRequest
 from ludic_core.parsing import ParseResult
 from ludic_core.protocols import DelegatingProtocol, SubtaskEnv

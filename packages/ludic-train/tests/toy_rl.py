@@ -13,10 +13,10 @@ from typing import Any
 
 import attrs
 
-from ludic_core.agent import AgentActResult
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
+from ludic_core.harness import AgentActResult
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.parsing import ParseResult
 from ludic_core.protocols.single_agent import SingleAgentProtocol

@@ -16,7 +16,7 @@ from ludic_vllm._net import is_loopback
 from ludic_vllm.control import ServerControl
 from ludic_vllm.errors import UpdateRejectedError
 from ludic_vllm.publisher import FilePublisher, GlooPublisher, Rank0OnlyPublisher
-from ludic_vllm.wire import Manifest, TensorSpec
+from ludic_vllm.update_wire import Manifest, TensorSpec
 
 
 def weights(seed: int) -> dict[str, torch.Tensor]:

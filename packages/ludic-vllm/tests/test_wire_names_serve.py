@@ -8,7 +8,7 @@ import pytest
 
 from ludic_core.errors import DataError
 from ludic_vllm.names import is_lora_name, normalize_name, normalize_names
-from ludic_vllm.wire import Manifest, TensorSpec, plan_buckets
+from ludic_vllm.update_wire import Manifest, TensorSpec, plan_buckets
 
 
 def spec(name: str, dtype: str = "float32", shape: tuple[int, ...] = (4,)) -> TensorSpec:

@@ -1,7 +1,7 @@
 """ludic-agents: LLM harnesses for Ludic.
 
 * :class:`Agent`, :class:`ToolAgent`, :class:`ReActAgent` — implementations of
-  :class:`ludic_core.agent.AgentHarness` whose prompts extend token for token within a turn;
+  :class:`ludic_core.harness.AgentHarness` whose prompts extend token for token within a turn;
 * context strategies :class:`FullDialog`, :class:`LatestObservation`, :class:`TruncatedThinkingContext` (and the
   :class:`ContextStrategy` base for your own);
 * parsers with intrinsic format rewards (:mod:`ludic_agents.parsers`);

@@ -1,7 +1,7 @@
 """``Agent``: one model call per turn, a context strategy, a chat template and a parser.
 
-The agent implements :class:`ludic_core.agent.AgentHarness`. Every model call comes back as an
-:class:`~ludic_core.agent.AgentActStep` with its exact :class:`~ludic_core.types.TokenTrace`.
+The agent implements :class:`ludic_core.harness.AgentHarness`. Every model call comes back as an
+:class:`~ludic_core.harness.AgentActStep` with its exact :class:`~ludic_core.types.TokenTrace`.
 Prompts are rendered locally; within a turn they extend token for token (see
 :mod:`ludic_agents.extension`), and how each prompt was built is recorded in the step's ``info``.
 """
@@ -15,8 +15,8 @@ from typing import Any
 from ludic_agents.chat_template import ChatTemplate, HFChatTemplate
 from ludic_agents.context import ContextStrategy, FullDialog
 from ludic_agents.extension import TurnPrompt
-from ludic_core.agent import AgentActResult, AgentActStep
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
+from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
 from ludic_core.logs import get_logger
 from ludic_core.parsing import Parser, ParseResult

@@ -33,8 +33,8 @@ import attrs
 from ludic_agents.agent import Agent, _check_number
 from ludic_agents.chat_template import renders_tool_calls
 from ludic_agents.tools import Tool, run_tool_call
-from ludic_core.agent import AgentActResult, AgentActStep
 from ludic_core.errors import ConfigError
+from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import InferenceSpec
 from ludic_core.parsing import ParseResult
 from ludic_core.types import ChatResponse, Info, Message, ToolCall, ToolResult

@@ -15,7 +15,6 @@ costs no more than it did when the root held only the version.
 # module does. Type checkers treat any ``TYPE_CHECKING`` name as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ludic_core.agent import AgentActResult, AgentActStep, AgentHarness
     from ludic_core.algorithms.spec import AlgorithmSpec
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
     from ludic_core.credit import (
@@ -42,6 +41,7 @@ if TYPE_CHECKING:
         TransportError,
     )
     from ludic_core.evaluation import EvalResult, MeanAtK, PassAtK, run_eval, run_eval_sync
+    from ludic_core.harness import AgentActResult, AgentActStep, AgentHarness
     from ludic_core.inference import (
         ChatClient,
         InferenceSpec,
@@ -98,7 +98,7 @@ __version__ = "0.1.0"
 
 # Which submodule defines each public name; ``__getattr__`` imports it on first access.
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "ludic_core.agent": ("AgentActResult", "AgentActStep", "AgentHarness"),
+    "ludic_core.harness": ("AgentActResult", "AgentActStep", "AgentHarness"),
     "ludic_core.algorithms.spec": ("AlgorithmSpec",),
     "ludic_core.batch_sources": ("OfflineBatchSource", "RolloutBatchSource"),
     "ludic_core.credit": (

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from ludic_core.agent import AgentActResult, AgentActStep
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
+from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import InferenceSpec
 from ludic_core.message_client import TOKEN_LEVEL_KEY, MessageClient
 from ludic_core.parsing import Parser, ParseResult
@@ -27,7 +27,7 @@ DEFAULT_INCOMPLETE_FEEDBACK = "Your reply was cut off at the token limit. Answer
 
 
 class MessageAgent:
-    """Implements :class:`~ludic_core.agent.AgentHarness` over a :class:`MessageClient`.
+    """Implements :class:`~ludic_core.harness.AgentHarness` over a :class:`MessageClient`.
 
     ``reject_incomplete_completions``: a reply cut by ``max_tokens`` (``finish_reason == "length"``)
     becomes a parse failure with ``incomplete_completion_penalty`` instead of reaching the parser.

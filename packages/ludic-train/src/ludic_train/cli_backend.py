@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ludic_core.agent import AgentHarness
 from ludic_core.errors import ConfigError, RegistryError
+from ludic_core.harness import AgentHarness
 from ludic_core.parsing import Parser
 from ludic_core.registry import AGENTS, make_agent
 from ludic_train.local_client import LocalPolicyClient

@@ -33,7 +33,7 @@ from ludic_core.types import ChatResponse
 from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient, with_deadline
 from ludic_vllm.control import ServerControl, ServerHealth
 from ludic_vllm.errors import RequestRejectedError
-from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START
+from ludic_vllm.update_wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START
 
 __all__ = ["VLLM_EXTENSION_KEYS", "VLLMClient", "VLLMClientConfig", "parse_prompt_logprobs"]
 

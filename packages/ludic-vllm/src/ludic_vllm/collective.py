@@ -9,7 +9,7 @@ Two transports share this one handshake:
   torch's global process group, so it coexists with FSDP's), CUDA tensors on the current stream.
 
 Bucketed sending (:func:`send_manifest`) and receiving (:func:`receive_manifest`) use one flat buffer per
-:class:`~ludic_vllm.wire.Bucket`, so a model costs a few collectives rather than one per parameter.
+:class:`~ludic_vllm.update_wire.Bucket`, so a model costs a few collectives rather than one per parameter.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ludic_core.errors import ConfigError, DataError, missing_extra
-from ludic_vllm.wire import TRANSPORTS, Manifest, TensorSpec, plan_buckets
+from ludic_vllm.update_wire import TRANSPORTS, Manifest, TensorSpec, plan_buckets
 
 if TYPE_CHECKING:
     import torch

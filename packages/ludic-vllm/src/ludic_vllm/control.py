@@ -21,7 +21,7 @@ from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, Transpo
 from ludic_core.logs import get_logger
 from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient, with_deadline
 from ludic_vllm.errors import ServerError, UpdateRejectedError
-from ludic_vllm.wire import PAUSE_MODES, TRANSPORTS, Manifest
+from ludic_vllm.update_wire import PAUSE_MODES, TRANSPORTS, Manifest
 
 __all__ = ["ServerControl", "ServerHealth", "UpdateResult"]
 

@@ -30,7 +30,7 @@ from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
 from ludic_core.logs import get_logger
 from ludic_vllm._net import is_loopback
 from ludic_vllm.service import ConflictError, UpdateService
-from ludic_vllm.wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START, ROUTE_PREFIX
+from ludic_vllm.update_wire import HEADER_POLICY_VERSION, HEADER_POLICY_VERSION_START, ROUTE_PREFIX
 
 __all__ = [
     "ENV_API_TOKEN",

@@ -29,7 +29,7 @@ import attrs
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
 from ludic_core.logs import get_logger
 from ludic_vllm import _compat
-from ludic_vllm.wire import DEFAULT_BUCKET_BYTES, PAUSE_MODES, TRANSPORTS, Manifest
+from ludic_vllm.update_wire import DEFAULT_BUCKET_BYTES, PAUSE_MODES, TRANSPORTS, Manifest
 
 __all__ = ["ConflictError", "UpdateService"]
 

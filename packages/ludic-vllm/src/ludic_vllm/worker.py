@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ludic_core.errors import ConfigError, DataError
 from ludic_vllm import _compat
-from ludic_vllm.wire import Manifest
+from ludic_vllm.update_wire import Manifest
 
 if TYPE_CHECKING:
     from ludic_vllm.collective import TensorGroup

@@ -14,8 +14,8 @@ Typical pytest setup (session-scoped, so each tokenizer is built or loaded once 
 Set ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` in tests; nothing here reaches a hub.
 """
 
-from ludic_agents.testing.clients import ScriptedCompletion, ScriptedTokenClient
 from ludic_agents.testing.templates import QWEN25_CHAT_TEMPLATE, QWEN25_DEFAULT_SYSTEM
+from ludic_agents.testing.token_clients import ScriptedCompletion, ScriptedTokenClient
 from ludic_agents.testing.tokenizers import (
     RECIPE_VERSION,
     cache_dir,

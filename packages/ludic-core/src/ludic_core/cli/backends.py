@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from ludic_core.agent import AgentHarness
 from ludic_core.cli.run_config import BackendConfig
 from ludic_core.errors import ConfigError
+from ludic_core.harness import AgentHarness
 from ludic_core.message_agent import MessageAgent
 from ludic_core.openai_client import OpenAIChatClient
 from ludic_core.parsing import Parser

@@ -9,8 +9,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 
-from ludic_core.agent import AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.errors import LudicTimeoutError, ProtocolError, TransportError
+from ludic_core.harness import AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.inference import InferenceSpec
 from ludic_core.protocols.timeline import AgentTimeline
 from ludic_core.types import EpisodeFailure, ToolResult

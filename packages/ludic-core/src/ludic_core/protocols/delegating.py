@@ -21,9 +21,9 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from ludic_core.agent import AgentHarness, ExternalToolHandler
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
+from ludic_core.harness import AgentHarness, ExternalToolHandler
 from ludic_core.inference import InferenceSpec
 from ludic_core.logs import get_logger
 from ludic_core.protocols.acting import failure_from

@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from ludic_core.agent import AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, ProtocolError
+from ludic_core.harness import AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.inference import InferenceSpec
 from ludic_core.protocols.acting import EpisodeStageError, act_with_external_tools, failure_from
 from ludic_core.protocols.base import InteractionProtocol

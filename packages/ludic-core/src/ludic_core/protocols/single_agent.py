@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ludic_core.agent import AgentHarness, ExternalToolHandler
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, ProtocolError
+from ludic_core.harness import AgentHarness, ExternalToolHandler
 from ludic_core.inference import InferenceSpec
 from ludic_core.protocols.acting import EpisodeStageError, act_with_external_tools, failure_from
 from ludic_core.protocols.base import InteractionProtocol

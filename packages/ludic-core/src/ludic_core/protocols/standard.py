@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 import attrs
 
-from ludic_core.agent import AgentHarness
 from ludic_core.errors import ConfigError
+from ludic_core.harness import AgentHarness
 from ludic_core.protocols.base import InteractionProtocol
 from ludic_core.protocols.delegating import DELEGATION_OPTIONS, DelegatingProtocol, check_delegation_options
 from ludic_core.protocols.multi_agent import MultiAgentProtocol

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from ludic_core.agent import AgentActResult, AgentActStep
+from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.seeding import seed_deriver
 from ludic_core.types import (
     AgentStep,

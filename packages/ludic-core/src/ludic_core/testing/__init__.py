@@ -4,17 +4,17 @@ Third parties can use these in their own suites (``check_env``, ``check_client``
 ``check_publisher``, and ``check_public_api`` for a package root built with :mod:`ludic_core.exports`).
 """
 
-from ludic_core.testing.agent import ScriptedAgent, identity_parser, render_text_dialog
 from ludic_core.testing.checks import check_client, check_env
-from ludic_core.testing.clients import (
+from ludic_core.testing.envs import GuessNumberEnv
+from ludic_core.testing.harness_checks import check_agent, check_publisher
+from ludic_core.testing.public_api import check_public_api
+from ludic_core.testing.scripted_agent import ScriptedAgent, identity_parser, render_text_dialog
+from ludic_core.testing.scripted_clients import (
     ScriptedChatClient,
     SeededChatClient,
     TextChatClient,
     scripted_prompt_logprob,
 )
-from ludic_core.testing.envs import GuessNumberEnv
-from ludic_core.testing.harness_checks import check_agent, check_publisher
-from ludic_core.testing.public_api import check_public_api
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode, TokenizerLike
 
 __all__ = [

@@ -16,8 +16,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ludic_core.agent import AgentActResult, AgentHarness
 from ludic_core.errors import ConformanceError
+from ludic_core.harness import AgentActResult, AgentHarness
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams, VersionedClient
 from ludic_core.publisher import PolicyPublisher
 from ludic_core.types import TokenTrace
@@ -83,7 +83,7 @@ async def check_agent(
     timeout_s: float = 60.0,
     deterministic_with_seed: bool = True,
 ) -> None:
-    """Play the :class:`~ludic_core.agent.AgentHarness` contract with fresh agents from ``agent_factory``.
+    """Play the :class:`~ludic_core.harness.AgentHarness` contract with fresh agents from ``agent_factory``.
 
     Checks: a fresh agent per call (two agents set up side by side share no dialog); ``act`` returns an
     :class:`AgentActResult` whose every step carries a token trace (chosen-token logprobs when the

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ludic_core.testing.agent import render_text_dialog
+from ludic_core.testing.scripted_agent import render_text_dialog
 from ludic_tinker.testing.model import FakeTokenizer
 
 

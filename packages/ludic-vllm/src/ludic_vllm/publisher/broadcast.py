@@ -30,7 +30,7 @@ from ludic_vllm.control import UpdateResult
 from ludic_vllm.errors import ServerError
 from ludic_vllm.publisher._threads import in_daemon_thread
 from ludic_vllm.publisher.base import PublisherBase
-from ludic_vllm.wire import DEFAULT_BUCKET_BYTES, TRANSPORTS
+from ludic_vllm.update_wire import DEFAULT_BUCKET_BYTES, TRANSPORTS
 
 __all__ = ["BroadcastPublisher", "GlooPublisher", "NcclPublisher"]
 

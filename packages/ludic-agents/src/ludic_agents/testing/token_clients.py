@@ -18,7 +18,7 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.inference import TokenCompletionRequest
 from ludic_core.seeding import derive_seed
-from ludic_core.testing.clients import scripted_prompt_logprob
+from ludic_core.testing.scripted_clients import scripted_prompt_logprob
 from ludic_core.types import ChatResponse
 
 __all__ = ["ScriptedCompletion", "ScriptedTokenClient"]

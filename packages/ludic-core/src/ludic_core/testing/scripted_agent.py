@@ -15,8 +15,8 @@ import asyncio
 import json
 from collections.abc import Collection, Sequence
 
-from ludic_core.agent import AgentActResult, AgentActStep
 from ludic_core.errors import LudicTimeoutError
+from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode
@@ -42,7 +42,7 @@ def render_text_dialog(messages: Sequence[Message]) -> str:
 
 
 class ScriptedAgent:
-    """Implements :class:`~ludic_core.agent.AgentHarness` with a text template and a parser."""
+    """Implements :class:`~ludic_core.harness.AgentHarness` with a text template and a parser."""
 
     def __init__(
         self,
