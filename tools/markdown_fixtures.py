@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 # fixture name -> the marker of the blocks that use it (markers registered in the root pyproject.toml)
-SERVICE_MARKERS: dict[str, str] = {"vllm_url": "vllm", "redis_url": "redis"}
+SERVICE_MARKERS: dict[str, str] = {"vllm_url": "vllm", "vllm_model_dir": "vllm", "redis_url": "redis"}
 
 # The tiny model's server, as ludic-vllm's own `vllm` tests start it (packages/ludic-vllm/tests).
 VLLM_SERVER_ARGS = (
@@ -94,10 +94,8 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of a ``ludic-vllm serve`` on vLLM's CPU backend serving ``ludic_vllm.testing``'s tiny
-    Llama (character vocabulary: ``id = ord(c) - 29``), shared by the session's blocks (start-up takes
-    30–80 s on 2 cores). Blocks that use it are marked ``vllm`` and run by the ``vllm`` nox session."""
+def _vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """One ``ludic-vllm serve`` on vLLM's CPU backend for the session's blocks: ``(url, model_dir)``."""
     from ludic_vllm.launch import VLLMServer
     from ludic_vllm.testing import build_tiny_llama
 
@@ -108,6 +106,21 @@ def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     server.start()
     try:
-        yield server.url
+        yield server.url, str(model_dir)
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_url(_vllm_server: tuple[str, str]) -> str:
+    """The URL of a ``ludic-vllm serve`` on vLLM's CPU backend serving ``ludic_vllm.testing``'s tiny
+    Llama (character vocabulary: ``id = ord(c) - 29``), shared by the session's blocks (start-up takes
+    30–80 s on 2 cores). Blocks that use it are marked ``vllm`` and run by the ``vllm`` nox session."""
+    return _vllm_server[0]
+
+
+@pytest.fixture(scope="session")
+def vllm_model_dir(_vllm_server: tuple[str, str]) -> str:
+    """The directory of the model that :func:`vllm_url`'s server serves (its weights, as a trainer
+    holding the same model would publish them)."""
+    return _vllm_server[1]
