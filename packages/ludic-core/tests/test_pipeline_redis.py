@@ -11,7 +11,6 @@ import asyncio
 import json
 import math
 import pickle
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -38,7 +37,7 @@ from ludic_core.saw import SAWBatch
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
-from ludic_core.testing.redis import redis_url_for_tests
+from ludic_core.testing.redis import queue_key_for_tests, redis_url_for_tests
 
 GROUP_SIZE = 4
 INFERENCE = InferenceSpec(sampling=SamplingParams(max_tokens=4), return_=ReturnSpec.for_rl())
@@ -54,14 +53,8 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture
 async def queue_key(redis_url: str) -> AsyncIterator[str]:
-    """A queue of this test's own (tests may share a LUDIC_REDIS_URL server); deleted afterwards."""
-    import redis.asyncio as redis_asyncio
-
-    key = f"ludic-test:{uuid.uuid4().hex[:12]}"
-    yield key
-    client = redis_asyncio.Redis.from_url(redis_url)
-    await client.delete(key, f"{key}:dead", *[k async for k in client.scan_iter(f"{key}:*")])
-    await client.aclose()
+    async for key in queue_key_for_tests(redis_url):
+        yield key
 
 
 async def raw_rpush(redis_url: str, key: str, *values: bytes) -> None:

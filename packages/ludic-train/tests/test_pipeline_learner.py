@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from ludic_core.saw import SAWItem
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
-from ludic_core.testing.redis import redis_url_for_tests
+from ludic_core.testing.redis import queue_key_for_tests, redis_url_for_tests
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.collate import collate_saw_items
 from ludic_train.config import TrainerConfig
@@ -50,13 +49,8 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture
 async def queue_key(redis_url: str) -> AsyncIterator[str]:
-    import redis.asyncio as redis_asyncio
-
-    key = f"ludic-test:{uuid.uuid4().hex[:12]}"
-    yield key
-    client = redis_asyncio.Redis.from_url(redis_url)
-    await client.delete(key, *[k async for k in client.scan_iter(f"{key}*")])
-    await client.aclose()
+    async for key in queue_key_for_tests(redis_url):
+        yield key
 
 
 def guess_engine(client: SeededChatClient) -> RolloutEngine:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 
 from ludic_core.pipeline.local_server import RedisServerNotFound, local_redis_server
 
-__all__ = ["redis_url_for_tests"]
+__all__ = ["queue_key_for_tests", "redis_url_for_tests"]
 
 
 def redis_url_for_tests() -> Iterator[str]:
@@ -27,3 +28,20 @@ def redis_url_for_tests() -> Iterator[str]:
 
             pytest.skip(f"{exc}; or set LUDIC_REDIS_URL")
         yield url
+
+
+async def queue_key_for_tests(redis_url: str) -> AsyncIterator[str]:
+    """Body of an async fixture: ``async for key in queue_key_for_tests(url): yield key``.
+
+    A queue key of the test's own (tests may share a ``LUDIC_REDIS_URL`` server), deleted afterwards
+    with every key under it (dead letters, learners' claims and acknowledgements).
+    """
+    import redis.asyncio as redis_asyncio
+
+    key = f"ludic-test:{uuid.uuid4().hex[:12]}"
+    yield key
+    client = redis_asyncio.Redis.from_url(redis_url)
+    try:
+        await client.delete(key, *[k async for k in client.scan_iter(f"{key}:*")])
+    finally:
+        await client.aclose()
