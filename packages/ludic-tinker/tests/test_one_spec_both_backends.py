@@ -154,7 +154,13 @@ async def test_one_spec_trains_on_both_backends_with_the_same_per_token_objectiv
     name: str, training_client, fake_service: FakeTinkerService
 ) -> None:
     spec = SPECS[name]
-    expected = tinker_loss_for(spec)
+    try:
+        expected = tinker_loss_for(spec)
+    except ConfigError as exc:
+        # An older SDK without the loss (gspo before 0.34) refuses the spec up front, saying so; the
+        # `tinker` session runs this test on both SDK versions.
+        assert "the installed tinker SDK" in str(exc), exc
+        pytest.skip(str(exc))
     if expected.loss_fn not in supported_loss_fns():
         pytest.skip(f"the installed tinker SDK has no {expected.loss_fn!r} loss")
     items = _items()
