@@ -246,7 +246,8 @@ def time_both(
                 outputs[side] = client._generate(requests)
             times[side].append(time.perf_counter() - start)
     seconds = {side: statistics.median(t) for side, t in times.items()}
-    tokens = {side: sum(len(ids) for ids, _, _ in out) for side, out in outputs.items()}
+    # Results start with (ids, logprobs, finish reason); the current client also returns prompt logprobs.
+    tokens = {side: sum(len(result[0]) for result in out) for side, out in outputs.items()}
     entry: dict[str, Any] = {
         "seconds": seconds,
         "generated_tokens": tokens,
