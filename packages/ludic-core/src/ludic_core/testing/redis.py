@@ -1,11 +1,12 @@
 """A Redis server for pipeline tests: ``LUDIC_REDIS_URL`` when set (CI or a developer's own server),
 else a private ``redis-server`` from :func:`ludic_core.pipeline.local_server.local_redis_server`; the
-test is skipped, with the reason, when neither is available. Needs pytest (imported on use)."""
+test is skipped, with the reason, when neither is available."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import unittest
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -15,18 +16,19 @@ __all__ = ["queue_key_for_tests", "redis_url_for_tests"]
 
 
 def redis_url_for_tests() -> Iterator[str]:
-    """Body of a module-scoped fixture: ``yield from redis_url_for_tests()``."""
-    url = os.environ.get("LUDIC_REDIS_URL")
-    if url:
-        yield url
+    """Body of a module-scoped fixture: ``yield from redis_url_for_tests()``.
+
+    Without a server it raises :class:`unittest.SkipTest` (which pytest and unittest both report as a
+    skip), so this kit needs no test framework of its own."""
+    configured = os.environ.get("LUDIC_REDIS_URL")
+    if configured:
+        yield configured
         return
     with contextlib.ExitStack() as stack:
         try:
-            url = stack.enter_context(local_redis_server())
+            url: str = stack.enter_context(local_redis_server())
         except RedisServerNotFound as exc:
-            import pytest
-
-            pytest.skip(f"{exc}; or set LUDIC_REDIS_URL")
+            raise unittest.SkipTest(f"{exc}; or set LUDIC_REDIS_URL") from exc
         yield url
 
 
