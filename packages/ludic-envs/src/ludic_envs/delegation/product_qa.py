@@ -9,7 +9,7 @@ from typing import Any
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError
 from ludic_core.types import Info, StepOutcome
-from ludic_envs.qa.numeric import parse_number
+from ludic_envs.delegation.grading import grade_number
 
 __all__ = ["ProductQAEnv", "parse_product"]
 
@@ -84,15 +84,10 @@ class ProductQAEnv(SingleAgentEnv):
         if self.answered:
             raise ConfigError("ProductQAEnv.step called after the answer was given; call reset first")
         self.answered = True
-        parsed = parse_number(action)
-        correct = parsed is not None and parsed == self.target
-        return StepOutcome(
-            obs="Correct." if correct else f"Incorrect: {self.a} × {self.b} = {self.target}.",
-            reward=self.correct_reward if correct else self.incorrect_reward,
-            terminated=True,
-            info={
-                "target": self.target,
-                "parsed_answer": None if parsed is None else str(parsed),
-                "correct": correct,
-            },
+        return grade_number(
+            action,
+            target=self.target,
+            question=f"{self.a} × {self.b}",
+            correct_reward=self.correct_reward,
+            incorrect_reward=self.incorrect_reward,
         )

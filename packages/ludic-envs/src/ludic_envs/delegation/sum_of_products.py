@@ -7,7 +7,7 @@ import random
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError
 from ludic_core.types import Info, StepOutcome
-from ludic_envs.qa.numeric import parse_number
+from ludic_envs.delegation.grading import grade_number
 
 __all__ = ["SumOfProductsEnv"]
 
@@ -84,16 +84,11 @@ class SumOfProductsEnv(SingleAgentEnv):
         if self.answered:
             raise ConfigError("SumOfProductsEnv.step called before reset or after the answer; call reset")
         self.answered = True
-        parsed = parse_number(action)
-        correct = parsed is not None and parsed == self.target
-        return StepOutcome(
-            obs="Correct." if correct else f"Incorrect: {self.question} = {self.target}.",
-            reward=self.correct_reward if correct else self.incorrect_reward,
-            terminated=True,
-            info={
-                "parts": [list(p) for p in self.parts],
-                "target": self.target,
-                "parsed_answer": None if parsed is None else str(parsed),
-                "correct": correct,
-            },
+        return grade_number(
+            action,
+            target=self.target,
+            question=self.question,
+            correct_reward=self.correct_reward,
+            incorrect_reward=self.incorrect_reward,
+            info={"parts": [list(p) for p in self.parts]},
         )
