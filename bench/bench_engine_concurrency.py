@@ -31,6 +31,8 @@ import time
 
 from _guess_number import bare_episode, make_client, make_engine, requests
 
+from ludic_core import RolloutSettings
+
 
 async def run_engine(
     episodes: int, max_steps: int, concurrency: int, latency_s: float
@@ -38,7 +40,9 @@ async def run_engine(
     """Wall seconds and the model calls of each episode, in request order."""
     engine = make_engine(latency_s)
     started = time.perf_counter()
-    result = await engine.generate_rollouts(requests(episodes), max_steps=max_steps, concurrency=concurrency)
+    result = await engine.generate_rollouts(
+        requests(episodes), RolloutSettings(max_steps=max_steps, concurrency=concurrency)
+    )
     wall = time.perf_counter() - started
     failed = [r for r in result.rollouts if r.failed]
     if failed:

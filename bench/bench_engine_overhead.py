@@ -26,6 +26,7 @@ from typing import Any
 
 from _guess_number import bare_episode, make_client, make_engine, requests
 
+from ludic_core import RolloutSettings
 from ludic_core.credit import MonteCarloReturn
 
 
@@ -37,7 +38,7 @@ async def baseline(episodes: int, max_steps: int) -> int:
 
 async def engine_rollouts(episodes: int, max_steps: int, concurrency: int) -> int:
     result = await make_engine().generate_rollouts(
-        requests(episodes), max_steps=max_steps, concurrency=concurrency
+        requests(episodes), RolloutSettings(max_steps=max_steps, concurrency=concurrency)
     )
     return sum(len(r.env_steps) for r in result.rollouts)
 
@@ -45,7 +46,9 @@ async def engine_rollouts(episodes: int, max_steps: int, concurrency: int) -> in
 async def engine_batch(episodes: int, max_steps: int, concurrency: int) -> int:
     engine = make_engine()
     batch = await engine.generate_batch(
-        requests(episodes), max_steps=max_steps, concurrency=concurrency, credit_assigner=MonteCarloReturn()
+        requests(episodes),
+        RolloutSettings(max_steps=max_steps, concurrency=concurrency),
+        credit_assigner=MonteCarloReturn(),
     )
     return sum(1 for item in batch.items if item.meta["step_kind"] == "env")
 

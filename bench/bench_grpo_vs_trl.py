@@ -68,6 +68,7 @@ import torch  # noqa: E402
 
 from ludic_agents.agent import Agent  # noqa: E402
 from ludic_agents.context import FullDialog  # noqa: E402
+from ludic_core import RolloutSettings  # noqa: E402
 from ludic_core.batch_sources import RolloutBatchSource  # noqa: E402
 from ludic_core.engine import RolloutEngine  # noqa: E402
 from ludic_core.env import SingleAgentEnv  # noqa: E402
@@ -198,7 +199,6 @@ class LudicSide:
             env_factories={"scored": ScoredReplyEnv},
             protocol_factories={"agent": protocol},
             base_seed=args.seed,
-            concurrency=n,
         )
         algorithm = make_grpo(
             group_size=args.group_size, clip_eps_low=CLIP_EPS_LOW, clip_eps_high=CLIP_EPS_HIGH
@@ -210,8 +210,7 @@ class LudicSide:
                 requests=ludic_requests(
                     questions, group_size=args.group_size, max_new_tokens=args.max_new_tokens, seed=args.seed
                 ),
-                max_steps=1,
-                concurrency=n,
+                settings=RolloutSettings(max_steps=1, concurrency=n),
             )
         )
         self.trainer = Trainer(

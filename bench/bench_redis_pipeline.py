@@ -28,6 +28,7 @@ import sys
 import time
 from typing import Any
 
+from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.credit import ConstantCredit
 from ludic_core.engine import RolloutEngine
 from ludic_core.pipeline import (
@@ -78,15 +79,13 @@ def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> Batc
 
 
 async def run_pipeline(url: str, queue: str, messages: list[BatchMessage], learner_items: int) -> float:
-    actor = RedisPipelineActor(
+    never_used = RolloutBatchSource(  # the bench pushes ready-made batches; nothing is generated
         engine=RolloutEngine(),
-        requests_provider=lambda step: [],  # never called: the bench pushes ready-made batches
+        requests=lambda step: [],
         credit_assigner=ConstantCredit(),
-        redis_url=url,
-        queue_key=queue,
-        max_steps=1,
-        max_queue_len=None,
+        settings=RolloutSettings(max_steps=1),
     )
+    actor = RedisPipelineActor(never_used, redis_url=url, queue_key=queue, max_queue_len=None)
     per_message = len(messages[0].items)
     source = RedisBatchSource(url, queue_key=queue, min_items=learner_items, wait_timeout_s=60)
     await actor.connect()

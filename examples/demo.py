@@ -175,14 +175,14 @@ class Evaluation:
     async def run(
         self, engine: Any, *, games: bool = True, max_positions: int | None = None
     ) -> dict[str, Any]:
-        from common import game_points, outcome, outcome_reducers, position_reducers
+        from common import game_points, outcome, outcome_reducers, position_reducers, rollout_settings
 
         from ludic_core.evaluation import run_eval
 
         t0 = time.perf_counter()
         result: dict[str, Any] = {}
         position_requests = self.position_requests[:max_positions]
-        pos = await run_eval(engine, position_requests, position_reducers(), max_steps=1)
+        pos = await run_eval(engine, position_requests, position_reducers(), rollout_settings(1))
         result["positions"] = {k: v for k, v in pos.metrics.items() if k.endswith("_rate")}
         by_seed = {r["env_seed"]: r for r in pos.rollouts}
         result["paired"] = {
@@ -196,7 +196,7 @@ class Evaluation:
             ]
         }
         for mode, requests in self.game_requests.items() if games else ():
-            played = await run_eval(engine, requests, outcome_reducers(), max_steps=MAX_MOVES)
+            played = await run_eval(engine, requests, outcome_reducers(), rollout_settings(MAX_MOVES))
             metrics = {k: v for k, v in played.metrics.items() if k.endswith(("_rate", "_mean"))}
             by_seed = {r["env_seed"]: r for r in played.rollouts}
             records = [by_seed[q.env_seed] for q in requests]
@@ -217,7 +217,7 @@ class Evaluation:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     import torch
-    from common import grpo_requests, make_engine
+    from common import grpo_requests, make_engine, rollout_settings
     from players import perfect_player, random_legal_player
     from rich.console import Console
 
@@ -300,7 +300,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     requests = teacher_requests(
         group_size=1, groups_per_step=args.teacher_games, temperature=1.0, seed=args.seed + 1
     )(0)
-    played = await teacher_engine.generate_rollouts(requests, max_steps=MAX_MOVES)
+    played = await teacher_engine.generate_rollouts(requests, rollout_settings(MAX_MOVES))
     rollouts = list(played.rollouts)
     items = build_saw_items(rollouts, ConstantCredit().compute(rollouts), require_actor_logps=False)
     console.print(f"Teacher: {len(rollouts)} games, {len(items)} moves for the warm start")
@@ -337,7 +337,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             temperature=TRAIN_TEMPERATURE,
             seed=args.seed,
         ),
-        max_steps=MAX_MOVES,
+        settings=rollout_settings(MAX_MOVES),
     )
     trainer = Trainer(
         model=model,

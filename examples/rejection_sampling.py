@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from ludic_core import RolloutSettings
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
 
@@ -46,7 +48,9 @@ async def main(args: argparse.Namespace) -> dict[str, int]:
     requests = eval_requests(
         episodes=args.episodes, temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed
     )
-    result = await engine.generate_rollouts(requests, max_steps=args.max_steps, on_failure="continue")
+    result = await engine.generate_rollouts(
+        requests, RolloutSettings(max_steps=args.max_steps, on_failure="continue")
+    )
     kept = [r for r in result.rollouts if not r.failed and r.total_reward >= args.min_reward]
     written = RolloutLog(args.output).write(kept)
     summary = {"episodes": len(result.episodes), "rollouts": len(result.rollouts), "kept": written}

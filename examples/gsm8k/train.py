@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # examples/back
 
 from backends import add_backend_arguments, open_backend
 
+from ludic_core import RolloutSettings
+
 ENV_KIND = "gsm8k"
 PROTOCOL_KIND = "boxed_agent"
 
@@ -358,14 +360,15 @@ async def _train(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
         requests=train_requests(args, train_rows),
-        max_steps=1,
-        concurrency=args.concurrency,
+        settings=RolloutSettings(max_steps=1, concurrency=args.concurrency),
     )
     evals = eval_requests(args, test_rows)
     reducers = eval_reducers(args.eval_group_size)
 
     async def evaluator(step: int) -> dict[str, Any]:
-        result = await run_eval(engine, evals, reducers, max_steps=1, concurrency=args.concurrency)
+        result = await run_eval(
+            engine, evals, reducers, RolloutSettings(max_steps=1, concurrency=args.concurrency)
+        )
         return dict(result.metrics)
 
     trainer = Trainer(

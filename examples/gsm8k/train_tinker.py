@@ -47,6 +47,8 @@ from tinker_common import (
     open_service,
 )
 
+from ludic_core import RolloutSettings
+
 _TRAIN_MODULE = "ludic_examples_gsm8k_train"
 
 
@@ -209,8 +211,7 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring, algorithm: Any
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
         requests=common.train_requests(args, train_rows),
-        max_steps=1,
-        concurrency=args.concurrency,
+        settings=RolloutSettings(max_steps=1, concurrency=args.concurrency),
     )
     # The same loggers as the local Trainer's: a JSON line per step or eval, a console line.
     logger = TeeLogger(JsonlLogger(args.metrics), PrintLogger(prefix="[tinker]", keys=SHOWN_KEYS))
@@ -229,7 +230,9 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring, algorithm: Any
     async def evaluate() -> None:
         if trainer.sampler_version != trainer.step:
             await trainer.refresh_sampler()
-        result = await run_eval(engine, evals, reducers, max_steps=1, concurrency=args.concurrency)
+        result = await run_eval(
+            engine, evals, reducers, RolloutSettings(max_steps=1, concurrency=args.concurrency)
+        )
         logger.log(trainer.step, {f"eval/{k}": float(v) for k, v in result.metrics.items() if v is not None})
 
     results: list[dict[str, float]] = []

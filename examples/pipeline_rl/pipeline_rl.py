@@ -225,6 +225,7 @@ async def run_actor(
 ) -> dict[str, Any]:
     import attrs
 
+    from ludic_core import RolloutBatchSource, RolloutSettings
     from ludic_core.algorithms import grpo
     from ludic_core.pipeline import RedisPipelineActor
     from ludic_train.local_client import LocalPolicyClient
@@ -235,14 +236,17 @@ async def run_actor(
     async def load_new_weights(step: int) -> None:
         await weights.apply_latest(model, client)
 
-    actor = RedisPipelineActor(
+    source = RolloutBatchSource(
         engine=make_engine(client, args),
-        requests_provider=make_requests(args),
+        requests=make_requests(args),
         credit_assigner=grpo(group_size=args.group_size).credit_assigner,
+        settings=RolloutSettings(max_steps=args.max_turns),
+    )
+    actor = RedisPipelineActor(
+        source,
         redis_url=redis_url,
         queue_key=args.queue_key,
         client=client,
-        max_steps=args.max_turns,
         max_queue_len=args.max_queue_len,
         backpressure_timeout_s=args.wait_timeout,
         before_batch=load_new_weights,

@@ -29,6 +29,7 @@ from ludic_core.inference import ChatClient, InferenceSpec, ReturnSpec, Sampling
 from ludic_core.parsing import ParseResult
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic_core.rollout_settings import RolloutSettings
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_envs.tictactoe import Board, TicTacToeEnv
@@ -79,7 +80,6 @@ def make_engine(
     system_prompt: str = SYSTEM_PROMPT,
     rollout_log: str | None = None,
     chat_template: ChatTemplate | None = None,
-    concurrency: int = 256,
 ) -> RolloutEngine:
     """An engine whose episodes pit an ``Agent`` (strict ``<move>..</move>`` parser, board-only
     prompts) against a bot. Requests name the env ``"tictactoe"``; an ``EnvSpec`` may pass
@@ -108,8 +108,13 @@ def make_engine(
         protocol_factories={"ttt_agent": protocol},
         base_seed=seed,
         rollout_log=rollout_log,
-        concurrency=concurrency,
     )
+
+
+def rollout_settings(max_steps: int) -> RolloutSettings:
+    """How the examples run games: all of a step's games in flight at once, so a local policy client
+    batches their model calls into one forward pass per turn."""
+    return RolloutSettings(max_steps=max_steps, concurrency=256)
 
 
 def inference_spec(*, temperature: float, logprobs: bool, max_tokens: int = MAX_MOVE_TOKENS) -> InferenceSpec:

@@ -155,7 +155,7 @@ async def main(args: argparse.Namespace) -> list[dict[str, float]]:
 async def _train(
     args: argparse.Namespace, model: Any, tokenizer: Any, backend: Any
 ) -> list[dict[str, float]]:
-    from common import eval_requests, grpo_requests, make_engine, outcome_reducers
+    from common import eval_requests, grpo_requests, make_engine, outcome_reducers, rollout_settings
 
     from ludic_agents.chat_template import HFChatTemplate
     from ludic_core.batch_sources import RolloutBatchSource
@@ -185,7 +185,7 @@ async def _train(
             max_tokens=args.max_completion_tokens,
             seed=args.seed,
         ),
-        max_steps=args.max_steps_per_episode,
+        settings=rollout_settings(args.max_steps_per_episode),
     )
     evals = eval_requests(
         episodes=args.eval_episodes,
@@ -195,7 +195,9 @@ async def _train(
     )
 
     async def evaluator(step: int) -> dict[str, Any]:
-        result = await run_eval(engine, evals, outcome_reducers(), max_steps=args.max_steps_per_episode)
+        result = await run_eval(
+            engine, evals, outcome_reducers(), rollout_settings(args.max_steps_per_episode)
+        )
         return dict(result.metrics)
 
     trainer = Trainer(

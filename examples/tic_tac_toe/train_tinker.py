@@ -107,7 +107,7 @@ async def main(
 
 
 async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[str, float]]:
-    from common import eval_requests, grpo_requests, make_engine, outcome_reducers
+    from common import eval_requests, grpo_requests, make_engine, outcome_reducers, rollout_settings
 
     from ludic_core import JsonlLogger, PrintLogger, TeeLogger
     from ludic_core.algorithms import grpo
@@ -165,7 +165,7 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
             max_tokens=args.max_completion_tokens,
             seed=args.seed,
         ),
-        max_steps=args.max_steps_per_episode,
+        settings=rollout_settings(args.max_steps_per_episode),
     )
     # The same loggers as the local Trainer's: a JSON line per step or eval, a console line.
     logger = TeeLogger(JsonlLogger(args.metrics), PrintLogger(prefix="[tinker]", keys=SHOWN_KEYS))
@@ -188,7 +188,9 @@ async def _train(args: argparse.Namespace, wiring: ServiceWiring) -> list[dict[s
     async def evaluate() -> None:
         if trainer.sampler_version != trainer.step:
             await trainer.refresh_sampler()
-        result = await run_eval(engine, evals, outcome_reducers(), max_steps=args.max_steps_per_episode)
+        result = await run_eval(
+            engine, evals, outcome_reducers(), rollout_settings(args.max_steps_per_episode)
+        )
         logger.log(trainer.step, {f"eval/{k}": float(v) for k, v in result.metrics.items() if v is not None})
 
     results: list[dict[str, float]] = []

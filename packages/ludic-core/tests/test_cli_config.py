@@ -35,6 +35,22 @@ def test_overrides_are_toml_values_and_nest() -> None:
     assert parse_override("backend.model=gpt-4o-mini") == (["backend", "model"], "gpt-4o-mini")
 
 
+def test_a_partial_nested_table_keeps_the_rest_of_the_commands_default() -> None:
+    config = load_config(EvalConfig, flags={"env": "tictactoe"}, overrides=["rollout.concurrency=4"])
+    # The command's rollout defaults (not RolloutSettings' own) survive an override of one field.
+    assert (config.rollout.concurrency, config.rollout.max_steps, config.rollout.episode_timeout_s) == (
+        4,
+        20,
+        1800.0,
+    )
+    rollouts = load_config(
+        RolloutsConfig, flags={"env": "tictactoe", "output": "o.jsonl"}, overrides=["sampling.max_tokens=9"]
+    )
+    assert (rollouts.sampling.max_tokens, rollouts.sampling.temperature) == (9, 1.0)
+    with pytest.raises(ConfigError, match=r"rollout\.on_failure = 'skip': expected Literal"):
+        load_config(EvalConfig, flags={"env": "tictactoe"}, overrides=["rollout.on_failure=skip"])
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import pytest
 
+from ludic_core import RolloutSettings
 from ludic_core.credit import GroupNormalizedReturn, group_key
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
@@ -449,7 +450,7 @@ async def test_engine_runs_delegating_specs_and_group_credit_keeps_parents_and_c
         for group, expected in (("g0", "7"), ("g0", "8"), ("g1", "7"), ("g1", "7"))
     ]
     engine = RolloutEngine(env_factories={"answer": env_factory})
-    result = await engine.generate_rollouts(requests, max_steps=3)
+    result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=3))
     assert not result.failed_episodes and len(result.rollouts) == 8
     keys = [group_key(r) for r in result.rollouts]
     assert keys == [
@@ -464,7 +465,7 @@ async def test_engine_runs_delegating_specs_and_group_credit_keeps_parents_and_c
     ]
 
     batch = await engine.generate_batch(
-        requests, max_steps=3, credit_assigner=GroupNormalizedReturn(group_size=2)
+        requests, RolloutSettings(max_steps=3), credit_assigner=GroupNormalizedReturn(group_size=2)
     )
     weights: dict[tuple[str, str], list[float]] = {}
     for item in batch.items:
@@ -489,7 +490,8 @@ async def test_a_failed_child_fails_its_episode_in_the_engine() -> None:
     )
     engine = RolloutEngine(env_factories={"answer": ExactAnswerEnv})
     result = await engine.generate_rollouts(
-        [RolloutRequest(env=EnvSpec("answer"), protocol=spec)], max_steps=3, on_failure="continue"
+        [RolloutRequest(env=EnvSpec("answer"), protocol=spec)],
+        RolloutSettings(max_steps=3, on_failure="continue"),
     )
     [episode] = result.episodes
     assert episode.failure is not None and episode.failure.stage == "client"

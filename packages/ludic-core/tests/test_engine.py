@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from core_data_builders import guess_engine
 
+from ludic_core import RolloutSettings
 from ludic_core.credit import GroupNormalizedReturn, MonteCarloReturn
 from ludic_core.engine import DEFAULT_EPISODE_TIMEOUT_S, DEFAULT_MODEL_CALL_TIMEOUT_S, RolloutEngine
 from ludic_core.errors import ConfigError, EpisodeError, RegistryError, TransportError
@@ -91,28 +92,29 @@ def test_request_validation() -> None:
 
 async def test_default_seeds_never_repeat_and_fresh_engines_reproduce() -> None:
     engine = guess_engine(base_seed=100)
-    first = await engine.generate_rollouts([guess_request()] * 3, max_steps=2)
-    second = await engine.generate_rollouts([guess_request()] * 3, max_steps=2)
+    first = await engine.generate_rollouts([guess_request()] * 3, RolloutSettings(max_steps=2))
+    second = await engine.generate_rollouts([guess_request()] * 3, RolloutSettings(max_steps=2))
     seeds = [e.env_seed for e in first.episodes + second.episodes]
     assert seeds == [100, 101, 102, 103, 104, 105]
     assert [e.sampling_seed for e in second.episodes] == [103, 104, 105]
     assert engine.episodes_started == 6
     replay = guess_engine(base_seed=100)
-    again = await replay.generate_rollouts([guess_request()] * 3, max_steps=2)
+    again = await replay.generate_rollouts([guess_request()] * 3, RolloutSettings(max_steps=2))
     assert [e.env_seed for e in again.episodes] == [100, 101, 102]
     strip = lambda r: [(s.kind, s.trace, s.reward, s.action) for s in r.steps]  # noqa: E731
     assert [strip(r) for r in again.rollouts] == [strip(r) for r in first.rollouts]
     # Resuming the counter continues where the state left off.
     resumed = guess_engine(base_seed=100)
     resumed.load_state_dict(engine.state_dict())
-    third = await resumed.generate_rollouts([guess_request()], max_steps=1)
+    third = await resumed.generate_rollouts([guess_request()], RolloutSettings(max_steps=1))
     assert third.episodes[0].env_seed == 106
 
 
 async def test_meta_is_merged_and_engine_block_added() -> None:
     engine = guess_engine()
     result = await engine.generate_rollouts(
-        [guess_request(env_seed=3, meta={"dataset_id": "d7"}, inference=RL)], max_steps=2, timeout_s=5.0
+        [guess_request(env_seed=3, meta={"dataset_id": "d7"}, inference=RL)],
+        RolloutSettings(max_steps=2, timeout_s=5.0),
     )
     [rollout] = result.rollouts
     meta = rollout.meta
@@ -144,11 +146,11 @@ async def test_kinds_resolve_through_the_registry_and_unknown_kinds_fail_up_fron
     try:
         engine = RolloutEngine()
         request = RolloutRequest(EnvSpec("test-guess-engine"), ProtocolSpec("test-single-engine"))
-        result = await engine.generate_rollouts([request], max_steps=1)
+        result = await engine.generate_rollouts([request], RolloutSettings(max_steps=1))
         assert result.rollouts[0].env_steps[0].parsed_action == "3"
         with pytest.raises(RegistryError, match="no-such-env"):
             await engine.generate_rollouts(
-                [RolloutRequest(EnvSpec("no-such-env"), request.protocol)], max_steps=1
+                [RolloutRequest(EnvSpec("no-such-env"), request.protocol)], RolloutSettings(max_steps=1)
             )
         assert engine.episodes_started == 1  # nothing was scheduled for the bad call
     finally:
@@ -161,7 +163,7 @@ async def test_explicit_factory_on_the_spec() -> None:
     request = RolloutRequest(
         EnvSpec("my-env", {"max_number": 1}, factory=GuessNumberEnv), ProtocolSpec("single"), env_seed=1
     )
-    result = await engine.generate_rollouts([request], max_steps=1)
+    result = await engine.generate_rollouts([request], RolloutSettings(max_steps=1))
     assert result.rollouts[0].total_reward == 1.0  # max_number=1: every guess of "1" wins
 
 
@@ -193,7 +195,7 @@ def flaky_engine(**kwargs: Any) -> RolloutEngine:
 async def test_failing_episodes_are_reported_and_others_kept_with_continue() -> None:
     engine = flaky_engine()
     requests = [RolloutRequest(EnvSpec("flaky"), ProtocolSpec("single"), env_seed=s) for s in range(6)]
-    result = await engine.generate_rollouts(requests, max_steps=2, on_failure="continue")
+    result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=2, on_failure="continue"))
     assert [e.failed for e in result.episodes] == [False, True, False, True, False, True]
     failure = result.episodes[1].failure
     assert failure is not None and failure.stage == "env" and "env exploded" in failure.message
@@ -205,9 +207,9 @@ async def test_failure_policy_raise() -> None:
     engine = flaky_engine()
     requests = [RolloutRequest(EnvSpec("flaky"), ProtocolSpec("single"), env_seed=s) for s in range(4)]
     with pytest.raises(EpisodeError, match=r"stage 'env'.*env exploded"):
-        await engine.generate_rollouts(requests, max_steps=2)
-    with pytest.raises(ConfigError, match="on_failure"):
-        await engine.generate_rollouts(requests, max_steps=2, on_failure="ignore")  # type: ignore[arg-type]
+        await engine.generate_rollouts(requests, RolloutSettings(max_steps=2, on_failure="raise"))
+    with pytest.raises(ConfigError, match=r"RolloutSettings\.on_failure must be one of .*'ignore'"):
+        RolloutSettings(max_steps=2, on_failure="ignore")  # type: ignore[arg-type]
 
 
 async def test_failed_episodes_and_their_groups_are_left_out_of_batches() -> None:
@@ -215,7 +217,9 @@ async def test_failed_episodes_and_their_groups_are_left_out_of_batches() -> Non
     base = [RolloutRequest(EnvSpec("flaky"), ProtocolSpec("single"), env_seed=s) for s in (2, 3)]
     requests = GRPORequestStrategy(2, seed=0).expand(base)
     batch = await engine.generate_batch(
-        requests, max_steps=2, credit_assigner=GroupNormalizedReturn(2), on_failure="continue"
+        requests,
+        RolloutSettings(max_steps=2, on_failure="continue"),
+        credit_assigner=GroupNormalizedReturn(2),
     )
     assert batch.meta["num_episodes"] == 4
     assert batch.meta["num_failed_episodes"] == 2
@@ -231,7 +235,7 @@ async def test_episode_timeout_and_client_errors_become_failures() -> None:
         protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(slow))},
     )
     result = await engine.generate_rollouts(
-        [guess_request()] * 2, max_steps=1, episode_timeout_s=0.05, on_failure="continue"
+        [guess_request()] * 2, RolloutSettings(max_steps=1, episode_timeout_s=0.05, on_failure="continue")
     )
     assert [e.failure.stage for e in result.episodes if e.failure] == ["timeout", "timeout"]
     assert result.rollouts[0].failure is not None and result.rollouts[0].meta["episode_index"] == 0
@@ -243,31 +247,36 @@ async def test_episode_timeout_and_client_errors_become_failures() -> None:
         env_factories={"guess": GuessNumberEnv},
         protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(ScriptedChatClient(broken)))},
     )
-    result = await engine.generate_rollouts([guess_request()], max_steps=1, on_failure="continue")
+    result = await engine.generate_rollouts(
+        [guess_request()], RolloutSettings(max_steps=1, on_failure="continue")
+    )
     assert result.episodes[0].failure is not None and result.episodes[0].failure.stage == "client"
 
 
-async def test_every_wait_is_bounded_by_default_and_the_engine_owns_the_defaults() -> None:
-    result = await guess_engine().generate_rollouts([guess_request()], max_steps=1)
+async def test_every_wait_is_bounded_by_default_and_the_settings_own_the_bounds() -> None:
+    result = await guess_engine().generate_rollouts([guess_request()], RolloutSettings(max_steps=1))
     engine_meta = result.rollouts[0].meta["engine"]
     assert engine_meta["timeout_s"] == DEFAULT_MODEL_CALL_TIMEOUT_S
     assert engine_meta["episode_timeout_s"] == DEFAULT_EPISODE_TIMEOUT_S
-    # Set once on the engine, used by every call that passes none; a call may still override.
-    engine = guess_engine(timeout_s=7.0, episode_timeout_s=70.0)
-    result = await engine.generate_rollouts([guess_request()], max_steps=1)
+    # The settings given to a call are the ones its rollouts ran (and record) under.
+    settings = RolloutSettings(max_steps=1, timeout_s=7.0, episode_timeout_s=70.0)
+    result = await guess_engine().generate_rollouts([guess_request()], settings)
     assert result.rollouts[0].meta["engine"]["timeout_s"] == 7.0
     assert result.rollouts[0].meta["engine"]["episode_timeout_s"] == 70.0
-    result = await engine.generate_rollouts([guess_request()], max_steps=1, episode_timeout_s=9.0)
-    assert result.rollouts[0].meta["engine"]["episode_timeout_s"] == 9.0
     for bad in (None, 0, -1.0, math.inf, True):
         with pytest.raises(
-            ConfigError, match=r"RolloutEngine\.episode_timeout_s must be a finite number > 0"
+            ConfigError, match=r"RolloutSettings\.episode_timeout_s must be a finite number > 0"
         ):
-            guess_engine(episode_timeout_s=bad)
+            RolloutSettings(max_steps=1, episode_timeout_s=bad)  # type: ignore[arg-type]
     with pytest.raises(
-        ConfigError, match=r"RolloutEngine\.timeout_s must be a finite number > 0, got 'soon'"
+        ConfigError, match=r"RolloutSettings\.timeout_s must be a finite number > 0, got 'soon'"
     ):
-        guess_engine(timeout_s="soon")
+        RolloutSettings(max_steps=1, timeout_s="soon")  # type: ignore[arg-type]
+    for field in ("max_steps", "concurrency"):
+        with pytest.raises(ConfigError, match=rf"RolloutSettings\.{field} must be an int >= 1, got 0"):
+            RolloutSettings(**{"max_steps": 1, field: 0})
+    with pytest.raises(ConfigError, match=r"generate_rollouts\(settings\) must be a RolloutSettings"):
+        await guess_engine().generate_rollouts([guess_request()], {"max_steps": 1})  # type: ignore[arg-type]
 
 
 class StuckStepEnv(GuessNumberEnv):
@@ -285,11 +294,12 @@ async def test_a_blocking_env_step_runs_off_the_loop_so_the_episode_timeout_fire
     engine = RolloutEngine(
         env_factories={"stuck": StuckStepEnv, "guess": GuessNumberEnv},
         protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(client))},
-        episode_timeout_s=0.5,
     )
     requests = [RolloutRequest(EnvSpec("stuck"), ProtocolSpec("single"))] + [guess_request()] * 3
     start = time.monotonic()
-    result = await engine.generate_rollouts(requests, max_steps=1, on_failure="continue")
+    result = await engine.generate_rollouts(
+        requests, RolloutSettings(max_steps=1, episode_timeout_s=0.5, on_failure="continue")
+    )
     elapsed = time.monotonic() - start
     assert elapsed < 2.0, f"the stuck step held the event loop for {elapsed:.2f}s"
     [stuck, *others] = result.episodes
@@ -318,7 +328,7 @@ async def test_concurrency_is_bounded() -> None:
         env_factories={"guess": GuessNumberEnv},
         protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(client))},
     )
-    await engine.generate_rollouts([guess_request()] * 20, max_steps=1, concurrency=3)
+    await engine.generate_rollouts([guess_request()] * 20, RolloutSettings(max_steps=1, concurrency=3))
     assert peak == 3
 
 
@@ -328,8 +338,10 @@ async def test_concurrency_is_bounded() -> None:
 async def test_rollout_log_appends_one_valid_line_per_rollout_under_concurrency(tmp_path: Path) -> None:
     path = tmp_path / "logs" / "rollouts.jsonl"
     engine = guess_engine(rollout_log=path)
-    result = await engine.generate_rollouts([guess_request(inference=RL)] * 40, max_steps=3, concurrency=16)
-    await engine.generate_rollouts([guess_request()] * 5, max_steps=3)  # appends
+    result = await engine.generate_rollouts(
+        [guess_request(inference=RL)] * 40, RolloutSettings(max_steps=3, concurrency=16)
+    )
+    await engine.generate_rollouts([guess_request()] * 5, RolloutSettings(max_steps=3))  # appends
     lines = path.read_text().splitlines()
     assert len(lines) == 45
     assert all(json.loads(line)["schema_version"] == 1 for line in lines)
@@ -359,10 +371,12 @@ async def test_thousand_small_episodes_run_and_reproduce_exactly() -> None:
     batches = []
     for _ in range(2):
         requests = GRPORequestStrategy(4, seed=11).expand(base)
-        engine = guess_engine(base_seed=5, choices=choices, concurrency=64)
+        engine = guess_engine(base_seed=5, choices=choices)
         batches.append(
             await engine.generate_batch(
-                requests, max_steps=5, credit_assigner=GroupNormalizedReturn(4, normalize_adv=True)
+                requests,
+                RolloutSettings(max_steps=5, concurrency=64),
+                credit_assigner=GroupNormalizedReturn(4, normalize_adv=True),
             )
         )
     first, second = batches
@@ -375,7 +389,9 @@ async def test_thousand_small_episodes_run_and_reproduce_exactly() -> None:
     assert first.meta == second.meta
     # Different engine seeds give different data (the comparison above is not vacuous).
     other = await guess_engine(base_seed=6, choices=choices).generate_batch(
-        [guess_request(inference=RL) for _ in range(50)], max_steps=5, credit_assigner=MonteCarloReturn()
+        [guess_request(inference=RL) for _ in range(50)],
+        RolloutSettings(max_steps=5),
+        credit_assigner=MonteCarloReturn(),
     )
     assert comparable(other) != comparable(first)[: len(other.items)]
 
@@ -384,10 +400,14 @@ async def test_deterministic_ids_make_reruns_identical_down_to_the_ids() -> None
     base = [guess_request(inference=RL) for _ in range(20)]
     batches = []
     for _ in range(2):
-        engine = guess_engine(base_seed=5, concurrency=8, deterministic_ids=True)
+        engine = guess_engine(base_seed=5, deterministic_ids=True)
         requests = GRPORequestStrategy(4, seed=11).expand(base)
         batches.append(
-            await engine.generate_batch(requests, max_steps=5, credit_assigner=GroupNormalizedReturn(4))
+            await engine.generate_batch(
+                requests,
+                RolloutSettings(max_steps=5, concurrency=8),
+                credit_assigner=GroupNormalizedReturn(4),
+            )
         )
     first, second = batches
     assert [i.to_dict() for i in first.items] == [i.to_dict() for i in second.items]

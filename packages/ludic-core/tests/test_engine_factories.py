@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from core_test_envs import MatchingPenniesEnv
 
+from ludic_core import RolloutSettings
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError
 from ludic_core.protocols import MultiAgentProtocol, SingleAgentProtocol
@@ -119,7 +120,7 @@ async def test_single_agent_spec_runs_through_the_engine_with_a_fresh_agent_per_
     engine = RolloutEngine(env_factories={"guess": GuessNumberEnv})
     spec = ProtocolSpec("single_agent", {"agent_factory": make_agent})
     request = RolloutRequest(EnvSpec("guess", {"max_number": 1}), spec, env_seed=0)
-    result = await engine.generate_rollouts([request, request], max_steps=1)
+    result = await engine.generate_rollouts([request, request], RolloutSettings(max_steps=1))
     assert [r.total_reward for r in result.rollouts] == [1.0, 1.0]
     assert len(built) == 2 and built[0] is not built[1]
     assert result.rollouts[0].meta["protocol"] == "single_agent"
@@ -132,7 +133,9 @@ async def test_multi_agent_spec_runs_through_the_engine() -> None:
         {"agent_factories": {"even": lambda: ScriptedAgent(client), "odd": lambda: ScriptedAgent(client)}},
     )
     engine = RolloutEngine(env_factories={"pennies": MatchingPenniesEnv})
-    result = await engine.generate_rollouts([RolloutRequest(EnvSpec("pennies"), spec)], max_steps=10)
+    result = await engine.generate_rollouts(
+        [RolloutRequest(EnvSpec("pennies"), spec)], RolloutSettings(max_steps=10)
+    )
     assert not result.failed_episodes
     assert sorted(r.meta["agent_id"] for r in result.rollouts) == ["even", "odd"]
 
@@ -176,7 +179,7 @@ async def test_standard_protocol_specs_without_an_agent_factory_fail_before_any_
 ) -> None:
     engine = RolloutEngine(env_factories={"guess": GuessNumberEnv})
     with pytest.raises(ConfigError) as info:
-        await engine.generate_rollouts([RolloutRequest(EnvSpec("guess"), spec)], max_steps=1)
+        await engine.generate_rollouts([RolloutRequest(EnvSpec("guess"), spec)], RolloutSettings(max_steps=1))
     for pattern in patterns:
         assert re.search(pattern, str(info.value)), (pattern, str(info.value))
     assert engine.episodes_started == 0
@@ -191,5 +194,5 @@ async def test_a_factory_registered_on_the_engine_replaces_the_standard_one() ->
     request = RolloutRequest(
         EnvSpec("guess", {"max_number": 1}), ProtocolSpec("single_agent", {"stop_on_parse_error": True})
     )
-    result = await engine.generate_rollouts([request], max_steps=1)
+    result = await engine.generate_rollouts([request], RolloutSettings(max_steps=1))
     assert result.rollouts[0].total_reward == 1.0

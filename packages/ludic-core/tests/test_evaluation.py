@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from ludic_core import RolloutSettings
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.evaluation import MeanAtK, PassAtK, Reducer, run_eval, run_eval_sync, standard_reducers
@@ -37,7 +38,7 @@ async def test_parse_failures_and_truncations_count_in_every_denominator() -> No
         engine(),
         [request("1"), request("1"), request(""), request("7")],
         [ACCURACY, *standard_reducers(), Reducer("env_reward_sum", "total_reward", "sum", "rollouts")],
-        max_steps=1,
+        RolloutSettings(max_steps=1),
         progress=lambda done, total: progress.append((done, total)),
     )
     m = result.metrics
@@ -63,7 +64,7 @@ def test_sample_level_reducers_and_sync_wrapper() -> None:
             Reducer("sample_accuracy", "correct", "rate", "samples"),
             Reducer("n", lambda r: 1, "sum", "samples"),
         ],
-        max_steps=1,
+        RolloutSettings(max_steps=1),
     )
     assert result.metrics["sample_accuracy"] == 0.5
     assert result.metrics["n"] == 2.0
@@ -91,12 +92,14 @@ def test_pass_at_k_and_mean_at_k_exact_values() -> None:
 
 async def test_pass_at_k_over_grpo_groups_end_to_end() -> None:
     requests = GRPORequestStrategy(2, seed=0).expand([request("1"), request("")])
-    result = await run_eval(engine(), requests, [PassAtK("correct", 1), MeanAtK("correct", 2)], max_steps=1)
+    result = await run_eval(
+        engine(), requests, [PassAtK("correct", 1), MeanAtK("correct", 2)], RolloutSettings(max_steps=1)
+    )
     assert result.metrics["pass@1"] == 0.5 and result.metrics["mean@2"] == 0.5
 
 
 async def test_reducer_names_must_be_unique() -> None:
     with pytest.raises(ConfigError, match="unique"):
-        await run_eval(engine(), [request("1")], [ACCURACY, ACCURACY], max_steps=1)
+        await run_eval(engine(), [request("1")], [ACCURACY, ACCURACY], RolloutSettings(max_steps=1))
     with pytest.raises(ConfigError, match="aggregate"):
         Reducer("x", "y", "median")  # type: ignore[arg-type]

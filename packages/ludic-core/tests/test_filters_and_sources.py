@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from core_data_builders import guess_engine
 
+from ludic_core import RolloutSettings
 from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
 from ludic_core.credit import ConstantCredit, GroupNormalizedReturn, PerStepReward
 from ludic_core.curriculum import MixtureCurriculum, SequenceRequests, linear_schedule, piecewise_schedule
@@ -130,7 +131,10 @@ async def test_rollout_batch_source_runs_a_curriculum_and_resumes() -> None:
         strategy=GRPORequestStrategy(2, seed=0),
     )
     source = RolloutBatchSource(
-        engine=guess_engine(), credit_assigner=GroupNormalizedReturn(2), requests=curriculum, max_steps=3
+        engine=guess_engine(),
+        credit_assigner=GroupNormalizedReturn(2),
+        requests=curriculum,
+        settings=RolloutSettings(max_steps=3),
     )
     assert isinstance(source, BatchSource)
     first = await source.next_batch()
@@ -143,7 +147,7 @@ async def test_rollout_batch_source_runs_a_curriculum_and_resumes() -> None:
         engine=guess_engine(),
         credit_assigner=GroupNormalizedReturn(2),
         requests=curriculum,
-        max_steps=3,
+        settings=RolloutSettings(max_steps=3),
     )
     resumed.load_state_dict(state)
     again = await resumed.next_batch()
@@ -154,7 +158,7 @@ async def test_offline_source_from_rollout_logs_and_saw_files(tmp_path: Path) ->
     log = tmp_path / "rollouts.jsonl"
     engine = guess_engine(rollout_log=log)
     online = await engine.generate_batch(
-        [guess(max_number=4)] * 6, max_steps=3, credit_assigner=PerStepReward()
+        [guess(max_number=4)] * 6, RolloutSettings(max_steps=3), credit_assigner=PerStepReward()
     )
     source = OfflineBatchSource.from_rollout_logs(log, credit_assigner=PerStepReward(), batch_size=4, seed=2)
     assert len(source) == len(online.items)
@@ -200,6 +204,6 @@ def test_offline_source_shuffles_per_epoch_resumes_and_shards() -> None:
 def test_constant_credit_offline_for_sft(tmp_path: Path) -> None:
     # SFT over logged rollouts: every turn gets weight 1.
     log = tmp_path / "r.jsonl"
-    asyncio.run(guess_engine(rollout_log=log).generate_rollouts([guess()] * 2, max_steps=2))
+    asyncio.run(guess_engine(rollout_log=log).generate_rollouts([guess()] * 2, RolloutSettings(max_steps=2)))
     source = OfflineBatchSource.from_rollout_logs(log, credit_assigner=ConstantCredit(), batch_size=2)
     assert {i.weight for i in source.items} == {1.0}

@@ -56,6 +56,7 @@ def version_key(learner: str) -> str:
 async def run_actor(redis_url: str, name: str, incarnation: int, workdir: Path) -> None:
     import redis.asyncio as redis_asyncio
 
+    from ludic_core import RolloutBatchSource, RolloutSettings
     from ludic_core.credit import GroupNormalizedReturn
     from ludic_core.engine import RolloutEngine
     from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
@@ -117,14 +118,17 @@ async def run_actor(redis_url: str, name: str, incarnation: int, workdir: Path) 
     async def pace(_step: int) -> None:
         await asyncio.sleep(0.05)
 
-    actor = IdentifyingActor(
+    source = RolloutBatchSource(
         engine=engine,
-        requests_provider=requests,
+        requests=requests,
         credit_assigner=GroupNormalizedReturn(GROUP_SIZE),
+        settings=RolloutSettings(max_steps=3),
+    )
+    actor = IdentifyingActor(
+        source,
         redis_url=redis_url,
         queue_key=QUEUE,
         client=PublishedVersion(),  # type: ignore[arg-type]  # a version source, not a chat client
-        max_steps=3,
         max_queue_len=8,
         backpressure_timeout_s=60,
         version_deadline_s=2,

@@ -18,6 +18,7 @@ import attrs
 import pytest
 from pipeline_messages import make_item, message
 
+from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.credit import GroupNormalizedReturn
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, ProtocolError, TransportError
@@ -105,14 +106,18 @@ def make_actor(
     **options: Any,
 ) -> RedisPipelineActor:
     chat = SeededChatClient(["1", "2", "3", "4"], policy_version=chat_version)
-    return RedisPipelineActor(
+    source = RolloutBatchSource(
         engine=guess_engine(chat),
-        requests_provider=grpo_requests(options.pop("groups", 2)),
+        requests=grpo_requests(options.pop("groups", 2)),
         credit_assigner=GroupNormalizedReturn(GROUP_SIZE),
+        settings=RolloutSettings(max_steps=3),
+        start_step=options.pop("start_step", 0),
+    )
+    return RedisPipelineActor(
+        source,
         redis_url=redis_url,
         queue_key=queue_key,
         client=version_source if version_source is not None else chat,
-        max_steps=3,
         **options,
     )
 
@@ -235,15 +240,13 @@ async def test_actor_tags_items_with_the_version_it_read(redis_url: str, queue_k
 @pytest.mark.redis
 async def test_actor_without_versions_refuses_to_push_untagged_items(redis_url: str, queue_key: str) -> None:
     chat = SeededChatClient(["1", "2"])  # reports no version
-    actor = RedisPipelineActor(
+    source = RolloutBatchSource(
         engine=guess_engine(chat),
-        requests_provider=grpo_requests(1),
+        requests=grpo_requests(1),
         credit_assigner=GroupNormalizedReturn(GROUP_SIZE),
-        redis_url=redis_url,
-        queue_key=queue_key,
-        client=None,
-        max_steps=2,
+        settings=RolloutSettings(max_steps=2),
     )
+    actor = RedisPipelineActor(source, redis_url=redis_url, queue_key=queue_key, client=None)
     with pytest.raises(DataError, match="has no policy_version"):
         await actor.run(max_batches=1)
     assert await raw_llen(redis_url, queue_key) == 0

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from core_data_builders import guess_engine
 
+from ludic_core import RolloutSettings
 from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
 from ludic_core.credit import GroupNormalizedReturn, MonteCarloReturn
 from ludic_core.curriculum import MixtureCurriculum, SequenceRequests
@@ -32,7 +33,7 @@ async def grpo_next(strategy: GRPORequestStrategy) -> Any:
 
 
 async def engine_next(engine: Any) -> Any:
-    result = await engine.generate_rollouts([guess()] * 2, max_steps=3)
+    result = await engine.generate_rollouts([guess()] * 2, RolloutSettings(max_steps=3))
     return [(e.env_seed, e.sampling_seed, [r.total_reward for r in e.rollouts]) for e in result.episodes]
 
 
@@ -41,7 +42,7 @@ def rollout_source() -> RolloutBatchSource:
         engine=guess_engine(base_seed=7, deterministic_ids=True),
         credit_assigner=MonteCarloReturn(),
         requests=lambda step: [guess(step=step)] * 2,
-        max_steps=3,
+        settings=RolloutSettings(max_steps=3),
     )
 
 
@@ -54,7 +55,7 @@ async def offline_items() -> list[Any]:
     engine = guess_engine(deterministic_ids=True)
     requests = GRPORequestStrategy(2, seed=1).expand([guess()] * 4)
     batch = await engine.generate_batch(
-        requests, max_steps=3, credit_assigner=GroupNormalizedReturn(group_size=2)
+        requests, RolloutSettings(max_steps=3), credit_assigner=GroupNormalizedReturn(group_size=2)
     )
     return list(batch.items)
 
@@ -114,7 +115,7 @@ async def _grpo_rollout_source() -> RolloutBatchSource:
         engine=guess_engine(base_seed=7, deterministic_ids=True),
         credit_assigner=GroupNormalizedReturn(group_size=2),
         requests=grpo_sequence(),
-        max_steps=3,
+        settings=RolloutSettings(max_steps=3),
     )
 
 

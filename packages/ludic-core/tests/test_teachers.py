@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from core_data_builders import guess_engine
 
+from ludic_core import RolloutSettings
 from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
 from ludic_core.credit import ConstantCredit
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
@@ -258,7 +259,10 @@ async def test_rollout_request_meta_routes_every_item_of_its_episode() -> None:
 
     source = TeacherScoredBatchSource(
         RolloutBatchSource(
-            engine=guess_engine(), credit_assigner=ConstantCredit(1.0), requests=requests, max_steps=3
+            engine=guess_engine(),
+            credit_assigner=ConstantCredit(1.0),
+            requests=requests,
+            settings=RolloutSettings(max_steps=3),
         ),
         TeacherScorer(teachers),
     )

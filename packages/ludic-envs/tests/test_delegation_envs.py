@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ludic_core import make_env
+from ludic_core import RolloutSettings, make_env
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError
 from ludic_core.inference import TokenCompletionRequest
@@ -90,7 +90,7 @@ async def test_through_the_engine_by_name() -> None:
         },
     )
     requests = [RolloutRequest(env=EnvSpec("sum_of_products", {"num_parts": 2}), protocol=spec)] * 2
-    result = await RolloutEngine().generate_rollouts(requests, max_steps=2)
+    result = await RolloutEngine().generate_rollouts(requests, RolloutSettings(max_steps=2))
     assert not result.failed_episodes and len(result.rollouts) == 6
     assert [r.meta["agent_id"] for r in result.rollouts] == ["agent_0", "child@0", "child@1"] * 2
     assert all(r.total_reward == 1.0 for r in result.rollouts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ludic_core import RolloutSettings
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.credit import GroupNormalizedReturn
 from ludic_core.engine import RolloutEngine
@@ -64,5 +65,5 @@ def lowercase_batch_source(
         engine=engine,
         credit_assigner=GroupNormalizedReturn(group_size=group_size, normalize_adv=True),
         requests=requests,
-        max_steps=1,
+        settings=RolloutSettings(max_steps=1),
     )

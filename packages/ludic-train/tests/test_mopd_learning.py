@@ -30,6 +30,7 @@ import pytest
 import torch
 from toy_rl import CompletionIsActionAgent, any_text_parser
 
+from ludic_core import RolloutSettings
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
@@ -190,8 +191,7 @@ async def _train() -> list[dict[str, Any]]:
         ),
         credit_assigner=algorithm.credit_assigner,
         requests=requests,
-        max_steps=1,
-        concurrency=64,
+        settings=RolloutSettings(max_steps=1, concurrency=64),
     )
     source = RecordingSource(
         TeacherScoredBatchSource(rollouts, TeacherScorer(teacher_clients, concurrency=64)),

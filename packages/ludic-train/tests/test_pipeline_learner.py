@@ -14,6 +14,7 @@ import attrs
 import pytest
 import torch
 
+from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.engine import RolloutEngine
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.pipeline import (
@@ -31,6 +32,7 @@ from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
 from ludic_core.testing.redis import queue_key_for_tests, redis_url_for_tests
+from ludic_train.algorithm import RLAlgorithm
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.collate import collate_saw_items
 from ludic_train.config import TrainerConfig
@@ -70,6 +72,16 @@ def grpo_requests(groups: int) -> Any:
         return strategy.expand([base] * groups)
 
     return requests
+
+
+def rollout_source(client: SeededChatClient, algorithm: RLAlgorithm) -> RolloutBatchSource:
+    """One GRPO group of GuessNumber episodes per batch, credited by ``algorithm``."""
+    return RolloutBatchSource(
+        engine=guess_engine(client),
+        requests=grpo_requests(1),
+        credit_assigner=algorithm.credit_assigner,
+        settings=RolloutSettings(max_steps=3),
+    )
 
 
 class VersionBoard:
@@ -138,26 +150,20 @@ async def test_actor_and_trainer_run_concurrently_and_stale_items_are_dropped(
 
     def actor() -> RedisPipelineActor:
         return RedisPipelineActor(
-            engine=guess_engine(chat),
-            requests_provider=grpo_requests(1),
-            credit_assigner=algorithm.credit_assigner,
+            rollout_source(chat, algorithm),
             redis_url=redis_url,
             queue_key=queue_key,
             client=board,  # type: ignore[arg-type]  # a version source: the chat client reports none
-            max_steps=3,
             max_queue_len=4,
         )
 
     # Four batches generated with version 0 wait in the queue before the learner starts.
     await run_pipeline_actor(
-        actor().source.engine,
-        grpo_requests(1),
-        algorithm.credit_assigner,
-        redis_url,
+        rollout_source(chat, algorithm),
+        redis_url=redis_url,
         queue_key=queue_key,
         client=board,
-        max_steps=3,
-        max_batches=4,  # type: ignore[arg-type]
+        max_batches=4,
     )
     live = actor()
     stop = asyncio.Event()
@@ -208,14 +214,11 @@ async def test_a_restarted_trainer_retrains_exactly_the_discarded_steps_and_neve
     async def push(batches: int, version: int) -> None:
         board.version = version
         await run_pipeline_actor(
-            guess_engine(chat),
-            grpo_requests(1),
-            algorithm.credit_assigner,
-            redis_url,
+            rollout_source(chat, algorithm),
+            redis_url=redis_url,
             queue_key=queue_key,
             client=board,
-            max_steps=3,
-            max_batches=batches,  # type: ignore[arg-type]
+            max_batches=batches,
         )
 
     # Four batches of version 0; then one sampled by weights of step 5 of a continuation a resume will

@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 
+from ludic_core import RolloutSettings
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.credit import GroupNormalizedReturn
 from ludic_core.engine import RolloutEngine
@@ -37,7 +38,7 @@ def rollout_source(inference: InferenceSpec) -> RolloutBatchSource:
         engine=engine,
         credit_assigner=GroupNormalizedReturn(group_size=2),
         requests=lambda step: GRPORequestStrategy(2, seed=step).expand([request] * 2),
-        max_steps=3,
+        settings=RolloutSettings(max_steps=3),
     )
 
 

@@ -19,6 +19,7 @@ import attrs
 import pytest
 from toy_rl import CompletionIsActionAgent, DigitsEnv, any_text_parser
 
+from ludic_core import RolloutSettings
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.credit import CreditAssigner, RolloutStepKey
 from ludic_core.engine import RolloutEngine
@@ -106,8 +107,7 @@ def _source(
         ),
         credit_assigner=algorithm.credit_assigner,
         requests=SPORequests(samples=prompts, build=build, batch_size=BATCH, tracker=tracker, seed=SEED),
-        max_steps=1,
-        concurrency=64,
+        settings=RolloutSettings(max_steps=1, concurrency=64),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from ludic_core import RolloutSettings
 from ludic_core.credit import ConstantCredit
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
@@ -95,7 +96,7 @@ def _sample_items(model: torch.nn.Module, tokenizer: Any, temperature: float) ->
 
     async def run() -> list[SAWItem]:
         try:
-            result = await engine.generate_rollouts(requests, max_steps=4)
+            result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=4))
         finally:
             await client.aclose()
         assert not result.failed_episodes

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from ludic_core import RolloutSettings
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
@@ -98,6 +99,5 @@ def make_online_source(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
         requests=requests,
-        max_steps=1,
-        concurrency=64,
+        settings=RolloutSettings(max_steps=1, concurrency=64),
     )

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from ludic_core import RolloutSettings
+
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 # vLLM (paged KV cache, its CPU attention kernels) and transformers (one eager forward over right-padded
@@ -91,7 +93,7 @@ async def test_on_policy_ratios_are_one_at_the_sampling_temperature(
             )
             for s in range(4)
         ]
-        result = await engine.generate_rollouts(requests, max_steps=2)
+        result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=2))
     assert not result.failed_episodes
     rollouts = result.rollouts
     items = build_saw_items(rollouts, ConstantCredit(1.0).compute(rollouts), require_actor_logps=True)

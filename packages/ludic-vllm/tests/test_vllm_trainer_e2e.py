@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from ludic_core import RolloutSettings
+
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 
@@ -77,8 +79,7 @@ async def test_trainer_publishes_each_step_and_rollouts_carry_its_version(vllm_s
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
         requests=requests,
-        max_steps=1,
-        concurrency=8,
+        settings=RolloutSettings(max_steps=1, concurrency=8),
     )
     seen_versions: list[set[Any]] = []
 

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
         register_protocol,
     )
     from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.rollout_settings import RolloutSettings
     from ludic_core.saw import BatchSource, SAWBatch, SAWItem
     from ludic_core.saw_builder import build_saw_items
     from ludic_core.seeding import derive_seed
@@ -111,6 +112,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "PerStepReward",
     ),
     "ludic_core.engine": ("RolloutEngine",),
+    "ludic_core.rollout_settings": ("RolloutSettings",),
     "ludic_core.env": ("LudicEnv", "SingleAgentEnv"),
     "ludic_core.errors": (
         "ConfigError",
@@ -232,6 +234,7 @@ __all__ = [
     "Rollout",
     "RolloutBatchSource",
     "RolloutEngine",
+    "RolloutSettings",
     "RolloutRequest",
     "SAWBatch",
     "SAWItem",

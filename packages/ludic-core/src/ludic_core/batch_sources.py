@@ -15,11 +15,12 @@ from typing import Any
 
 from ludic_core.credit import CreditAssigner
 from ludic_core.curriculum import RequestsProvider
-from ludic_core.engine import FailurePolicy, RolloutEngine, select_trainable_rollouts
+from ludic_core.engine import RolloutEngine, select_trainable_rollouts
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.filters import SampleFilter, apply_filter
 from ludic_core.logs import get_logger
 from ludic_core.rollout_log import read_rollouts
+from ludic_core.rollout_settings import RolloutSettings
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_core.saw_builder import build_saw_items
 from ludic_core.saw_io import read_saw_jsonl
@@ -38,7 +39,7 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 
 
 class RolloutBatchSource:
-    """Online batches: ``requests(step)`` → :meth:`RolloutEngine.generate_batch`.
+    """Online batches: ``requests(step)`` → :meth:`RolloutEngine.generate_batch` with ``settings``.
 
     The step counter starts at ``start_step`` and advances by one per batch; ``state_dict`` holds it
     with the engine's seed counter, so a resumed run asks for the same requests and seeds.
@@ -50,16 +51,12 @@ class RolloutBatchSource:
         engine: RolloutEngine,
         credit_assigner: CreditAssigner,
         requests: RequestsProvider,
-        max_steps: int,
-        timeout_s: float | None = None,
-        episode_timeout_s: float | None = None,
-        concurrency: int | None = None,
+        settings: RolloutSettings,
         sample_filter: SampleFilter | None = None,
-        on_failure: FailurePolicy = "continue",
         require_actor_logps: bool | None = None,
         start_step: int = 0,
     ) -> None:
-        _check_int("RolloutBatchSource.max_steps", max_steps, 1)
+        self.settings = RolloutSettings.coerce(settings, owner="RolloutBatchSource.settings")
         _check_int("RolloutBatchSource.start_step", start_step, 0)
         if not callable(requests):
             raise ConfigError(
@@ -68,12 +65,7 @@ class RolloutBatchSource:
         self.engine = engine
         self.credit_assigner = credit_assigner
         self.requests = requests
-        self.max_steps = max_steps
-        self.timeout_s = timeout_s
-        self.episode_timeout_s = episode_timeout_s
-        self.concurrency = concurrency
         self.sample_filter = sample_filter
-        self.on_failure: FailurePolicy = on_failure
         self.require_actor_logps = require_actor_logps
         self.step = start_step
 
@@ -83,13 +75,9 @@ class RolloutBatchSource:
             raise ConfigError(f"the requests provider returned no requests for step {self.step}")
         batch = await self.engine.generate_batch(
             requests,
-            max_steps=self.max_steps,
+            self.settings,
             credit_assigner=self.credit_assigner,
-            timeout_s=self.timeout_s,
-            episode_timeout_s=self.episode_timeout_s,
-            concurrency=self.concurrency,
             sample_filter=self.sample_filter,
-            on_failure=self.on_failure,
             require_actor_logps=self.require_actor_logps,
         )
         batch.meta["step"] = self.step

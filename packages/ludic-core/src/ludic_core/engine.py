@@ -20,9 +20,13 @@ the batch at the first failure and raises :class:`~ludic_core.errors.EpisodeErro
 ``on_failure="continue"`` keeps going and reports every failed episode in the result. Failed episodes
 never produce SAW items.
 
+Settings. How episodes run (``max_steps``, ``concurrency``, the timeouts and ``on_failure``) is one
+:class:`~ludic_core.rollout_settings.RolloutSettings` value given to each call; the batch source,
+evaluation and the pipeline actor pass the same value through.
+
 Timeouts. Every wait is bounded by default: each model call by ``timeout_s`` (default
 :data:`DEFAULT_MODEL_CALL_TIMEOUT_S`) and each episode by ``episode_timeout_s`` (default
-:data:`DEFAULT_EPISODE_TIMEOUT_S`), both set on the engine and overridable per call. An env whose
+:data:`DEFAULT_EPISODE_TIMEOUT_S`). An env whose
 ``step`` blocks must set ``blocking_step`` (see :class:`~ludic_core.env.LudicEnv`), or a stuck step
 holds the event loop and no timeout can fire.
 """
@@ -31,12 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
@@ -51,6 +54,12 @@ from ludic_core.protocols.standard import StandardProtocolFactory, _short_repr
 from ludic_core.registry import ENVS, PROTOCOLS, Registry
 from ludic_core.requests import RolloutRequest
 from ludic_core.rollout_log import RolloutLog
+from ludic_core.rollout_settings import (
+    DEFAULT_EPISODE_TIMEOUT_S,
+    DEFAULT_MODEL_CALL_TIMEOUT_S,
+    FailurePolicy,
+    RolloutSettings,
+)
 from ludic_core.saw import SAWBatch
 from ludic_core.saw_builder import build_saw_items
 from ludic_core.seeding import MAX_SEED, derive_seed
@@ -63,14 +72,12 @@ __all__ = [
     "FailurePolicy",
     "RolloutEngine",
     "RolloutResult",
+    "RolloutSettings",
     "rollouts_to_batch",
     "select_trainable_rollouts",
 ]
 
 log = get_logger(__name__)
-
-FailurePolicy = Literal["raise", "continue"]
-_POLICIES = ("raise", "continue")
 
 
 @attrs.frozen
@@ -126,27 +133,6 @@ class RolloutResult:
             for e in self.failed_episodes
             if e.failure is not None
         ]
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _check_timeout(name: str, value: Any, *, optional: bool = True) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        rule = "None or a finite number > 0" if optional else "a finite number > 0"
-        raise ConfigError(f"{name} must be {rule}, got {value!r}")
-
-
-DEFAULT_MODEL_CALL_TIMEOUT_S = 600.0
-"""The engine's default bound on one model call: generous for a long completion on a slow CPU backend,
-yet a dead server surfaces as a named timeout within minutes rather than a silent hang."""
-
-DEFAULT_EPISODE_TIMEOUT_S = 3600.0
-"""The engine's default bound on one whole episode (every model call, tool call and env step)."""
 
 
 _EXPECTED = {
@@ -214,8 +200,7 @@ class RolloutEngine:
 
     ``env_factories``/``protocol_factories`` map kinds to factories and take precedence over the
     global registry. ``rollout_log`` (a path or a :class:`RolloutLog`) appends every rollout as JSONL.
-    ``timeout_s`` (each model call) and ``episode_timeout_s`` (each episode) are the defaults of every
-    ``generate_*`` call that does not pass its own.
+    How the episodes of a call run is the :class:`RolloutSettings` given to that call.
     """
 
     def __init__(
@@ -225,23 +210,14 @@ class RolloutEngine:
         protocol_factories: Mapping[str, Callable[..., InteractionProtocol]] | None = None,
         base_seed: int = 0,
         rollout_log: RolloutLog | str | Path | None = None,
-        concurrency: int = 8,
         deterministic_ids: bool = False,
-        timeout_s: float = DEFAULT_MODEL_CALL_TIMEOUT_S,
-        episode_timeout_s: float = DEFAULT_EPISODE_TIMEOUT_S,
     ) -> None:
         seed: object = base_seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
             raise ConfigError(f"RolloutEngine.base_seed must be an int in [0, {MAX_SEED}], got {base_seed!r}")
-        _check_positive_int("RolloutEngine.concurrency", concurrency)
-        _check_timeout("RolloutEngine.timeout_s", timeout_s, optional=False)
-        _check_timeout("RolloutEngine.episode_timeout_s", episode_timeout_s, optional=False)
-        self.timeout_s = float(timeout_s)
-        self.episode_timeout_s = float(episode_timeout_s)
         self.env_factories = _check_factories("env_factories", env_factories)
         self.protocol_factories = _check_factories("protocol_factories", protocol_factories)
         self.base_seed = base_seed
-        self.concurrency = concurrency
         # Off by default: uuid4 ids are unique across runs. On, a rerun with the same base seed and
         # requests reproduces every id (ids are then unique within a run only).
         self.deterministic_ids = deterministic_ids
@@ -281,27 +257,16 @@ class RolloutEngine:
     async def generate_rollouts(
         self,
         requests: Sequence[RolloutRequest],
+        settings: RolloutSettings,
         *,
-        max_steps: int,
-        timeout_s: float | None = None,
-        episode_timeout_s: float | None = None,
-        concurrency: int | None = None,
-        on_failure: FailurePolicy = "raise",
         on_episode_done: Callable[[EpisodeResult], None | Awaitable[None]] | None = None,
     ) -> RolloutResult:
-        """Run one episode per request.
+        """Run one episode per request, as ``settings`` says.
 
-        ``timeout_s`` bounds each model call (passed to the protocol); ``episode_timeout_s`` bounds a
-        whole episode; ``None`` takes the engine's. ``on_episode_done`` is called as each episode
-        finishes (progress bars).
+        ``on_episode_done`` is called as each episode finishes (progress bars).
         """
-        _check_positive_int("max_steps", max_steps)
-        _check_timeout("timeout_s", timeout_s)
-        _check_timeout("episode_timeout_s", episode_timeout_s)
-        limit = self.concurrency if concurrency is None else concurrency
-        _check_positive_int("concurrency", limit)
-        if on_failure not in _POLICIES:
-            raise ConfigError(f"on_failure must be one of {_POLICIES}, got {on_failure!r}")
+        settings = RolloutSettings.coerce(settings, owner="generate_rollouts(settings)")
+        on_failure = settings.on_failure
         for i, request in enumerate(requests):
             if not isinstance(request, RolloutRequest):
                 raise ConfigError(f"requests[{i}] must be a RolloutRequest, got {type(request).__name__}")
@@ -317,16 +282,17 @@ class RolloutEngine:
         ]
         first_index = self._episodes_started
         self._episodes_started += len(requests)
-        semaphore = asyncio.Semaphore(limit)
-        settings = {
-            "max_steps": max_steps,
-            "timeout_s": self.timeout_s if timeout_s is None else timeout_s,
-            "episode_timeout_s": self.episode_timeout_s if episode_timeout_s is None else episode_timeout_s,
+        semaphore = asyncio.Semaphore(settings.concurrency)
+        # What every rollout's ``engine`` meta records about how it ran.
+        run_settings = {
+            "max_steps": settings.max_steps,
+            "timeout_s": settings.timeout_s,
+            "episode_timeout_s": settings.episode_timeout_s,
         }
 
         async def run(i: int) -> EpisodeResult:
             async with semaphore:
-                result = await self._run_episode(first_index + i, requests[i], *factories[i], settings)
+                result = await self._run_episode(first_index + i, requests[i], *factories[i], run_settings)
             if self.rollout_log is not None:
                 await asyncio.to_thread(self.rollout_log.write, result.rollouts)
             if on_episode_done is not None:
@@ -502,14 +468,10 @@ class RolloutEngine:
     async def generate_batch(
         self,
         requests: Sequence[RolloutRequest],
+        settings: RolloutSettings,
         *,
-        max_steps: int,
         credit_assigner: CreditAssigner,
-        timeout_s: float | None = None,
-        episode_timeout_s: float | None = None,
-        concurrency: int | None = None,
         sample_filter: SampleFilter | None = None,
-        on_failure: FailurePolicy = "raise",
         require_actor_logps: bool | None = None,
     ) -> SAWBatch:
         """Rollouts → credit → one SAW item per turn → filter.
@@ -517,14 +479,7 @@ class RolloutEngine:
         Failed episodes are left out, and so are the other members of their GRPO groups (a group with
         a missing member would get a biased baseline); both are counted in the batch meta.
         """
-        result = await self.generate_rollouts(
-            requests,
-            max_steps=max_steps,
-            timeout_s=timeout_s,
-            episode_timeout_s=episode_timeout_s,
-            concurrency=concurrency,
-            on_failure=on_failure,
-        )
+        result = await self.generate_rollouts(requests, settings)
         return rollouts_to_batch(
             result,
             credit_assigner=credit_assigner,

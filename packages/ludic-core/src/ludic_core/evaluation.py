@@ -24,9 +24,10 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from ludic_core.engine import EpisodeResult, FailurePolicy, RolloutEngine
+from ludic_core.engine import EpisodeResult, RolloutEngine
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.requests import RolloutRequest
+from ludic_core.rollout_settings import RolloutSettings
 from ludic_core.saw_builder import split_turns
 from ludic_core.types import AgentStep, EnvironmentStep, Rollout
 
@@ -282,15 +283,11 @@ async def run_eval(
     engine: RolloutEngine,
     requests: Sequence[RolloutRequest],
     reducers: Sequence[MetricReducer],
+    settings: RolloutSettings,
     *,
-    max_steps: int,
-    timeout_s: float | None = None,
-    episode_timeout_s: float | None = None,
-    concurrency: int | None = None,
-    on_failure: FailurePolicy = "continue",
     progress: ProgressCallback | None = None,
 ) -> EvalResult:
-    """Run ``requests`` and reduce every rollout and turn to ``metrics``.
+    """Run ``requests`` as ``settings`` says and reduce every rollout and turn to ``metrics``.
 
     Metrics always include ``num_episodes``, ``num_rollouts``, ``num_samples`` and
     ``num_failed_episodes``; reducer names must be distinct and must not clash with those.
@@ -313,11 +310,7 @@ async def run_eval(
 
     result = await engine.generate_rollouts(
         requests,
-        max_steps=max_steps,
-        timeout_s=timeout_s,
-        episode_timeout_s=episode_timeout_s,
-        concurrency=concurrency,
-        on_failure=on_failure,
+        settings,
         on_episode_done=on_episode_done,
     )
     failed_ids = {r.id for e in result.failed_episodes for r in e.rollouts}
@@ -343,7 +336,9 @@ def run_eval_sync(
     engine: RolloutEngine,
     requests: Sequence[RolloutRequest],
     reducers: Sequence[MetricReducer],
-    **kwargs: Any,
+    settings: RolloutSettings,
+    *,
+    progress: ProgressCallback | None = None,
 ) -> EvalResult:
     """:func:`run_eval` for scripts and notebooks without a running event loop."""
-    return asyncio.run(run_eval(engine, requests, reducers, **kwargs))
+    return asyncio.run(run_eval(engine, requests, reducers, settings, progress=progress))

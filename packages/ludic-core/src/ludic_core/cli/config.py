@@ -174,8 +174,11 @@ def load_config(
     flags: Mapping[str, Any] | None = None,
 ) -> C:
     """Structure ``cls`` from the files, then the command's ``flags`` (a nested dict), then the
-    overrides (later wins). Raises :class:`~ludic_core.errors.ConfigError` listing every problem."""
-    data: dict[str, Any] = {}
+    overrides (later wins). Raises :class:`~ludic_core.errors.ConfigError` listing every problem.
+
+    A nested table given in part keeps the rest of its field's default: ``rollout.concurrency=4``
+    changes the concurrency only, not the command's other rollout settings."""
+    data: dict[str, Any] = nested_defaults(cls)
     for layer in [*(read_file(f) for f in files), dict(flags or {})]:
         _merge(data, layer)
     for text in overrides:
@@ -188,6 +191,24 @@ def load_config(
         raise ConfigError(f"invalid {cls.__name__}:\n  " + "\n  ".join(problems)) from exc
     except ConfigError:
         raise
+
+
+def nested_defaults(cls: type) -> dict[str, Any]:
+    """The defaults of ``cls``'s nested attrs fields, unstructured (recursively); plain fields are left
+    out, so their class defaults apply when a layer does not set them."""
+    converter = make_converter()
+    data: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        default = field.default
+        if isinstance(default, attrs.Factory) and not default.takes_self:  # type: ignore[arg-type]
+            value = default.factory()
+        elif default is not attrs.NOTHING and not isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            value = default
+        else:
+            continue
+        if attrs.has(type(value)):
+            data[field.name] = converter.unstructure(value)
+    return data
 
 
 def _merge(into: dict[str, Any], layer: Mapping[str, Any]) -> None:

@@ -47,7 +47,7 @@ _FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "episodes": ("episodes",),
     "samples_per_prompt": ("samples_per_prompt",),
     "seed": ("seed",),
-    "concurrency": ("concurrency",),
+    "concurrency": ("rollout", "concurrency"),
     "temperature": ("sampling", "temperature"),
     "max_tokens": ("sampling", "max_tokens"),
     "run_dir": ("run_dir",),
@@ -142,8 +142,6 @@ def build_engine(
     profile: EvalProfile,
     system_prompt: str | None,
     seed: int,
-    concurrency: int,
-    episode_timeout_s: float,
     rollout_log: str | None,
 ) -> RolloutEngine:
     # Resolve the env now: an unknown name fails before any model call, listing the registered envs.
@@ -157,8 +155,6 @@ def build_engine(
         protocol_factories={CLI_PROTOCOL: protocol},
         base_seed=seed,
         rollout_log=rollout_log,
-        concurrency=concurrency,
-        episode_timeout_s=episode_timeout_s,
     )
 
 
@@ -173,8 +169,6 @@ def build_episodes(
         profile=profile,
         system_prompt=config.system_prompt,
         seed=config.seed,
-        concurrency=config.concurrency,
-        episode_timeout_s=config.episode_timeout_s,
         rollout_log=str(run_dir / "episodes.jsonl"),
     )
     requests = build_requests(

@@ -63,7 +63,7 @@ async def _evaluate(config: EvalConfig, run_dir: Path) -> dict[str, Any]:
                 engine,
                 requests,
                 eval_reducers(profile, config),
-                max_steps=config.max_steps,
+                config.rollout,
                 progress=lambda _done, _total: bar.advance(),
             )
     finally:

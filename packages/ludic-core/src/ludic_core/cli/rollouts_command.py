@@ -132,9 +132,7 @@ async def _collect(config: RolloutsConfig, run_dir: Path) -> dict[str, int]:
                 counts["failed_episodes"] += int(episode.failed)
                 bar.advance()
 
-            await engine.generate_rollouts(
-                todo, max_steps=config.max_steps, on_failure="continue", on_episode_done=on_episode_done
-            )
+            await engine.generate_rollouts(todo, config.rollout, on_episode_done=on_episode_done)
     finally:
         await backend.aclose()
     return counts

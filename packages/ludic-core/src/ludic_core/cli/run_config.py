@@ -1,8 +1,11 @@
 """The typed run configs of ``ludic eval`` and ``ludic rollouts``: attrs classes, read from TOML and
 ``key=value`` overrides by :mod:`ludic_core.cli.config`, and written back whole into the run directory.
 
-Nested tables group what belongs together (``[backend]``, ``[sampling]``); an override names a nested
-field with dots: ``backend.model=my-model``, ``sampling.temperature=0.7``, ``env_kwargs.opponent=minimax``.
+Nested tables group what belongs together (``[backend]``, ``[sampling]``, and ``[rollout]``: the library's
+:class:`~ludic_core.rollout_settings.RolloutSettings`, so max_steps, concurrency, timeouts and the failure
+policy mean what they mean everywhere else); an override names a nested field with dots:
+``backend.model=my-model``, ``sampling.temperature=0.7``, ``rollout.max_steps=9``,
+``env_kwargs.opponent=minimax``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from ludic_core.errors import ConfigError
+from ludic_core.rollout_settings import RolloutSettings
 
 __all__ = [
     "BACKEND_KINDS",
@@ -95,11 +99,11 @@ class EpisodesConfig:
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     episodes: int = attrs.field(default=100, validator=_at_least(1))
     samples_per_prompt: int = attrs.field(default=1, validator=_at_least(1))
-    max_steps: int = attrs.field(default=20, validator=_at_least(1))
+    rollout: RolloutSettings = attrs.field(
+        factory=lambda: RolloutSettings(max_steps=20, concurrency=32, episode_timeout_s=1800.0)
+    )
     seed: int = attrs.field(default=0, validator=_at_least(0))
-    concurrency: int = attrs.field(default=32, validator=_at_least(1))
     system_prompt: str | None = None
-    episode_timeout_s: float = attrs.field(default=1800.0, validator=_positive)
     run_dir: str = ""
 
 

@@ -10,8 +10,9 @@ Each iteration of :meth:`RedisPipelineActor.run`:
 2. ``before_batch(step)`` if given (e.g. load newer weights into a local sampler).
 3. **Version.** ``client.get_policy_version()`` with a per-attempt timeout, retried with backoff until
    ``version_deadline_s``, then a loud failure (never a default of 0).
-4. **Generate.** ``requests_provider(step)`` → :meth:`RolloutEngine.generate_batch` (the same rollout,
-   credit and SAW-building code as the synchronous path; GRPO groups are credited whole here).
+4. **Generate.** The actor's :class:`~ludic_core.batch_sources.RolloutBatchSource` makes the batch:
+   the same requests, rollout settings, credit and SAW-building code as the synchronous path (GRPO
+   groups are credited whole here).
 5. **Tag.** Items whose model calls reported a version keep it (the SAW builder takes the oldest
    version a turn's calls were sampled with); the others get the version read in step 3, which is the
    oldest weights any of their calls can have used, so staleness is never underestimated. Without a
@@ -29,8 +30,8 @@ twice.
 Stopping: ``stop_event`` is checked between batches and while waiting for room; a batch being
 generated when it is set is finished and pushed first, so no half-batch is ever lost or sent.
 ``max_batches`` stops after that many pushes. Cancelling the task stops at once (the batch in flight is
-dropped). Errors in generation are not swallowed: per-episode failures are handled by the engine's
-``on_failure`` policy; anything else propagates.
+dropped). Errors in generation are not swallowed: per-episode failures are handled by the rollout
+settings' ``on_failure`` policy; anything else propagates.
 """
 
 from __future__ import annotations
@@ -46,11 +47,7 @@ from typing import Any
 import attrs
 
 from ludic_core.batch_sources import RolloutBatchSource
-from ludic_core.credit import CreditAssigner
-from ludic_core.curriculum import RequestsProvider
-from ludic_core.engine import FailurePolicy, RolloutEngine
 from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
-from ludic_core.filters import SampleFilter
 from ludic_core.inference import VersionedClient
 from ludic_core.logs import get_logger
 from ludic_core.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
@@ -98,13 +95,12 @@ def _check_int(name: str, value: object, minimum: int, *, allow_none: bool = Fal
 
 
 class RedisPipelineActor:
-    """Generates batches with ``engine`` and RPUSHes them to ``queue_key`` (see the module docstring).
+    """Generates batches with ``source`` and RPUSHes them to ``queue_key`` (see the module docstring).
 
     Args:
-        engine, requests_provider, credit_assigner, max_steps, timeout_s, episode_timeout_s,
-            concurrency, sample_filter, on_failure, require_actor_logps: as for
-            :class:`ludic_core.batch_sources.RolloutBatchSource` (``requests_provider(step)`` gives the
-            requests of one batch; ``step`` starts at ``start_step`` and advances once per batch).
+        source: a :class:`~ludic_core.batch_sources.RolloutBatchSource` (engine, requests provider,
+            rollout settings, credit assigner, filter); its step counter numbers the actor's batches,
+            and its ``state_dict`` is what an actor restart resumes from.
         redis_url: e.g. ``redis://127.0.0.1:6379/0``.
         queue_key: the Redis list shared with the learner's :class:`RedisBatchSource`.
         client: the sampler whose version tags the data (``None``: every item must already carry a
@@ -121,20 +117,11 @@ class RedisPipelineActor:
 
     def __init__(
         self,
+        source: RolloutBatchSource,
         *,
-        engine: RolloutEngine,
-        requests_provider: RequestsProvider,
-        credit_assigner: CreditAssigner,
         redis_url: str,
-        max_steps: int,
         queue_key: str = DEFAULT_QUEUE_KEY,
         client: VersionedClient | None = None,
-        timeout_s: float | None = None,
-        episode_timeout_s: float | None = None,
-        concurrency: int | None = None,
-        sample_filter: SampleFilter | None = None,
-        on_failure: FailurePolicy = "continue",
-        require_actor_logps: bool | None = None,
         max_queue_len: int | None = 32,
         backpressure_timeout_s: float = 600.0,
         version_timeout_s: float = 10.0,
@@ -142,10 +129,14 @@ class RedisPipelineActor:
         max_consecutive_empty: int = 10,
         before_batch: Callable[[int], Awaitable[None]] | None = None,
         actor_id: str | None = None,
-        start_step: int = 0,
         connect_timeout_s: float = 10.0,
         command_timeout_s: float = 30.0,
     ) -> None:
+        if not isinstance(source, RolloutBatchSource):
+            raise ConfigError(
+                "RedisPipelineActor.source must be a RolloutBatchSource (engine, requests, settings, "
+                f"credit assigner), got {type(source).__name__}"
+            )
         if not isinstance(queue_key, str) or not queue_key:
             raise ConfigError(f"RedisPipelineActor.queue_key must be a non-empty str, got {queue_key!r}")
         if client is not None and not callable(getattr(client, "get_policy_version", None)):
@@ -171,19 +162,7 @@ class RedisPipelineActor:
             )
         # Generation is exactly the online batch source's (same requests, seeds, credit and filters);
         # the actor adds version reads, tagging, back-pressure and the queue around it.
-        self.source = RolloutBatchSource(
-            engine=engine,
-            credit_assigner=credit_assigner,
-            requests=requests_provider,
-            max_steps=max_steps,
-            timeout_s=timeout_s,
-            episode_timeout_s=episode_timeout_s,
-            concurrency=concurrency,
-            sample_filter=sample_filter,
-            on_failure=on_failure,
-            require_actor_logps=require_actor_logps,
-            start_step=start_step,
-        )
+        self.source = source
         self.redis_url = redis_url
         self.queue_key = queue_key
         self.client = client
@@ -392,32 +371,18 @@ class RedisPipelineActor:
 
 
 async def run_pipeline_actor(
-    engine: RolloutEngine,
-    requests_provider: RequestsProvider,
-    credit_assigner: CreditAssigner,
-    redis_url: str,
+    source: RolloutBatchSource,
     *,
-    max_steps: int,
-    queue_key: str = DEFAULT_QUEUE_KEY,
-    client: VersionedClient | None = None,
+    redis_url: str,
     stop_event: asyncio.Event | None = None,
     max_batches: int | None = None,
     **options: Any,
 ) -> ActorStats:
     """Build a :class:`RedisPipelineActor` and run it until stopped; returns its stats.
 
-    ``options`` are the other :class:`RedisPipelineActor` keyword arguments (``max_queue_len``,
-    ``concurrency``, ``version_deadline_s``, ...).
+    ``options`` are the other :class:`RedisPipelineActor` keyword arguments (``queue_key``, ``client``,
+    ``max_queue_len``, ``version_deadline_s``, ...).
     """
-    actor = RedisPipelineActor(
-        engine=engine,
-        requests_provider=requests_provider,
-        credit_assigner=credit_assigner,
-        redis_url=redis_url,
-        max_steps=max_steps,
-        queue_key=queue_key,
-        client=client,
-        **options,
-    )
+    actor = RedisPipelineActor(source, redis_url=redis_url, **options)
     async with actor:
         return await actor.run(stop_event=stop_event, max_batches=max_batches)

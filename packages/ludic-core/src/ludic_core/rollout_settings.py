@@ -1,0 +1,83 @@
+"""How episodes run, as one value: :class:`RolloutSettings`.
+
+The engine, the online batch source, evaluation, the Redis pipeline actor and the ``ludic`` command all
+run episodes the same way, so they all take this one frozen value rather than each re-declaring
+``max_steps``, the timeouts, the concurrency limit and the failure policy. Build it once (in code or
+from a run config) and pass it through; ``attrs.evolve(settings, concurrency=64)`` changes one field.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import attrs
+
+from ludic_core.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_EPISODE_TIMEOUT_S",
+    "DEFAULT_MODEL_CALL_TIMEOUT_S",
+    "FailurePolicy",
+    "RolloutSettings",
+]
+
+FailurePolicy = Literal["raise", "continue"]
+FAILURE_POLICIES: tuple[FailurePolicy, ...] = ("raise", "continue")
+
+DEFAULT_MODEL_CALL_TIMEOUT_S = 600.0
+"""The default bound on one model call: generous for a long completion on a slow CPU backend, yet a
+dead server surfaces as a named timeout within minutes rather than a silent hang."""
+
+DEFAULT_EPISODE_TIMEOUT_S = 3600.0
+"""The default bound on one whole episode (every model call, tool call and env step)."""
+
+
+def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"RolloutSettings.{attribute.name} must be an int >= 1, got {value!r}")
+
+
+def _finite_positive(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"RolloutSettings.{attribute.name} must be a finite number > 0, got {value!r}")
+
+
+def _policy(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in FAILURE_POLICIES:
+        raise ConfigError(f"RolloutSettings.on_failure must be one of {FAILURE_POLICIES}, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RolloutSettings:
+    """How a batch of episodes runs.
+
+    * ``max_steps`` — the most agent turns an episode may take; an episode still running then is
+      truncated (and marked so), not failed.
+    * ``concurrency`` — episodes in flight at once.
+    * ``timeout_s`` — the bound on each model call (the protocol passes it to the client).
+    * ``episode_timeout_s`` — the bound on a whole episode.
+    * ``on_failure`` — ``"continue"`` keeps the other episodes and reports each failed one (counted in
+      a batch's meta, never trained on); ``"raise"`` cancels the rest at the first failure and raises
+      :class:`~ludic_core.errors.EpisodeError` (handy while writing an env or agent).
+    """
+
+    max_steps: int = attrs.field(validator=_positive_int)
+    concurrency: int = attrs.field(default=8, validator=_positive_int)
+    timeout_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=_finite_positive)
+    episode_timeout_s: float = attrs.field(default=DEFAULT_EPISODE_TIMEOUT_S, validator=_finite_positive)
+    on_failure: FailurePolicy = attrs.field(default="continue", validator=_policy)
+
+    @classmethod
+    def coerce(cls, value: object, *, owner: str) -> RolloutSettings:
+        """``value`` if it is a :class:`RolloutSettings`, else a :class:`ConfigError` naming ``owner``
+        (the argument that received it) — the message shows how to build one."""
+        if isinstance(value, cls):
+            return value
+        raise ConfigError(
+            f"{owner} must be a RolloutSettings, e.g. RolloutSettings(max_steps=5), got {value!r}"
+        )
+
+    def as_meta(self) -> dict[str, Any]:
+        """The fields recorded in each rollout's ``engine`` meta block."""
+        return attrs.asdict(self)
