@@ -42,7 +42,6 @@ def synthetic_items(n: int, *, seed: int, median: float, sigma: float, max_len: 
         items.append(
             SAWItem(
                 input_ids=[rng.randrange(1, 32000) for _ in range(length)],
-                attention_mask=[1] * length,
                 action_mask=[0] * prompt + [1] * (length - prompt),
                 weight=rng.gauss(0.0, 1.0),
             )

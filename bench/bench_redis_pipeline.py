@@ -54,7 +54,6 @@ def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> Batc
         out.append(
             SAWItem(
                 input_ids=[rng.randrange(3, 150_000) for _ in range(tokens)],
-                attention_mask=[1] * tokens,
                 action_mask=[0] * n_prompt + [1] * n_action,
                 weight=rng.gauss(0.0, 1.0),
                 actor_logps=[math.log(rng.uniform(0.01, 1.0)) for _ in range(n_action)],

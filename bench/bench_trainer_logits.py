@@ -45,7 +45,6 @@ def make_items(n: int, *, seed: int, prompt_len: tuple[int, int], actions: int) 
         items.append(
             SAWItem(
                 input_ids=ids,
-                attention_mask=[1] * len(ids),
                 action_mask=[0] * prompt + [1] * actions,
                 weight=rng.uniform(-1, 1),
                 meta={"rollout_id": f"r{i}"},

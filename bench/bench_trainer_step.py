@@ -41,7 +41,6 @@ def make_items(n: int, *, seed: int, vocab: int, max_len: int) -> list[SAWItem]:
         items.append(
             SAWItem(
                 input_ids=ids,
-                attention_mask=[1] * len(ids),
                 action_mask=[0] * prompt + [1] * completion,
                 weight=rng.uniform(-1, 1),
                 meta={"rollout_id": f"r{len(items)}"},

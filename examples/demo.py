@@ -302,7 +302,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )(0)
     played = await teacher_engine.generate_rollouts(requests, rollout_settings(MAX_MOVES))
     rollouts = list(played.rollouts)
-    items = build_saw_items(rollouts, ConstantCredit().compute(rollouts), require_actor_logps=False)
+    items = build_saw_items(rollouts, ConstantCredit().compute(rollouts))
     console.print(f"Teacher: {len(rollouts)} games, {len(items)} moves for the warm start")
     metrics_log = JsonlLogger(args.out / "metrics.jsonl")
     base_config: dict[str, Any] = {

@@ -16,7 +16,6 @@ def make_item(i: int, *, version: int | None = 0, rollout: str | None = None) ->
         meta["policy_version"] = version
     return SAWItem(
         input_ids=[5, 6, 7 + i, 8],
-        attention_mask=[1, 1, 1, 1],
         action_mask=[0, 0, 1, 1],
         weight=0.1 * i - 0.3333333333333333,
         meta=meta,

@@ -115,8 +115,8 @@ def test_preset_arguments_are_validated() -> None:
         grpo(group_size=2, clip_eps_high=-0.1)
     with pytest.raises(ConfigError, match="kl_coeff"):
         scalerl(group_size=2, kl_coeff=-1.0)
-    with pytest.raises(ConfigError, match="needs group_size"):
-        mopd(outcome_coeff=0.5)
+    with pytest.raises(ConfigError, match=r"group_size must be None or an int >= 1, got 0"):
+        grpo(group_size=0)
     with pytest.raises(ConfigError, match="level='sequence'"):
         with_truncated_is(gspo(group_size=2))
 

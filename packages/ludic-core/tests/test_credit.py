@@ -103,6 +103,33 @@ def test_groups_are_strict_about_size_and_ids() -> None:
         GroupNormalizedReturn(0)
 
 
+def test_the_group_size_comes_from_the_requests_the_strategy_expanded() -> None:
+    from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.strategies import GRPORequestStrategy
+
+    [request, *_] = GRPORequestStrategy(group_size=3, seed=0).expand(
+        [RolloutRequest(EnvSpec("e"), ProtocolSpec("p"))]
+    )
+    rollouts = group([1, 0, 0])
+    for r in rollouts:
+        r.meta["request_meta"] = dict(request.meta)  # what the engine stamps
+    # Given once, to the strategy: the assigner reads it and still checks completeness.
+    assert final_weights(GroupNormalizedReturn(), rollouts) == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+    with pytest.raises(DataError, match="has 2 rollouts, expected group_size=3"):
+        GroupNormalizedReturn().compute(rollouts[:2])
+    with pytest.raises(
+        ConfigError, match="requested with group_size=3 but the credit assigner has group_size=4"
+    ):
+        GroupNormalizedReturn(4).compute(rollouts)
+    rollouts[0].meta["request_meta"]["group_size"] = 5
+    with pytest.raises(DataError, match="mixes rollouts whose meta says group_size"):
+        GroupNormalizedReturn().compute(rollouts)
+    # Hand-made groups without the meta need the size on the assigner.
+    with pytest.raises(DataError, match="has no group_size in its meta"):
+        GroupNormalizedReturn().compute(group([1, 0]))
+    assert final_weights(HybridNormalizedReturn(2), group([1, 0])) == pytest.approx([1.0, -1.0])
+
+
 def test_groups_are_per_agent_role() -> None:
     rollouts = group([1, 0])
     for r, agent in zip(rollouts, ["x", "y"], strict=True):

@@ -39,9 +39,7 @@ def item(weight: float = 1.0, **meta: Any) -> SAWItem:
         "parse_error": False,
         "step_kind": "env",
     }
-    return SAWItem(
-        input_ids=[1, 2], attention_mask=[1, 1], action_mask=[0, 1], weight=weight, meta={**base, **meta}
-    )
+    return SAWItem(input_ids=[1, 2], action_mask=[0, 1], weight=weight, meta={**base, **meta})
 
 
 def test_filters_keep_and_drop_by_meta() -> None:
@@ -66,7 +64,7 @@ def test_filters_keep_and_drop_by_meta() -> None:
     )
     assert kept == [plain] and dropped == 2
     with pytest.raises(DataError, match="truncated"):
-        drop_truncated(SAWItem(input_ids=[1], attention_mask=[1], action_mask=[1], weight=1.0))
+        drop_truncated(SAWItem(input_ids=[1], action_mask=[1], weight=1.0))
     with pytest.raises(ConfigError):
         drop_zero_weight(-1.0)
 

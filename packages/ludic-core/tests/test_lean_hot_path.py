@@ -102,11 +102,11 @@ def test_binary_masks_are_still_checked_element_by_element() -> None:
         with pytest.raises(
             DataError, match=rf"action_mask must hold only 0/1; got {value} at position {position}"
         ):
-            SAWItem(input_ids=[1, 2, 3], attention_mask=[1, 1, 1], action_mask=bad, weight=1.0)
-    with pytest.raises(DataError, match=r"attention_mask\[1\] must be an int, got True"):
-        SAWItem(input_ids=[1, 2], attention_mask=[1, True], action_mask=[0, 1], weight=1.0)
+            SAWItem(input_ids=[1, 2, 3], action_mask=bad, weight=1.0)
+    with pytest.raises(DataError, match=r"action_mask\[1\] must be an int, got True"):
+        SAWItem(input_ids=[1, 2], action_mask=[0, True], weight=1.0)
     with pytest.raises(DataError, match=r"action_mask\[0\] must be an int, got 1.0"):
-        SAWItem(input_ids=[1, 2], attention_mask=[1, 1], action_mask=[1.0, 0], weight=1.0)
+        SAWItem(input_ids=[1, 2], action_mask=[1.0, 0], weight=1.0)
 
 
 def test_ids_are_uuid4_hex() -> None:

@@ -29,7 +29,7 @@ def test_message_round_trip_is_exact() -> None:
     payload = encode_message(original)
     assert isinstance(payload, bytes)
     header = msgpack.unpackb(payload)
-    assert header["format"] == "ludic.pipeline.batch" and header["wire_version"] == 2
+    assert header["format"] == "ludic.pipeline.batch" and header["wire_version"] == 3
     assert header["policy_version"] == 7 and header["num_rollouts"] == 4
     assert header["actor_id"] == "test-actor" and header["batch_index"] == 11
     decoded = decode_message(payload)
@@ -41,7 +41,6 @@ def test_logprobs_travel_as_float32_and_everything_else_exactly() -> None:
     logps = [-0.1, -2.302585092994046, -1e-9, -0.0]
     item = SAWItem(
         input_ids=[1, 2, 3, 4, 5],
-        attention_mask=[1] * 5,
         action_mask=[0, 1, 1, 1, 1],
         weight=1 / 3,
         meta={"policy_version": 2, "score": 0.1, 7: "int keys stay ints", "nested": {"x": [1.5, None]}},
@@ -54,11 +53,7 @@ def test_logprobs_travel_as_float32_and_everything_else_exactly() -> None:
     assert got.actor_logps == tuple(float(np.float32(v)) for v in logps)
     assert max(abs(a - b) for a, b in zip(got.actor_logps, logps, strict=True)) < 2e-7
     assert got.teacher_logps == item.teacher_logps  # float32-exact values come back unchanged
-    assert (got.input_ids, got.attention_mask, got.action_mask) == (
-        item.input_ids,
-        item.attention_mask,
-        item.action_mask,
-    )
+    assert (got.input_ids, got.action_mask) == (item.input_ids, item.action_mask)
     assert got.weight == 1 / 3 and got.sampling_temperature == 0.123456789 and got.meta == item.meta
     assert received.created_at == 1.0 / 7 and received.meta == {"r": 0.3}
 
@@ -70,7 +65,6 @@ def test_logprobs_travel_as_float32_and_everything_else_exactly() -> None:
 def test_token_ids_take_the_narrowest_width_that_holds_them(largest_id: int, width: int) -> None:
     item = SAWItem(
         input_ids=[0, largest_id, 3],
-        attention_mask=[1] * 3,
         action_mask=[0, 1, 1],
         weight=1.0,
         meta={"policy_version": 0},
@@ -89,7 +83,6 @@ def agentic_batch(rng: random.Random, *, items: int = 16, tokens: int = 1024) ->
         out.append(
             SAWItem(
                 input_ids=[rng.randrange(151_643) for _ in range(tokens)],
-                attention_mask=[1] * tokens,
                 action_mask=[0] * (tokens - actions) + [1] * actions,
                 weight=rng.gauss(0, 1),
                 actor_logps=[math.log(rng.uniform(0.01, 1.0)) for _ in range(actions)],
@@ -118,22 +111,19 @@ def test_a_1k_token_batch_takes_under_10_bytes_per_token() -> None:
     assert decode_message(payload).items[5].input_ids == batch.items[5].input_ids
 
 
-def test_masks_with_several_spans_and_padding_round_trip() -> None:
+def test_masks_with_several_spans_round_trip() -> None:
     item = SAWItem(
         input_ids=list(range(10)),
-        attention_mask=[0, 0, 1, 1, 1, 1, 1, 1, 1, 1],  # left padding
         action_mask=[0, 0, 0, 1, 1, 0, 0, 1, 1, 1],  # two turns' completions
         weight=-1.0,
         meta={"policy_version": 1},
         actor_logps=[-1.0] * 5,
     )
-    no_actions = SAWItem(
-        input_ids=[9], attention_mask=[1], action_mask=[0], weight=0.0, meta={"policy_version": 1}
-    )
+    no_actions = SAWItem(input_ids=[9], action_mask=[0], weight=0.0, meta={"policy_version": 1})
     sent = BatchMessage(items=(item, no_actions), actor_id="a", batch_index=0, created_at=0.0)
     columns = msgpack.unpackb(encode_message(sent))["items"]
     assert columns["action_runs"] == [[3, 2, 2, 3], [1]]
-    assert columns["attention_runs"] == [[2, 8], None]  # None: all ones, the usual case
+    assert "attention_runs" not in columns  # items hold real tokens only: nothing to mask
     assert decode_message(encode_message(sent)) == sent
 
 
@@ -157,12 +147,9 @@ def saw_items(draw: st.DrawFn) -> SAWItem:
     n = draw(st.integers(1, 40))
     action_mask = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
     ones = sum(action_mask)
-    padded = draw(st.booleans())
-    attention_mask = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)) if padded else [1] * n
     logps = st.none() | st.lists(_logp, min_size=ones, max_size=ones)
     return SAWItem(
         input_ids=draw(st.lists(_ids, min_size=n, max_size=n)),
-        attention_mask=attention_mask,
         action_mask=action_mask,
         weight=draw(st.floats(allow_nan=False, allow_infinity=False)),
         meta={
@@ -190,7 +177,7 @@ def test_round_trip_property(items: list[SAWItem], batch_meta: dict[str, Any], c
     # Decoded items skip SAWItem's per-element validators; they must pass them all the same.
     for item in received.items:
         assert SAWItem.from_dict(item.to_dict()) == item
-        assert all(type(v) is int for v in item.input_ids + item.attention_mask + item.action_mask)
+        assert all(type(v) is int for v in item.input_ids + item.action_mask)
         assert item.actor_logps is None or all(type(v) is float for v in item.actor_logps)
 
 
@@ -232,7 +219,7 @@ _ITEMS_LOGPS = [-0.5, -1.25, -0.5, -1.375, -0.5, -1.5]  # message(3)'s actor_log
         (pickle.dumps({"items": []}), "not valid msgpack"),  # pickle is refused, never loaded
         (msgpack.packb([1, 2]), "must be a msgpack map"),
         (msgpack.packb({"format": "other"}), "not a Ludic pipeline message"),
-        (tampered(_set("wire_version", 3)), "wire_version 3 is not supported"),
+        (tampered(_set("wire_version", 2)), "wire_version 2 is not supported"),
         (
             json.dumps({"format": "ludic.pipeline.batch", "wire_version": 1, "items": []}).encode(),
             r"wire_version 1 \(JSON\) is not supported.*older Ludic",
@@ -250,8 +237,8 @@ _ITEMS_LOGPS = [-0.5, -1.25, -0.5, -1.375, -0.5, -1.5]  # message(3)'s actor_log
             r"items\[2\] \(rollout 'r2'\): action_mask runs cover 5 tokens, input_ids has 4",
         ),
         (
-            tampered(_set("items.attention_runs.0", [-1, 5])),
-            r"items\[0\] \(rollout 'r0'\): attention_mask runs must be a list of run lengths",
+            tampered(_set("items.action_runs.0", [-1, 5])),
+            r"items\[0\] \(rollout 'r0'\): action_mask runs must be a list of run lengths",
         ),
         (
             tampered(_set("items.weights.1", math.inf)),
@@ -356,9 +343,9 @@ def forced(item: SAWItem, **values: Any) -> SAWItem:
             r"action_mask must hold only 0/1; got 2 at position 1",
         ),
         (
-            [forced(make_item(0), attention_mask=(1, 1, 1))],
+            [forced(make_item(0), action_mask=(1, 1, 1))],
             {},
-            r"attention_mask has length 3, input_ids has 4",
+            r"action_mask has length 3, input_ids has 4",
         ),
         ([forced(make_item(0), weight=math.nan)], {}, r"items\[0\].*weight must be a finite number, got nan"),
         (

@@ -48,7 +48,6 @@ def test_two_call_turn_concatenates_exactly() -> None:
     [item] = rollout_to_saw_items(rollout, {("R", 0): 0.0, ("R", 1): 0.0, ("R", 2): 0.75})
     assert item.input_ids == (10, 11, 20, 21, 30, 31, 22)
     assert item.action_mask == (0, 0, 1, 1, 0, 0, 1)
-    assert item.attention_mask == (1,) * 7
     assert item.actor_logps == (-0.1, -0.2, -0.3)
     assert item.weight == 0.75
     meta = item.meta

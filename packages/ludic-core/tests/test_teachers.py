@@ -61,7 +61,6 @@ def item(action_mask: Sequence[int], *, teacher: Any = None, actor: Sequence[flo
     meta = {} if teacher is None else {"teacher": teacher}
     return SAWItem(
         input_ids=list(range(10, 10 + n)),
-        attention_mask=[1] * n,
         action_mask=action_mask,
         weight=1.0,
         meta=meta,
@@ -106,7 +105,6 @@ async def test_items_are_routed_to_their_teacher_by_meta_or_by_a_function() -> N
     by_key = TeacherScorer(teachers, route_key="task")
     task_item = SAWItem(
         input_ids=[1, 2, 3],
-        attention_mask=[1, 1, 1],
         action_mask=[0, 0, 1],
         weight=0.0,
         meta={"task": "code"},

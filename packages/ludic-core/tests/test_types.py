@@ -155,7 +155,6 @@ def test_parse_result_rejects_nan() -> None:
 def test_saw_item_validation_and_round_trip() -> None:
     item = SAWItem(
         input_ids=[5, 6, 7, 8],
-        attention_mask=[1, 1, 1, 1],
         action_mask=[0, 1, 0, 1],
         weight=0.5,
         meta={"rollout_id": "r"},
@@ -166,13 +165,19 @@ def test_saw_item_validation_and_round_trip() -> None:
     batch = SAWBatch(items=[item], meta={"source": "t"})
     assert SAWBatch.from_dict(batch.to_dict()) == batch
     with pytest.raises(DataError, match="actor_logps has 1 entries but action_mask has 2 ones"):
-        SAWItem(input_ids=[1, 2], attention_mask=[1, 1], action_mask=[1, 1], weight=1, actor_logps=[-1])
+        SAWItem(input_ids=[1, 2], action_mask=[1, 1], weight=1, actor_logps=[-1])
     with pytest.raises(DataError, match="action_mask must hold only 0/1; got 2 at position 0"):
-        SAWItem(input_ids=[1], attention_mask=[1], action_mask=[2], weight=1)
-    with pytest.raises(DataError, match="attention_mask has length 1, input_ids has 2"):
-        SAWItem(input_ids=[1, 2], attention_mask=[1], action_mask=[1, 1], weight=1)
+        SAWItem(input_ids=[1], action_mask=[2], weight=1)
+    with pytest.raises(DataError, match="action_mask has length 1, input_ids has 2"):
+        SAWItem(input_ids=[1, 2], action_mask=[1], weight=1)
+    # Items written while they still carried an (all-ones) attention mask read as before; padding is
+    # refused, never trained on.
+    legacy = {**item.to_dict(), "attention_mask": [1, 1, 1, 1]}
+    assert SAWItem.from_dict(legacy) == item
+    with pytest.raises(DataError, match=r"attention_mask with zeros \(padding\)"):
+        SAWItem.from_dict({**legacy, "attention_mask": [0, 1, 1, 1]})
     with pytest.raises(DataError, match="weight must be finite"):
-        SAWItem(input_ids=[1], attention_mask=[1], action_mask=[1], weight=math.nan)
+        SAWItem(input_ids=[1], action_mask=[1], weight=math.nan)
     with pytest.raises(DataError, match="schema_version"):
         SAWItem.from_dict({**item.to_dict(), "schema_version": 99})
 
@@ -185,9 +190,7 @@ def test_sampling_temperature_is_validated_and_round_trips() -> None:
     assert TokenTrace.from_dict(old).sampling_temperature is None  # traces written before the field
     response = ChatResponse(text="", prompt_token_ids=[1], completion_token_ids=[2], sampling_temperature=0.7)
     assert response.to_trace().sampling_temperature == 0.7
-    item = SAWItem(
-        input_ids=[5, 6], attention_mask=[1, 1], action_mask=[0, 1], weight=1, sampling_temperature=0.7
-    )
+    item = SAWItem(input_ids=[5, 6], action_mask=[0, 1], weight=1, sampling_temperature=0.7)
     assert SAWItem.from_dict(item.to_dict()) == item
     old_item = {k: v for k, v in item.to_dict().items() if k != "sampling_temperature"}
     assert SAWItem.from_dict(old_item).sampling_temperature is None
@@ -195,7 +198,6 @@ def test_sampling_temperature_is_validated_and_round_trips() -> None:
         with pytest.raises(DataError, match=r"SAWItem\.sampling_temperature must be None or a finite"):
             SAWItem(
                 input_ids=[5, 6],
-                attention_mask=[1, 1],
                 action_mask=[0, 1],
                 weight=1,
                 sampling_temperature=bad,

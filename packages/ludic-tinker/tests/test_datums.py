@@ -11,7 +11,6 @@ from ludic_tinker import TinkerLoss, item_to_datum, items_to_datums
 # prompt (3 tokens) + action (2) + tool output (2, masked) + action (2)
 ITEM = SAWItem(
     input_ids=[10, 11, 12, 20, 21, 30, 31, 22, 23],
-    attention_mask=[1] * 9,
     action_mask=[0, 0, 0, 1, 1, 0, 0, 1, 1],
     weight=0.5,
     actor_logps=[-0.1, -0.2, -0.3, -0.4],
@@ -51,22 +50,6 @@ def test_cross_entropy_sends_weights_not_logprobs_and_gspo_adds_ratio_mask():
     assert gspo["sequence_ratio_mask"] == [0, 0, 1, 1, 0, 0, 1, 1]
 
 
-def test_padding_around_the_item_is_trimmed():
-    padded = SAWItem(
-        input_ids=[0, *ITEM.input_ids, 0, 0],
-        attention_mask=[0, *ITEM.attention_mask, 0, 0],
-        action_mask=[0, *ITEM.action_mask, 0, 0],
-        weight=ITEM.weight,
-        actor_logps=ITEM.actor_logps,
-    )
-    a, b = (
-        item_to_datum(padded, TinkerLoss.ppo(), batch_size=1),
-        item_to_datum(ITEM, TinkerLoss.ppo(), batch_size=1),
-    )
-    assert a.model_input.to_ints() == b.model_input.to_ints()
-    assert _arrays(a) == _arrays(b)
-
-
 def test_one_datum_per_item():
     items = [ITEM, ITEM, ITEM]
     assert len(items_to_datums(items, TinkerLoss.ppo())) == 3
@@ -76,23 +59,12 @@ def test_one_datum_per_item():
     ("item", "message"),
     [
         (
-            SAWItem(input_ids=[1, 2, 3], attention_mask=[1, 1, 1], action_mask=[0, 1, 1], weight=1.0),
+            SAWItem(input_ids=[1, 2, 3], action_mask=[0, 1, 1], weight=1.0),
             "actor_logps",
         ),
         (
             SAWItem(
                 input_ids=[1, 2, 3],
-                attention_mask=[1, 0, 1],
-                action_mask=[0, 0, 1],
-                weight=1,
-                actor_logps=[0.0],
-            ),
-            "zeros between",
-        ),
-        (
-            SAWItem(
-                input_ids=[1, 2, 3],
-                attention_mask=[1, 1, 1],
                 action_mask=[1, 0, 1],
                 weight=1,
                 actor_logps=[0, 0],
@@ -100,7 +72,7 @@ def test_one_datum_per_item():
             "first token",
         ),
         (
-            SAWItem(input_ids=[1, 2, 3], attention_mask=[1, 1, 1], action_mask=[0, 0, 0], weight=1.0),
+            SAWItem(input_ids=[1, 2, 3], action_mask=[0, 0, 0], weight=1.0),
             "no action",
         ),
     ],

@@ -62,21 +62,18 @@ def _items() -> list[SAWItem]:
     return [
         SAWItem(
             input_ids=[72, 73, 74, 100, 101, 80, 81, 102],
-            attention_mask=[1] * 8,
             action_mask=[0, 0, 0, 1, 1, 0, 0, 1],
             weight=1.0,
             actor_logps=[-5.1, -5.2, -5.3],
         ),
         SAWItem(
             input_ids=[72, 73, 74, 110, 2],
-            attention_mask=[1] * 5,
             action_mask=[0, 0, 0, 1, 1],
             weight=-0.5,
             actor_logps=[-5.4, -5.5],
         ),
         SAWItem(
             input_ids=[75, 76, 120, 121, 122, 123],
-            attention_mask=[1] * 6,
             action_mask=[0, 0, 1, 1, 1, 1],
             weight=0.25,
             actor_logps=[-4.0, -4.5, -5.0, -5.5],

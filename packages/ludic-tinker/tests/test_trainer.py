@@ -39,14 +39,12 @@ def _items() -> list[SAWItem]:
     return [
         SAWItem(
             input_ids=[72, 73, 74, 100, 101, 80, 81, 102],
-            attention_mask=[1] * 8,
             action_mask=[0, 0, 0, 1, 1, 0, 0, 1],
             weight=1.0,
             actor_logps=[-5.1, -5.2, -5.3],
         ),
         SAWItem(
             input_ids=[72, 73, 74, 110, 2],
-            attention_mask=[1] * 5,
             action_mask=[0, 0, 0, 1, 1],
             weight=-0.5,
             actor_logps=[-5.4, -5.5],
@@ -185,7 +183,7 @@ async def test_service_errors_surface_as_ludic_errors(training_client, fake_serv
 
 
 async def test_bad_batches_are_rejected_before_sending(training_client, fake_service):
-    no_logps = SAWItem(input_ids=[72, 73, 100], attention_mask=[1] * 3, action_mask=[0, 0, 1], weight=1.0)
+    no_logps = SAWItem(input_ids=[72, 73, 100], action_mask=[0, 0, 1], weight=1.0)
     trainer = TinkerTrainer(training_client, ListSource([SAWBatch([no_logps])]), TinkerLoss.ppo())
     with pytest.raises(DataError, match="actor_logps"):
         await trainer.train(1)

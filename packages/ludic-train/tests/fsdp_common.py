@@ -24,7 +24,6 @@ def _items(n: int, seed: int) -> list[SAWItem]:
         out.append(
             SAWItem(
                 input_ids=ids,
-                attention_mask=[1] * len(ids),
                 action_mask=[0] * prompt + [1] * completion,
                 weight=1.0,
             )

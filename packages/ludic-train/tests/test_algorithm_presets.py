@@ -58,7 +58,6 @@ def item(
     n = length - prompt
     return SAWItem(
         input_ids=[rng.randrange(1, 40) for _ in range(length)],
-        attention_mask=[1] * length,
         action_mask=[0] * prompt + [1] * n,
         weight=weight,
         actor_logps=[-rng.uniform(0.5, 3) for _ in range(n)] if actor else None,

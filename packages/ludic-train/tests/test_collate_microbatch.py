@@ -47,7 +47,6 @@ def make_item(
     n_actions = sum(action_mask)
     return SAWItem(
         input_ids=[rng.randrange(1, vocab) for _ in range(length)],
-        attention_mask=[1] * length,
         action_mask=action_mask,
         weight=rng.uniform(-2, 2) if weight is None else weight,
         meta={"completion_length": n_actions, "prompt_length": prompt},
@@ -68,7 +67,6 @@ def test_collate_pads_right_and_scatters_logps_onto_action_positions() -> None:
     items = [
         SAWItem(
             input_ids=[5, 6, 7, 8],
-            attention_mask=[1, 1, 1, 1],
             action_mask=[0, 1, 0, 1],
             weight=2.0,
             actor_logps=[-0.5, -1.5],
@@ -76,7 +74,6 @@ def test_collate_pads_right_and_scatters_logps_onto_action_positions() -> None:
         ),
         SAWItem(
             input_ids=[9, 10],
-            attention_mask=[1, 1],
             action_mask=[0, 1],
             weight=-1.0,
             actor_logps=[-2.0],
@@ -113,7 +110,6 @@ def test_collate_gives_each_row_its_temperature_and_the_positions_that_predict_a
         n = len(action_mask)
         return SAWItem(
             input_ids=list(range(1, n + 1)),
-            attention_mask=[1] * n,
             action_mask=action_mask,
             weight=1.0,
             sampling_temperature=temperature,
@@ -136,7 +132,7 @@ def test_collate_errors() -> None:
     mixed = [make_item(rng, 6), make_item(rng, 6, logps=False)]
     with pytest.raises(DataError, match=r"actor_logps .* items \[1\] of 2"):
         collate_saw_items(mixed, pad_token_id=PAD)
-    first_is_action = SAWItem(input_ids=[1, 2], attention_mask=[1, 1], action_mask=[1, 1], weight=1.0)
+    first_is_action = SAWItem(input_ids=[1, 2], action_mask=[1, 1], weight=1.0)
     with pytest.raises(DataError, match=r"items \[0\] have action_mask\[0\] == 1"):
         collate_saw_items([first_is_action], pad_token_id=PAD)
     with pytest.raises(DataError, match="pad_token_id"):
@@ -181,7 +177,6 @@ def test_split_validates_its_arguments() -> None:
 def test_truncation_cuts_logps_and_records_meta() -> None:
     item = SAWItem(
         input_ids=list(range(1, 11)),
-        attention_mask=[1] * 10,
         action_mask=[0, 0, 0, 1, 1, 0, 1, 1, 1, 1],
         weight=1.0,
         meta={"completion_length": 6, "prompt_length": 3},

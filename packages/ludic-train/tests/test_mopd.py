@@ -32,7 +32,6 @@ def items(seed: int) -> list[SAWItem]:
         out.append(
             SAWItem(
                 input_ids=[rng.randrange(1, VOCAB) for _ in range(n)],
-                attention_mask=[1] * n,
                 action_mask=[0] * prompt + [1] * actions,
                 weight=(1.0, -1.0, 0.5, -0.5)[k],
                 teacher_logps=[-rng.uniform(0.2, 4.0) for _ in range(actions)],
@@ -128,14 +127,13 @@ def test_without_the_outcome_term_the_item_weights_do_not_matter() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "problem"),
     [
-        ({"outcome_coeff": 0.5}, r"outcome_coeff=0.5 needs group_size"),
         ({"kl_coeff": 0.0}, r"kl_coeff must be > 0"),
         ({"kl_coeff": -1.0}, r"kl_coeff must be a finite number >= 0, got -1.0"),
         (
             {"outcome_coeff": float("nan"), "group_size": 2},
             r"outcome_coeff must be a finite number >= 0, got nan",
         ),
-        ({"outcome_coeff": 1.0, "group_size": 0}, r"group_size must be an int >= 1, got 0"),
+        ({"outcome_coeff": 1.0, "group_size": 0}, r"group_size must be None or an int >= 1, got 0"),
     ],
 )
 def test_bad_settings_name_the_field_and_value(kwargs: dict[str, float], problem: str) -> None:

@@ -113,7 +113,6 @@ def agentic_batch(rng: random.Random, *, items: int, tokens: int) -> BatchMessag
         out.append(
             SAWItem(
                 input_ids=[rng.randrange(151_643) for _ in range(tokens)],
-                attention_mask=[1] * tokens,
                 action_mask=[0] * (tokens - actions) + [1] * actions,
                 weight=rng.gauss(0, 1),
                 actor_logps=[math.log(rng.uniform(0.01, 1.0)) for _ in range(actions)],

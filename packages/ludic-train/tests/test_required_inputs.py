@@ -99,7 +99,6 @@ def test_composite_losses_name_the_terms_that_need_the_field() -> None:
     rng = random.Random(0)
     item = SAWItem(
         input_ids=[rng.randrange(5, 200) for _ in range(8)],
-        attention_mask=[1] * 8,
         action_mask=[0] * 5 + [1] * 3,
         weight=1.0,
     )

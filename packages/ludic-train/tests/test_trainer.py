@@ -40,7 +40,6 @@ def make_items(
         items.append(
             SAWItem(
                 input_ids=ids,
-                attention_mask=[1] * len(ids),
                 action_mask=[0] * prompt + [1] * completion,
                 weight=rng.uniform(-1, 1),
                 meta=meta,

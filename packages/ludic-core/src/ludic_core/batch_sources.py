@@ -53,7 +53,6 @@ class RolloutBatchSource:
         requests: RequestsProvider,
         settings: RolloutSettings,
         sample_filter: SampleFilter | None = None,
-        require_actor_logps: bool | None = None,
         start_step: int = 0,
     ) -> None:
         self.settings = RolloutSettings.coerce(settings, owner="RolloutBatchSource.settings")
@@ -66,7 +65,6 @@ class RolloutBatchSource:
         self.credit_assigner = credit_assigner
         self.requests = requests
         self.sample_filter = sample_filter
-        self.require_actor_logps = require_actor_logps
         self.step = start_step
 
     async def next_batch(self) -> SAWBatch:
@@ -78,7 +76,6 @@ class RolloutBatchSource:
             self.settings,
             credit_assigner=self.credit_assigner,
             sample_filter=self.sample_filter,
-            require_actor_logps=self.require_actor_logps,
         )
         batch.meta["step"] = self.step
         self.step += 1
@@ -170,7 +167,6 @@ class OfflineBatchSource:
         paths: PathLike | Sequence[PathLike],
         *,
         credit_assigner: CreditAssigner,
-        require_actor_logps: bool | None = None,
         **kwargs: Any,
     ) -> OfflineBatchSource:
         """Items built from JSONL rollout logs exactly as online: credit over all rollouts, one item per
@@ -180,7 +176,7 @@ class OfflineBatchSource:
         if failed or dropped:
             log.info("offline_batch_source.skipped_rollouts", failed=failed, incomplete_groups=dropped)
         weights = credit_assigner.compute(kept)
-        items = build_saw_items(kept, weights, require_actor_logps=require_actor_logps)
+        items = build_saw_items(kept, weights)
         return cls(items, source="offline_rollouts", **kwargs)
 
     @classmethod

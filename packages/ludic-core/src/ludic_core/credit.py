@@ -105,18 +105,52 @@ def group_key(rollout: Rollout) -> tuple[str, str | None]:
     return str(group_id), None if agent_id is None else str(agent_id)
 
 
+def _meta_group_size(rollout: Rollout) -> object:
+    request_meta = rollout.meta.get("request_meta")
+    size = request_meta.get("group_size") if isinstance(request_meta, dict) else None
+    return rollout.meta.get("group_size") if size is None else size
+
+
 def group_rollouts(
-    rollouts: Sequence[Rollout], group_size: int
+    rollouts: Sequence[Rollout], group_size: int | None = None
 ) -> dict[tuple[str, str | None], list[Rollout]]:
-    """Rollouts by :func:`group_key`, in first-seen order; every group must hold ``group_size``."""
+    """Rollouts by :func:`group_key`, in first-seen order; every group must be complete.
+
+    A group's size is the ``group_size`` the request strategy wrote into its members' meta
+    (:class:`~ludic_core.strategies.GRPORequestStrategy` does), so it is given once, to the strategy.
+    A ``group_size`` passed here must agree with the meta where the meta has one, and stands in for it
+    where it has none (hand-made groups)."""
     groups: dict[tuple[str, str | None], list[Rollout]] = {}
     for rollout in rollouts:
         groups.setdefault(group_key(rollout), []).append(rollout)
     for key, members in groups.items():
-        if len(members) != group_size:
+        sizes = {_meta_group_size(r) for r in members}
+        if len(sizes) > 1:
+            raise DataError(
+                f"group {key[0]!r} (agent {key[1]!r}) mixes rollouts whose meta says group_size "
+                f"{sorted(map(repr, sizes))}; a group's members come from one strategy expansion"
+            )
+        (meta_size,) = sizes
+        if meta_size is not None and (isinstance(meta_size, bool) or not isinstance(meta_size, int)):
+            raise DataError(
+                f"group {key[0]!r} (agent {key[1]!r}): meta group_size must be an int, got {meta_size!r}"
+            )
+        if meta_size is not None and group_size is not None and meta_size != group_size:
+            raise ConfigError(
+                f"group {key[0]!r} was requested with group_size={meta_size} but the credit assigner has "
+                f"group_size={group_size}; leave the assigner's group_size unset to read it from the requests"
+            )
+        expected = meta_size if meta_size is not None else group_size
+        if expected is None:
+            raise DataError(
+                f"group {key[0]!r} (agent {key[1]!r}) has no group_size in its meta; expand the requests "
+                "with GRPORequestStrategy (it records the size), add meta={'group_size': n} to hand-made "
+                "groups, or give the credit assigner group_size="
+            )
+        if len(members) != expected:
             raise DataError(
                 f"group {key[0]!r} (agent {key[1]!r}) has {len(members)} rollouts, expected "
-                f"group_size={group_size}; drop incomplete groups before assigning credit"
+                f"group_size={expected}; drop incomplete groups before assigning credit"
             )
     return groups
 
@@ -139,8 +173,10 @@ def _centred(values: Sequence[float]) -> list[float]:
 
 
 def _check_group_size(group_size: object) -> None:
+    if group_size is None:
+        return
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ConfigError(f"group_size must be an int >= 1, got {group_size!r}")
+        raise ConfigError(f"group_size must be None or an int >= 1, got {group_size!r}")
 
 
 @attrs.frozen
@@ -190,7 +226,9 @@ def _clamped(values: Sequence[float]) -> list[float]:
 class GroupNormalizedReturn:
     """GRPO (``normalize_adv=True``) and Dr.GRPO (``False``) advantages.
 
-    For each group (see :func:`group_key`; sizes must equal ``group_size`` exactly):
+    For each group (see :func:`group_key`; every group must be complete, see :func:`group_rollouts`;
+    ``group_size`` is read from the meta the request strategy writes, so leave it ``None`` unless the
+    groups are hand-made):
     ``A_i = R_i - mean(R)`` with ``R_i = rollout.total_reward``; with ``normalize_adv`` divided by the
     group's population std. A group whose rewards are all equal gets 0 (never NaN). Every step of a
     rollout gets its ``A_i``.
@@ -209,7 +247,7 @@ class GroupNormalizedReturn:
     Setting ``clamp_order`` without ``positive_only`` is a :class:`ConfigError` (it would do nothing).
     """
 
-    group_size: int
+    group_size: int | None = None
     normalize_adv: bool = False
     positive_only: bool = False
     clamp_order: ClampOrder = "after_normalize"
@@ -257,7 +295,7 @@ class HybridNormalizedReturn:
     ``eps`` guards the division when the batch std is tiny but not zero.
     """
 
-    group_size: int
+    group_size: int | None = None
     eps: float = 1e-8
     positive_only: bool = False
 

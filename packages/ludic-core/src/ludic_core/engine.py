@@ -472,7 +472,6 @@ class RolloutEngine:
         *,
         credit_assigner: CreditAssigner,
         sample_filter: SampleFilter | None = None,
-        require_actor_logps: bool | None = None,
     ) -> SAWBatch:
         """Rollouts → credit → one SAW item per turn → filter.
 
@@ -484,7 +483,6 @@ class RolloutEngine:
             result,
             credit_assigner=credit_assigner,
             sample_filter=sample_filter,
-            require_actor_logps=require_actor_logps,
         )
 
 
@@ -518,14 +516,13 @@ def rollouts_to_batch(
     *,
     credit_assigner: CreditAssigner,
     sample_filter: SampleFilter | None = None,
-    require_actor_logps: bool | None = None,
 ) -> SAWBatch:
     """The SAW batch of a :class:`RolloutResult` (see :meth:`RolloutEngine.generate_batch`)."""
     # A failed episode's rollouts all count as failed, even one whose own protocol view ended cleanly.
     failed_ids = {r.id for e in result.failed_episodes for r in e.rollouts}
     rollouts, _, dropped_in_groups = select_trainable_rollouts(result.rollouts, failed_ids=failed_ids)
     weights = credit_assigner.compute(rollouts)
-    items = build_saw_items(rollouts, weights, require_actor_logps=require_actor_logps)
+    items = build_saw_items(rollouts, weights)
     kept, dropped = apply_filter(items, sample_filter)
 
     def avg(values: Sequence[float]) -> float | None:

@@ -44,9 +44,31 @@ def _check_binary(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[
     raise DataError(f"{attribute.name} must hold only 0/1; got {bad[1]!r} at position {bad[0]}")
 
 
+def _check_legacy_attention(data: Mapping[str, Any]) -> None:
+    # Files written while items still carried an (always all-ones) attention mask read as before; a
+    # padded one would put pad tokens into training, so it is refused rather than silently kept.
+    attention = data.get("attention_mask")
+    if attention is None:
+        return
+    ids = data["input_ids"]
+    if (
+        not isinstance(attention, (list, tuple))
+        or len(attention) != len(ids)
+        or any(a != 1 for a in attention)
+    ):
+        raise DataError(
+            "SAWItem data has an attention_mask with zeros (padding); items hold real tokens only: strip "
+            f"the padded positions from input_ids/action_mask/logprobs first (attention_mask={attention!r})"
+        )
+
+
 @attrs.frozen
 class SAWItem:
     """One training sample.
+
+    Every token of ``input_ids`` is real (a trainer pads when it collates, and builds the attention mask
+    then), so an item has no attention mask of its own. ``action_mask`` marks the sampled tokens the
+    loss trains on.
 
     ``actor_logps`` (behaviour-policy logprob per action token, in order) and ``teacher_logps`` (for
     distillation) have one entry per ``action_mask`` one, or are ``None``. ``meta`` holds scalars and
@@ -60,7 +82,6 @@ class SAWItem:
     """
 
     input_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)
-    attention_mask: tuple[int, ...] = attrs.field(converter=to_tuple, validator=_check_binary)
     action_mask: tuple[int, ...] = attrs.field(converter=to_tuple, validator=_check_binary)
     weight: float = attrs.field(converter=float)
     meta: dict[str, Any] = attrs.field(factory=dict)
@@ -78,9 +99,8 @@ class SAWItem:
         n = len(self.input_ids)
         if n == 0:
             raise DataError("SAWItem.input_ids must not be empty")
-        for name in ("attention_mask", "action_mask"):
-            if len(getattr(self, name)) != n:
-                raise DataError(f"SAWItem.{name} has length {len(getattr(self, name))}, input_ids has {n}")
+        if len(self.action_mask) != n:
+            raise DataError(f"SAWItem.action_mask has length {len(self.action_mask)}, input_ids has {n}")
         if not math.isfinite(self.weight):
             raise DataError(f"SAWItem.weight must be finite, got {self.weight!r}")
         n_actions = self.num_action_tokens
@@ -102,7 +122,6 @@ class SAWItem:
         return {
             "schema_version": SAW_SCHEMA_VERSION,
             "input_ids": list(self.input_ids),
-            "attention_mask": list(self.attention_mask),
             "action_mask": list(self.action_mask),
             "weight": self.weight,
             "meta": self.meta,
@@ -118,12 +137,12 @@ class SAWItem:
             raise DataError(
                 f"SAWItem schema_version {version!r} is not supported (expected {SAW_SCHEMA_VERSION})"
             )
-        missing = [k for k in ("input_ids", "attention_mask", "action_mask", "weight") if k not in data]
+        missing = [k for k in ("input_ids", "action_mask", "weight") if k not in data]
         if missing:
             raise DataError(f"SAWItem data is missing {missing}")
+        _check_legacy_attention(data)
         return cls(
             input_ids=data["input_ids"],
-            attention_mask=data["attention_mask"],
             action_mask=data["action_mask"],
             weight=data["weight"],
             meta=dict(data.get("meta") or {}),

@@ -163,15 +163,6 @@ def concat_turn_tokens(agent_steps: Sequence[AgentStep], *, where: str = "turn")
     )
 
 
-def _rollout_wants_logps(rollout: Rollout) -> bool:
-    engine = rollout.meta.get("engine")
-    if isinstance(engine, Mapping):
-        return_spec = engine.get("return_spec")
-        if isinstance(return_spec, Mapping):
-            return bool(return_spec.get("return_chosen_logprobs", False))
-    return False
-
-
 POLICY_VERSION_KEYS = ("policy_version", "policy_version_start", "policy_version_end")
 """Agent-step info keys that carry the weights version a call was sampled with (a client reports the
 version at the start and end of each request; a weight update in between makes them differ)."""
@@ -273,20 +264,21 @@ def rollout_to_saw_items(
     rollout: Rollout,
     weights: Mapping[RolloutStepKey, float],
     *,
-    require_actor_logps: bool | None = None,
+    require_actor_logps: bool = False,
 ) -> list[SAWItem]:
     """One :class:`SAWItem` per turn of ``rollout``.
 
-    ``require_actor_logps``: raise if a turn has no behaviour logprobs. ``None`` infers it from the
-    engine's meta block (``return_spec.return_chosen_logprobs`` of the run that produced the rollout).
-    Failed rollouts are refused: their last turn may be cut mid-way.
+    Each item carries the behaviour logprobs when every call of its turn returned them. Whether a
+    batch *must* carry them is the algorithm's to say (its spec's ``required_inputs``; trainers check
+    them on every batch); ``require_actor_logps=True`` checks it here already, for callers that build
+    items without a trainer. Failed rollouts are refused: their last turn may be cut mid-way.
     """
     if rollout.failure is not None:
         raise DataError(
             f"rollout {rollout.id!r} failed ({rollout.failure.stage}: {rollout.failure.error_type}); "
             "failed rollouts produce no training items"
         )
-    need_logps = _rollout_wants_logps(rollout) if require_actor_logps is None else require_actor_logps
+    need_logps = require_actor_logps
     facts = _RolloutFacts.of(rollout)
     items: list[SAWItem] = []
     for turn in split_turns(rollout):
@@ -295,7 +287,7 @@ def rollout_to_saw_items(
         tokens = concat_turn_tokens(turn.agent_steps, where=where)
         if need_logps and tokens.actor_logps is None:
             raise DataError(
-                f"{where}: the run asked for actor logprobs but the turn's model calls carry none"
+                f"{where}: require_actor_logps=True asked for actor logprobs but the turn's model calls carry none"
             )
         key = (rollout.id, turn.final_step.index)
         if key not in weights:
@@ -303,7 +295,6 @@ def rollout_to_saw_items(
         items.append(
             SAWItem(
                 input_ids=tokens.input_ids,
-                attention_mask=(1,) * len(tokens.input_ids),
                 action_mask=tokens.action_mask,
                 weight=weights[key],
                 meta=_turn_meta(rollout, turn, tokens, facts),
@@ -318,7 +309,7 @@ def build_saw_items(
     rollouts: Sequence[Rollout],
     weights: Mapping[RolloutStepKey, float],
     *,
-    require_actor_logps: bool | None = None,
+    require_actor_logps: bool = False,
 ) -> list[SAWItem]:
     """:func:`rollout_to_saw_items` over many rollouts, in order."""
     items: list[SAWItem] = []

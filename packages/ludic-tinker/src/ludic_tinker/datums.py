@@ -35,7 +35,6 @@ __all__ = [
     "item_to_datum",
     "items_to_datums",
     "normalization_scale",
-    "trim_padding",
 ]
 
 
@@ -51,28 +50,8 @@ class DatumParts:
     """One per position (0.0 off actions), or None when the item has no ``actor_logps``."""
 
 
-def trim_padding(item: SAWItem, index: int) -> tuple[list[int], list[int], int]:
-    """The item's real tokens and action mask, without padding; also the offset of the first real token.
-
-    Tinker has no attention mask, so padding may only surround the real tokens, never sit inside them,
-    and must carry no action tokens.
-    """
-    ones = [i for i, a in enumerate(item.attention_mask) if a == 1]
-    if not ones:
-        raise DataError(f"SAW item {index}: attention_mask has no ones")
-    start, end = ones[0], ones[-1] + 1
-    if len(ones) != end - start:
-        raise DataError(
-            f"SAW item {index}: attention_mask has zeros between real tokens; Tinker cannot mask them"
-        )
-    outside = [i for i, a in enumerate(item.action_mask) if a and not start <= i < end]
-    if outside:
-        raise DataError(f"SAW item {index}: action_mask marks padding positions {outside[:5]} as actions")
-    return list(item.input_ids[start:end]), list(item.action_mask[start:end]), start
-
-
 def datum_parts(item: SAWItem, index: int = 0, *, need_logprobs: bool) -> DatumParts:
-    tokens, action_mask, _ = trim_padding(item, index)
+    tokens, action_mask = list(item.input_ids), list(item.action_mask)
     if len(tokens) < 2:
         raise DataError(f"SAW item {index}: needs at least 2 tokens to train on, has {len(tokens)}")
     if action_mask[0]:

@@ -91,7 +91,8 @@ def collate_saw_items(
 
     batch: dict[str, Tensor] = {
         "input_ids": torch.tensor([padded(i.input_ids, pad_token_id) for i in items], dtype=torch.long),
-        "attention_mask": torch.tensor([padded(i.attention_mask, 0) for i in items], dtype=torch.long),
+        # Items hold real tokens only, so the mask is ones over each item's length, zeros over padding.
+        "attention_mask": torch.tensor([padded([1] * len(i), 0) for i in items], dtype=torch.long),
         "action_mask": torch.tensor([padded(i.action_mask, 0) for i in items], dtype=torch.float32),
         "weight": torch.tensor([i.weight for i in items], dtype=torch.float32),
         "temperature": torch.tensor([logprob_temperature(i) for i in items], dtype=torch.float32),

@@ -71,10 +71,8 @@ def item_problem(item: SAWItem, vocab_size: int | None) -> str | None:
     n = len(item.input_ids)
     if n == 0:
         return "input_ids is empty"
-    for name in ("attention_mask", "action_mask"):
-        length = len(getattr(item, name))
-        if length != n:
-            return f"{name} has length {length} but input_ids has {n}"
+    if len(item.action_mask) != n:
+        return f"action_mask has length {len(item.action_mask)} but input_ids has {n}"
     if not math.isfinite(item.weight):
         return f"weight = {item.weight!r} is not finite"
     low, high = min(item.input_ids), max(item.input_ids)

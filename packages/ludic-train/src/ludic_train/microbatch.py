@@ -80,7 +80,6 @@ def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
     return attrs.evolve(
         item,
         input_ids=item.input_ids[:max_seq_len],
-        attention_mask=item.attention_mask[:max_seq_len],
         action_mask=action_mask,
         meta=meta,
         actor_logps=None if item.actor_logps is None else item.actor_logps[:kept_actions],

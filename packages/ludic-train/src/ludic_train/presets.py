@@ -4,8 +4,8 @@ torch-free preset :func:`ludic_core.algorithms.presets.<name>`, with the same ke
 The presets themselves (credit assigner, loss spec, preprocess and every default) are data in
 :mod:`ludic_core.algorithms.presets`; this module states none of them. The package README's
 "Algorithms" section lists every preset with its defaults in one table. The trainer also takes the
-spec directly (``Trainer(algorithm=ludic_core.algorithms.grpo(group_size=8), ...)``), and by name:
-``ludic_core.make_algorithm("grpo", group_size=8)``.
+spec directly (``Trainer(algorithm=ludic_core.algorithms.grpo(), ...)``), and by name:
+``ludic_core.make_algorithm("grpo")``.
 
 :func:`with_truncated_is` adds the truncated importance-sampling correction for the sampler/trainer
 mismatch to any algorithm.

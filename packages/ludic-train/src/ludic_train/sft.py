@@ -103,7 +103,7 @@ def load_sft_items(
             min_reward=min_reward,
         )
         weights = ConstantCredit(1.0).compute(kept)
-        items.extend(build_saw_items(kept, weights, require_actor_logps=False))
+        items.extend(build_saw_items(kept, weights))
     if not items:
         raise DataError(f"no SFT items in {[str(p) for p in _as_paths(paths)]} (min_reward={min_reward})")
     return [

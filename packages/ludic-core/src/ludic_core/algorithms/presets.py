@@ -2,8 +2,12 @@
 
 Every preset returns an :class:`~ludic_core.algorithms.spec.AlgorithmSpec`; this module is the one place
 their defaults live. ludic-train's ``make_*`` build torch algorithms from these, ludic-tinker maps them
-to Tinker's losses, and ``ludic_core.registry.make_algorithm("grpo", group_size=8)`` builds them by name
+to Tinker's losses, and ``ludic_core.registry.make_algorithm("grpo")`` builds them by name
 (the names below, declared as ``ludic.algorithms`` entry points by ludic-core).
+
+Group-based presets read each group's size from the meta the request strategy writes
+(``GRPORequestStrategy(group_size=8)``), so the size is given once; their ``group_size`` is for
+hand-made groups only (and is checked against the meta where both exist).
 
 A preset's required inputs come from its loss: the PPO family reads behaviour logprobs
 (``actor_logps``), plain REINFORCE does not unless importance sampling is asked for, distillation reads
@@ -62,7 +66,7 @@ def _drop_zero(enabled: bool, eps: float) -> Preprocess | None:
     return DropZeroWeight(eps) if enabled else None
 
 
-def _group_credit(group_size: int, normalize_adv: bool, positive_only: bool) -> GroupNormalizedReturn:
+def _group_credit(group_size: int | None, normalize_adv: bool, positive_only: bool) -> GroupNormalizedReturn:
     return GroupNormalizedReturn(
         group_size=group_size, normalize_adv=normalize_adv, positive_only=positive_only
     )
@@ -117,7 +121,7 @@ def reinforce_baseline(
 
 def grpo(
     *,
-    group_size: int,
+    group_size: int | None = None,
     group_normalize_adv: bool = True,
     positive_only: bool = False,
     clip_eps_low: float = 0.2,
@@ -145,7 +149,7 @@ def grpo(
 
 def dr_grpo(
     *,
-    group_size: int,
+    group_size: int | None = None,
     positive_only: bool = False,
     clip_eps_low: float = 0.2,
     clip_eps_high: float = 0.27,
@@ -172,7 +176,7 @@ def dr_grpo(
 
 def gspo(
     *,
-    group_size: int,
+    group_size: int | None = None,
     group_normalize_adv: bool = True,
     positive_only: bool = False,
     clip_eps_low: float = 3e-4,
@@ -200,7 +204,7 @@ def gspo(
 
 def gmpo(
     *,
-    group_size: int,
+    group_size: int | None = None,
     group_normalize_adv: bool = True,
     positive_only: bool = False,
     clip_eps_low: float = 0.4,
@@ -227,7 +231,7 @@ def gmpo(
 
 def cispo(
     *,
-    group_size: int,
+    group_size: int | None = None,
     group_normalize_adv: bool = True,
     positive_only: bool = False,
     clip_eps_low: float = 1e6,
@@ -248,7 +252,7 @@ def cispo(
 
 def sapo(
     *,
-    group_size: int,
+    group_size: int | None = None,
     group_normalize_adv: bool = True,
     positive_only: bool = False,
     tau_pos: float = 1.0,
@@ -269,7 +273,7 @@ def sapo(
 
 def scalerl(
     *,
-    group_size: int,
+    group_size: int | None = None,
     positive_only: bool = False,
     clip_eps_low: float = 0.20,
     clip_eps_high: float = 0.28,
@@ -368,9 +372,9 @@ def mopd(
     ``teacher_logps``, which this loss reads whoever the teacher was. With ``outcome_coeff == 0`` it is
     plain on-policy distillation (constant credit, weights unused). With ``outcome_coeff > 0`` the
     rollouts' rewards also count through a GRPO-style term, ``outcome_coeff ×`` REINFORCE
-    (``−A·log π``) on group-normalised advantages (``GroupNormalizedReturn(group_size)``, so the
-    requests must come in groups of ``group_size``): the loss is ``kl_coeff·KL + outcome_coeff·PG``.
-    ``group_size`` is required then and unused otherwise.
+    (``−A·log π``) on group-normalised advantages (:class:`GroupNormalizedReturn`, so the requests
+    must come in groups, e.g. from ``GRPORequestStrategy``): the loss is ``kl_coeff·KL +
+    outcome_coeff·PG``. ``group_size`` is needed only for hand-made groups without it in their meta.
     """
     for field, value in (("kl_coeff", kl_coeff), ("outcome_coeff", outcome_coeff)):
         if (
@@ -388,11 +392,6 @@ def mopd(
     kl = ReverseKL(coeff=kl_coeff, length_normalize=length_normalize)
     if outcome_coeff == 0:
         return AlgorithmSpec(name=name, credit_assigner=ConstantCredit(1.0), loss=kl)
-    if group_size is None:
-        raise ConfigError(
-            f"mopd: outcome_coeff={outcome_coeff!r} needs group_size (the outcome term's advantages are "
-            "normalised per group of requests, as GRPO's)"
-        )
     return AlgorithmSpec(
         name=name,
         credit_assigner=_group_credit(group_size, normalize_adv=True, positive_only=False),

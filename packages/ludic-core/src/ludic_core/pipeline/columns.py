@@ -1,4 +1,4 @@
-"""SAW items as packed binary columns: the ``items`` of a pipeline message (wire version 2).
+"""SAW items as packed binary columns: the ``items`` of a pipeline message (wire version 3; version 2 also sent an always all-ones attention mask).
 
 The items of one actor batch travel as **one** map of columns, not one map per item, so each long
 array is packed once per message and checked with one numpy call per message::
@@ -9,7 +9,6 @@ array is packed once per message and checked with one numpy call per message::
         "token_bytes": 4,  # 1, 2 or 4: the width of every token id (see below)
         "input_ids": b"...",  # every item's ids, unsigned little-endian, concatenated
         "action_runs": [[6, 4], ...],  # action_mask as run lengths: 0s, 1s, 0s, ... (the first may be 0)
-        "attention_runs": [None, ...],  # None for the usual all-ones mask, else run lengths as above
         "weights": [0.5, ...],  # float64: exact
         "actor_logps": b"...",  # float32 little-endian, one per action token, items concatenated
         "actor_logps_present": [True, ...],  # False: the item's actor_logps is None (it adds no values)
@@ -42,7 +41,6 @@ so an actor never pushes what a learner would refuse. Errors name the item, the 
 
 from __future__ import annotations
 
-import functools
 import math
 import struct
 from collections.abc import Sequence
@@ -67,7 +65,6 @@ _ID_CODES = {1: "B", 2: "H", 4: "I"}
 # (or it would be dropped on the way to the learner), so a mismatch fails at import, loudly.
 _ITEM_FIELDS = (
     "input_ids",
-    "attention_mask",
     "action_mask",
     "weight",
     "meta",
@@ -100,7 +97,6 @@ class ItemColumns:
     token_bytes: int
     input_ids: bytes
     action_runs: list[list[int]]
-    attention_runs: list[list[int] | None]
     weights: list[float]
     logps: dict[str, LogpColumn]
     temperatures: list[float | None]
@@ -211,17 +207,13 @@ def check_finite_meta(meta: Any, name: str) -> None:
 def _columns_from_items(items: Sequence[SAWItem]) -> ItemColumns:
     action_runs: list[list[int]] = []
     action_counts: list[int] = []
-    attention_runs: list[list[int] | None] = []
     for index, item in enumerate(items):
         try:
             n = len(item.input_ids)
-            for name in ("attention_mask", "action_mask"):
-                if len(getattr(item, name)) != n:
-                    raise DataError(f"{name} has length {len(getattr(item, name))}, input_ids has {n}")
+            if len(item.action_mask) != n:
+                raise DataError(f"action_mask has length {len(item.action_mask)}, input_ids has {n}")
             action_runs.append(_mask_runs(item.action_mask, "action_mask"))
             action_counts.append(sum(action_runs[-1][1::2]))
-            all_ones = item.attention_mask.count(1) == n
-            attention_runs.append(None if all_ones else _mask_runs(item.attention_mask, "attention_mask"))
             check_finite_meta(item.meta, "meta")
         except DataError as exc:
             raise DataError(f"{_label(index, item.meta)}: {exc}") from exc
@@ -231,7 +223,6 @@ def _columns_from_items(items: Sequence[SAWItem]) -> ItemColumns:
         token_bytes=token_bytes,
         input_ids=input_ids,
         action_runs=action_runs,
-        attention_runs=attention_runs,
         weights=[float(item.weight) for item in items],
         logps={field: _pack_logps(items, field, action_counts) for field in _LOGP_FIELDS},
         temperatures=[item.sampling_temperature for item in items],
@@ -246,7 +237,6 @@ def _to_map(columns: ItemColumns) -> dict[str, Any]:
         "token_bytes": columns.token_bytes,
         "input_ids": columns.input_ids,
         "action_runs": columns.action_runs,
-        "attention_runs": columns.attention_runs,
         "weights": columns.weights,
     }
     for field, column in columns.logps.items():
@@ -313,7 +303,6 @@ def _columns_from_map(data: object) -> ItemColumns:
         token_bytes=token_bytes,
         input_ids=_field(data, "input_ids", bytes),
         action_runs=_field(data, "action_runs", list, count),
-        attention_runs=_field(data, "attention_runs", list, count),
         weights=_field(data, "weights", list, count),
         logps=logps,
         temperatures=_field(data, "sampling_temperatures", list, count),
@@ -384,9 +373,6 @@ def _check_columns(columns: ItemColumns) -> list[int]:
                 raise DataError(f"meta must be a map, got {type(meta).__name__}")
             runs = _check_runs(columns.action_runs[index], length, "action_mask")
             action_counts.append(sum(runs[1::2]))
-            attention = columns.attention_runs[index]
-            if attention is not None:
-                _check_runs(attention, length, "attention_mask")
             _check_number(columns.weights[index], "weight")
             temperature = columns.temperatures[index]
             if temperature is not None:
@@ -413,12 +399,6 @@ def _mask(runs: list[int]) -> tuple[int, ...]:
     return tuple(values)
 
 
-@functools.lru_cache(maxsize=1024)
-def _all_ones(length: int) -> tuple[int, ...]:
-    """The usual attention mask, one shared tuple per length (immutable, so items may share it)."""
-    return (1,) * length
-
-
 def _assemble(values: tuple[Any, ...]) -> SAWItem:
     """A SAWItem from values :func:`_check_columns` proved valid, set as attrs' own ``__init__`` sets
     them (``object.__setattr__`` on the frozen slots), without re-running per-element validators."""
@@ -436,7 +416,6 @@ def _items_from_columns(columns: ItemColumns, action_counts: list[int]) -> list[
     for index, length in enumerate(columns.lengths):
         input_ids = struct.unpack_from(f"<{length}{code}", columns.input_ids, id_offset)
         id_offset += length * columns.token_bytes
-        attention = columns.attention_runs[index]
         temperature = columns.temperatures[index]
         count = action_counts[index]
         logps: list[tuple[float, ...] | None] = []
@@ -451,7 +430,6 @@ def _items_from_columns(columns: ItemColumns, action_counts: list[int]) -> list[
             _assemble(
                 (
                     input_ids,
-                    _all_ones(length) if attention is None else _mask(attention),
                     _mask(columns.action_runs[index]),
                     float(columns.weights[index]),  # a writer may send 1 for 1.0, as SAWItem allows
                     columns.metas[index],

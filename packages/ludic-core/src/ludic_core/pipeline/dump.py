@@ -37,7 +37,6 @@ def _describe_item(item: SAWItem, *, tokens: bool) -> dict[str, Any]:
         described.update(
             input_ids=item.input_ids,
             action_mask=item.action_mask,
-            attention_mask=item.attention_mask,
             actor_logps=item.actor_logps,
             teacher_logps=item.teacher_logps,
         )

@@ -6,7 +6,7 @@ is a msgpack map::
 
     {
         "format": "ludic.pipeline.batch",  # what this is (anything else on the queue is refused)
-        "wire_version": 2,  # bumped on incompatible changes; readers refuse others
+        "wire_version": 3,  # bumped on incompatible changes; readers refuse others
         "actor_id": "host:1234:9f2c",  # who produced it
         "batch_index": 7,  # the actor's step counter for this batch
         "created_at": 1718000000.123,  # unix time the actor pushed it (queue-age metrics)
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 WIRE_FORMAT = "ludic.pipeline.batch"
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 
 DEFAULT_QUEUE_KEY = "ludic:pipeline:batches"
 """The Redis list actors RPUSH to and the learner pops from (one list per training run)."""
@@ -200,7 +200,8 @@ def _from_map(data: dict[str, Any]) -> BatchMessage:
     version = data.get("wire_version")
     if version != WIRE_VERSION:
         raise DataError(
-            f"pipeline wire_version {version!r} is not supported (this reader speaks {WIRE_VERSION})"
+            f"pipeline wire_version {version!r} is not supported (this reader speaks {WIRE_VERSION}); "
+            "actors and learners must run the same Ludic version"
         )
     message = BatchMessage(
         items=tuple(unpack_items(_header(data, "items"))),
