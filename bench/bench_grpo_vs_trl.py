@@ -9,7 +9,7 @@ sample ``--group-size`` completions per prompt at temperature 1.0 (no top-k / to
 (same lr, weight decay, betas, eps, grad-norm clip 1.0) on the token-level clipped surrogate with the
 band ``[1 - 0.2, 1 + 0.27]`` and no KL term:
 
-* ``ludic`` — ``ludic_train.Trainer.train_step`` with ``make_grpo``: a ``RolloutBatchSource`` over a
+* ``ludic`` — ``ludic_train.Trainer.train_step`` with the ``grpo`` preset: a ``RolloutBatchSource`` over a
   ``RolloutEngine`` (a one-step env whose reward is the scoring function, an ``Agent`` with a pass-through
   parser, ``GRPORequestStrategy``) sampling in-process from the trainer's own model through
   ``LocalPolicyClient`` (all completions of a step decoded as one batch), then one micro-batch
@@ -64,11 +64,14 @@ from collections.abc import Callable, Sequence  # noqa: E402
 from importlib.metadata import version  # noqa: E402
 from typing import Any  # noqa: E402
 
+import attrs  # noqa: E402
 import torch  # noqa: E402
 
 from ludic_agents.agent import Agent  # noqa: E402
 from ludic_agents.context import FullDialog  # noqa: E402
 from ludic_core import RolloutSettings  # noqa: E402
+from ludic_core.algorithms import grpo  # noqa: E402
+from ludic_core.algorithms.losses import ClippedSurrogate  # noqa: E402
 from ludic_core.batch_sources import RolloutBatchSource  # noqa: E402
 from ludic_core.engine import RolloutEngine  # noqa: E402
 from ludic_core.env import SingleAgentEnv  # noqa: E402
@@ -80,9 +83,9 @@ from ludic_core.saw import SAWBatch  # noqa: E402
 from ludic_core.seeding import derive_seed  # noqa: E402
 from ludic_core.strategies import GRPORequestStrategy  # noqa: E402
 from ludic_core.types import Info, StepOutcome  # noqa: E402
+from ludic_train.algorithm import RLAlgorithm  # noqa: E402
 from ludic_train.config import TrainerConfig  # noqa: E402
 from ludic_train.local_client import LocalPolicyClient  # noqa: E402
-from ludic_train.presets import make_grpo  # noqa: E402
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm  # noqa: E402
 from ludic_train.trainer import Trainer  # noqa: E402
 
@@ -98,8 +101,15 @@ QUESTIONS = (
     "Ken has 58 cards. She buys 6 more cards. How many cards does Ken have now?",
 )
 
-CLIP_EPS_LOW, CLIP_EPS_HIGH = 0.2, 0.27  # make_grpo's defaults; TRL gets the same band
-WEIGHT_DECAY, BETAS, ADAM_EPS, MAX_GRAD_NORM = 0.01, (0.9, 0.999), 1e-8, 1.0  # TrainerConfig's defaults
+# TRL gets exactly what Ludic runs with: GRPO's clip band from its spec, the optimiser from TrainerConfig's
+# defaults (read here, not restated, so the comparison follows any change to either).
+GRPO_SPEC = grpo()
+assert isinstance(GRPO_SPEC.loss, ClippedSurrogate)
+CLIP_EPS_LOW, CLIP_EPS_HIGH = GRPO_SPEC.loss.clip_eps_low, GRPO_SPEC.loss.clip_eps_high
+_OPTIMISER_DEFAULTS = {f.name: f.default for f in attrs.fields(TrainerConfig)}
+WEIGHT_DECAY, BETAS, ADAM_EPS, MAX_GRAD_NORM = (
+    _OPTIMISER_DEFAULTS[name] for name in ("weight_decay", "betas", "eps", "max_grad_norm")
+)
 
 
 def log(message: str) -> None:
@@ -173,7 +183,7 @@ def ludic_requests(
 
 class LudicSide:
     """The Ludic wiring of ``examples/demo.py``: ``LocalPolicyClient`` on the trainer's own model,
-    ``RolloutBatchSource`` → ``Trainer`` with ``make_grpo`` and the client as publisher."""
+    ``RolloutBatchSource`` → ``Trainer`` with the ``grpo`` preset and the client as publisher."""
 
     def __init__(self, args: argparse.Namespace, questions: Sequence[str]) -> None:
         tokenizer = bpe_tokenizer()
@@ -200,9 +210,7 @@ class LudicSide:
             protocol_factories={"agent": protocol},
             base_seed=args.seed,
         )
-        algorithm = make_grpo(
-            group_size=args.group_size, clip_eps_low=CLIP_EPS_LOW, clip_eps_high=CLIP_EPS_HIGH
-        )
+        algorithm = RLAlgorithm.from_spec(GRPO_SPEC)
         self.source = RecordingSource(
             RolloutBatchSource(
                 engine=engine,
