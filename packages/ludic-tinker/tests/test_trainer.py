@@ -9,6 +9,7 @@ import pytest
 import torch
 from toy_rl import lowercase_batch_source
 
+from ludic_core.batch_sources import OfflineBatchSource
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_tinker import (
@@ -171,6 +172,51 @@ async def test_checkpoint_and_resume_restore_weights_adam_state_and_step(
     assert new_run.optimizer.state_dict()["state"], "Adam moments were restored"
     [after] = await resumed.train(1)
     assert after["train/step"] == 3
+
+
+class CommittingSource(OfflineBatchSource):
+    """An offline source that records which steps the trainer reported durable."""
+
+    committed: list[int]
+
+    def checkpoint_committed(self, step: int) -> None:
+        self.committed = [*getattr(self, "committed", []), step]
+
+
+async def test_a_checkpoint_dir_makes_the_batch_source_resume_where_it_stood(
+    service_client, training_client, fake_service, tmp_path
+):
+    def source() -> CommittingSource:
+        items = [attrs.evolve(item, meta={"n": n}) for n, item in enumerate(_items() * 3)]
+        return CommittingSource(items, batch_size=2, shuffle=True, seed=7)
+
+    config = TinkerTrainerConfig(
+        checkpoint_every=2, checkpoint_dir=str(tmp_path / "ckpt"), adam=AdamConfig(learning_rate=1e-2)
+    )
+    # What an uninterrupted run would train on at step 3.
+    reference = source()
+    for _ in range(2):
+        await reference.next_batch()
+    step3_items = [i.meta["n"] for i in (await reference.next_batch()).items]
+
+    first = source()
+    trainer = TinkerTrainer(training_client, first, TinkerLoss.ppo(), config=config)
+    await trainer.train(2)
+    assert first.committed == [2]  # acknowledged only once the record was written
+    record = TinkerCheckpoint.latest_in(tmp_path / "ckpt")
+    assert record is not None and record.step == 2 and record.path == trainer.checkpoints[-1].path
+    assert record.batch_source_state == first.state_dict()
+
+    again = source()  # a fresh process: the position comes from the record, not from memory
+    resumed = await TinkerTrainer.resume(
+        service_client, tmp_path / "ckpt", again, TinkerLoss.ppo(), config=config
+    )
+    assert resumed.step == 2 and again.state_dict() == first.state_dict()
+    assert [i.meta["n"] for i in (await again.next_batch()).items] == step3_items
+    with pytest.raises(ConfigError, match="has no load_state_dict"):
+        await TinkerTrainer.resume(service_client, tmp_path / "ckpt", ListSource([]), TinkerLoss.ppo())
+    with pytest.raises(ConfigError, match=r"holds no step_NNNNNNNN\.json record"):
+        await TinkerTrainer.resume(service_client, tmp_path, again, TinkerLoss.ppo())
 
 
 async def test_service_errors_surface_as_ludic_errors(training_client, fake_service):

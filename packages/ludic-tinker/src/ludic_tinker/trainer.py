@@ -6,13 +6,17 @@ Tinker datum per SAW item, submits ``forward_backward`` and ``optim_step`` back 
 on the same server clock cycle), then waits on both. Every ``sampler_every`` steps the new weights are
 published to the sampler (``save_weights_and_get_sampling_client``) and handed to the
 :class:`~ludic_tinker.client.TinkerChatClient` with ``policy_version = trainer step``; every
-``checkpoint_every`` steps the full state (weights and Adam moments) is saved with ``save_state``.
+``checkpoint_every`` steps the full state (weights and Adam moments) is saved with ``save_state``,
+and with ``checkpoint_dir`` a local record of it with the batch source's position (see
+:mod:`ludic_tinker.checkpoints`), so a resumed run continues on the data the interrupted one would have
+seen, as a resumed local run does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -85,6 +89,9 @@ class TinkerTrainerConfig:
     sampler_every: int | None = attrs.field(default=1, validator=_positive_int_or_none)
     """Publish new sampler weights every N steps (None: never; 1 keeps sampling strictly on-policy)."""
     checkpoint_every: int | None = attrs.field(default=None, validator=_positive_int_or_none)
+    checkpoint_dir: str | None = None
+    """Where each checkpoint's local record goes (step, tinker:// path, batch-source state); ``None``
+    keeps checkpoints on the service only, and a resume then restarts the batch source."""
     checkpoint_prefix: str = "ludic"
     checkpoint_ttl_s: int | None = None
     timeouts: TinkerTimeouts = attrs.field(factory=TinkerTimeouts)
@@ -157,19 +164,31 @@ class TinkerTrainer:
     async def resume(
         cls,
         service: tinker.ServiceClient,
-        checkpoint: TinkerCheckpoint | str,
+        checkpoint: TinkerCheckpoint | str | os.PathLike[str],
         batch_source: BatchSource,
         loss: TinkerLoss | CustomLoss,
         **kwargs: Any,
     ) -> TinkerTrainer:
-        """A trainer continuing from a :meth:`save_checkpoint` checkpoint (weights, Adam state, step)."""
-        ckpt = (
-            checkpoint if isinstance(checkpoint, TinkerCheckpoint) else TinkerCheckpoint.from_path(checkpoint)
-        )
+        """A trainer continuing from a :meth:`save_checkpoint` checkpoint: weights, Adam state and step,
+        and the batch source's position when the checkpoint has a local record.
+
+        ``checkpoint`` is a :class:`TinkerCheckpoint`, a ``tinker://`` path, a record file, or a
+        ``checkpoint_dir`` (its newest record). A record's batch-source state is loaded into
+        ``batch_source`` (which must then have ``load_state_dict``)."""
+        ckpt = TinkerCheckpoint.resolve(checkpoint)
+        state = ckpt.batch_source_state
+        if state is not None:
+            load = getattr(batch_source, "load_state_dict", None)
+            if not callable(load):
+                raise ConfigError(
+                    f"checkpoint step {ckpt.step} recorded the batch source's position, but "
+                    f"{type(batch_source).__name__} has no load_state_dict; resume with the same kind of source"
+                )
+            load(state)
         config = kwargs.get("config") or TinkerTrainerConfig()
         client = await create_training_client_from_checkpoint(service, ckpt.path, timeouts=config.timeouts)
         trainer = cls(client, batch_source, loss, start_step=ckpt.step, **kwargs)
-        log.info("tinker.resumed", path=ckpt.path, step=ckpt.step)
+        log.info("tinker.resumed", path=ckpt.path, step=ckpt.step, batch_source_restored=state is not None)
         return trainer
 
     @property
@@ -346,7 +365,20 @@ class TinkerTrainer:
         response = await wait_result(
             future, timeout_s=self.config.timeouts.save_s, what=f"save_state({name!r})"
         )
-        ckpt = TinkerCheckpoint(path=response.path, step=self._step)
+        state_dict = getattr(self.batch_source, "state_dict", None)
+        ckpt = TinkerCheckpoint(
+            path=response.path,
+            step=self._step,
+            batch_source_state=state_dict() if callable(state_dict) else None,
+        )
         self.checkpoints.append(ckpt)
-        log.info("tinker.checkpoint_saved", path=ckpt.path, step=ckpt.step)
+        record = None
+        if self.config.checkpoint_dir is not None:
+            record = ckpt.write_record(self.config.checkpoint_dir)
+            # Weights and position are both durable now: a source that holds data until then (the
+            # Redis pipeline's claims) may acknowledge what it trained, as under the local Trainer.
+            committed = getattr(self.batch_source, "checkpoint_committed", None)
+            if callable(committed):
+                committed(self._step)
+        log.info("tinker.checkpoint_saved", path=ckpt.path, step=ckpt.step, record=str(record))
         return ckpt
