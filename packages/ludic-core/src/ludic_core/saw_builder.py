@@ -15,7 +15,8 @@ training on a sequence the model never saw would be silently wrong.
 Message-level model calls (sampled through a :class:`~ludic_core.message_client.MessageClient`, step
 info ``token_level: False``) carry no token ids and are refused with a :class:`~ludic_core.errors.DataError`:
 an on-policy loss needs the exact sampled tokens and their logprobs, and an empty item would train on
-nothing. Such rollouts become SFT data only after re-tokenisation with the student's chat template.
+nothing. Such rollouts become SFT data with ``retokenize_with=`` the student's chat template
+(:mod:`ludic_core.retokenize`): their items carry no logprobs and ``meta["retokenized"] = True``.
 
 Weight and reward come from the turn's final step: the env step, or the last agent step when the turn
 ended without one (a parse failure, an internal-only attempt).
@@ -35,6 +36,7 @@ import attrs
 from ludic_core.credit import RolloutStepKey, group_key
 from ludic_core.errors import DataError
 from ludic_core.message_client import is_message_level
+from ludic_core.retokenize import MessageTemplate, check_template, retokenize_call
 from ludic_core.saw import SAWItem
 from ludic_core.types import AgentStep, EnvironmentStep, Rollout, Step
 
@@ -248,6 +250,21 @@ def _turn_meta(rollout: Rollout, turn: Turn, tokens: TurnTokens, facts: _Rollout
     return meta
 
 
+def _retokenized_turn(agent_steps: Sequence[AgentStep], template: MessageTemplate, where: str) -> TurnTokens:
+    if len(agent_steps) != 1 or not is_message_level(agent_steps[0].info):
+        raise DataError(
+            f"{where}: a re-tokenised turn must be one message-level call; it has steps "
+            f"{[(s.index, 'message' if is_message_level(s.info) else 'token') for s in agent_steps]}"
+        )
+    prompt, completion = retokenize_call(agent_steps[0], template, where=where)
+    return TurnTokens(
+        input_ids=(*prompt, *completion),
+        action_mask=(0,) * len(prompt) + (1,) * len(completion),
+        actor_logps=None,
+        completion_length=len(completion),
+    )
+
+
 def _refuse_message_level(agent_steps: Sequence[AgentStep], where: str) -> None:
     message_level = [s.index for s in agent_steps if is_message_level(s.info)]
     if message_level:
@@ -265,8 +282,12 @@ def rollout_to_saw_items(
     weights: Mapping[RolloutStepKey, float],
     *,
     require_actor_logps: bool = False,
+    retokenize_with: MessageTemplate | None = None,
 ) -> list[SAWItem]:
     """One :class:`SAWItem` per turn of ``rollout``.
+
+    ``retokenize_with``: a chat template that turns message-level turns into tokens (SFT data; see
+    :mod:`ludic_core.retokenize`); without it they are refused.
 
     Each item carries the behaviour logprobs when every call of its turn returned them. Whether a
     batch *must* carry them is the algorithm's to say (its spec's ``required_inputs``; trainers check
@@ -283,8 +304,12 @@ def rollout_to_saw_items(
     items: list[SAWItem] = []
     for turn in split_turns(rollout):
         where = f"rollout {rollout.id!r}, turn {turn.turn_id!r}"
-        _refuse_message_level(turn.agent_steps, where)
-        tokens = concat_turn_tokens(turn.agent_steps, where=where)
+        retokenized = retokenize_with is not None and any(is_message_level(s.info) for s in turn.agent_steps)
+        if retokenized:
+            tokens = _retokenized_turn(turn.agent_steps, check_template(retokenize_with), where)
+        else:
+            _refuse_message_level(turn.agent_steps, where)
+            tokens = concat_turn_tokens(turn.agent_steps, where=where)
         if need_logps and tokens.actor_logps is None:
             raise DataError(
                 f"{where}: require_actor_logps=True asked for actor logprobs but the turn's model calls carry none"
@@ -297,7 +322,8 @@ def rollout_to_saw_items(
                 input_ids=tokens.input_ids,
                 action_mask=tokens.action_mask,
                 weight=weights[key],
-                meta=_turn_meta(rollout, turn, tokens, facts),
+                meta=_turn_meta(rollout, turn, tokens, facts)
+                | ({"retokenized": True} if retokenized else {}),
                 actor_logps=tokens.actor_logps,
                 sampling_temperature=tokens.sampling_temperature,
             )
@@ -310,9 +336,14 @@ def build_saw_items(
     weights: Mapping[RolloutStepKey, float],
     *,
     require_actor_logps: bool = False,
+    retokenize_with: MessageTemplate | None = None,
 ) -> list[SAWItem]:
     """:func:`rollout_to_saw_items` over many rollouts, in order."""
     items: list[SAWItem] = []
     for rollout in rollouts:
-        items.extend(rollout_to_saw_items(rollout, weights, require_actor_logps=require_actor_logps))
+        items.extend(
+            rollout_to_saw_items(
+                rollout, weights, require_actor_logps=require_actor_logps, retokenize_with=retokenize_with
+            )
+        )
     return items

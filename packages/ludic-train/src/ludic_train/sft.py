@@ -7,6 +7,11 @@ Data comes from JSONL files of either kind Ludic writes:
   item per turn with constant credit 1.0;
 * SAW JSONL (``ludic_core.saw_io.write_saw_jsonl``), weights as stored.
 
+Rollouts sampled through a message-level client (``ludic rollouts --backend openai``: a hosted API or
+any OpenAI-compatible server) carry no token ids; pass ``chat_template=`` the student's chat template
+(``ludic_agents.HFChatTemplate(tokenizer)``) and their turns are re-tokenised in the student's format
+(:mod:`ludic_core.retokenize`). Without it they are refused, naming this fix.
+
 SFT is just ``make_sft()`` (masked cross-entropy on action tokens) on an
 :class:`~ludic_core.batch_sources.OfflineBatchSource`; nothing about the trainer changes.
 """
@@ -26,6 +31,7 @@ from ludic_core.credit import ConstantCredit
 from ludic_core.engine import select_trainable_rollouts
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.logs import get_logger
+from ludic_core.retokenize import MessageTemplate
 from ludic_core.rollout_log import read_rollouts
 from ludic_core.saw import SAWItem
 from ludic_core.saw_builder import build_saw_items
@@ -71,8 +77,10 @@ def load_sft_items(
     *,
     kind: JsonlKind = "auto",
     min_reward: float | None = None,
+    chat_template: MessageTemplate | None = None,
 ) -> list[SAWItem]:
-    """SAW items for SFT from rollout logs or SAW files (``min_reward`` applies to rollouts only).
+    """SAW items for SFT from rollout logs or SAW files (``min_reward`` applies to rollouts only;
+    ``chat_template`` re-tokenises message-level rollouts, see the module docstring).
 
     The items' ``sampling_temperature`` is dropped: SFT fits the model's own distribution,
     ``softmax(logits)``, to the data, whatever temperature the data was sampled at (a loss would
@@ -103,7 +111,7 @@ def load_sft_items(
             min_reward=min_reward,
         )
         weights = ConstantCredit(1.0).compute(kept)
-        items.extend(build_saw_items(kept, weights))
+        items.extend(build_saw_items(kept, weights, retokenize_with=chat_template))
     if not items:
         raise DataError(f"no SFT items in {[str(p) for p in _as_paths(paths)]} (min_reward={min_reward})")
     return [
@@ -118,12 +126,13 @@ def sft_batch_source(
     batch_size: int,
     kind: JsonlKind = "auto",
     min_reward: float | None = None,
+    chat_template: MessageTemplate | None = None,
     shuffle: bool = True,
     seed: int = 0,
     **kwargs: Any,
 ) -> OfflineBatchSource:
     """An :class:`OfflineBatchSource` over :func:`load_sft_items` (resumable: it has a ``state_dict``)."""
-    items = load_sft_items(paths, kind=kind, min_reward=min_reward)
+    items = load_sft_items(paths, kind=kind, min_reward=min_reward, chat_template=chat_template)
     return OfflineBatchSource(
         items, batch_size=batch_size, shuffle=shuffle, seed=seed, source="sft", **kwargs
     )

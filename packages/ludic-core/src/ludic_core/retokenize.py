@@ -1,0 +1,79 @@
+"""Token ids for message-level model calls, rendered with the student's chat template.
+
+Rollouts sampled through a :class:`~ludic_core.message_client.MessageClient` (an OpenAI-compatible
+server, a hosted API) record the chat messages sent and the reply text, but no token ids: the server
+rendered and tokenised them with *its* template. Such data can still teach a student by supervised
+fine-tuning, once it is written in the student's own format. For each call:
+
+* the prompt is ``template.render_text(prompt_messages, add_generation_prompt=True)``, encoded;
+* the conversation with the reply appended as an assistant message is rendered without a generation
+  prompt; it must start with the prompt's text (a template that rewrites earlier turns, e.g. one that
+  strips reasoning from history, raises :class:`~ludic_core.errors.DataError` rather than training on
+  a sequence the model would never see), and the rest of it (the reply and the template's end-of-turn
+  marker) is the completion, encoded on its own, as a sampler continues from the prompt's tokens.
+
+The completion tokens are the action (mask 1); there are no behaviour logprobs, so such items suit
+cross-entropy (SFT) only, never an on-policy loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ludic_core.errors import ConfigError, DataError
+from ludic_core.types import AgentStep, Message
+
+__all__ = ["MessageTemplate", "retokenize_call"]
+
+
+@runtime_checkable
+class MessageTemplate(Protocol):
+    """The part of a chat template re-tokenisation needs (``ludic_agents.HFChatTemplate`` has it)."""
+
+    def render_text(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str: ...
+
+    def encode(self, text: str) -> tuple[int, ...]: ...
+
+
+def check_template(template: object) -> MessageTemplate:
+    if not isinstance(template, MessageTemplate):
+        raise ConfigError(
+            "retokenize_with must be a chat template with render_text(messages, add_generation_prompt=) "
+            f"and encode(text), e.g. ludic_agents.HFChatTemplate(tokenizer); got {type(template).__name__}"
+        )
+    return template
+
+
+def retokenize_call(step: AgentStep, template: MessageTemplate, *, where: str) -> tuple[list[int], list[int]]:
+    """``(prompt ids, completion ids)`` of one message-level call in ``template``'s format."""
+    if step.tool_calls:
+        raise DataError(f"{where}: step {step.index} made tool calls; re-tokenising those is not supported")
+    messages = list(step.prompt_messages)
+    if not messages:
+        raise DataError(f"{where}: step {step.index} recorded no prompt messages to re-tokenise")
+    prompt = template.render_text(messages, add_generation_prompt=True)
+    full = template.render_text(
+        [*messages, {"role": "assistant", "content": step.action}], add_generation_prompt=False
+    )
+    if not full.startswith(prompt):
+        differs_at = next(
+            (i for i, (a, b) in enumerate(zip(prompt, full, strict=False)) if a != b),
+            min(len(prompt), len(full)),
+        )
+        raise DataError(
+            f"{where}: the chat template renders the conversation with the reply differently from the "
+            f"prompt it renders for generation (first difference at character {differs_at}: "
+            f"{prompt[differs_at : differs_at + 30]!r} vs {full[differs_at : differs_at + 30]!r}); the "
+            "student would never see this sequence"
+        )
+    completion = template.encode(full[len(prompt) :])
+    if not completion:
+        raise DataError(f"{where}: step {step.index}'s reply renders to no tokens")
+    return list(template.encode(prompt)), list(completion)
