@@ -17,6 +17,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ludic_core.algorithms.spec import AlgorithmSpec
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
+    from ludic_core.client_pool import ClientPool
     from ludic_core.credit import (
         ConstantCredit,
         CreditAssigner,
@@ -102,6 +103,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "ludic_core.harness": ("AgentActResult", "AgentActStep", "AgentHarness"),
     "ludic_core.algorithms.spec": ("AlgorithmSpec",),
     "ludic_core.batch_sources": ("OfflineBatchSource", "RolloutBatchSource"),
+    "ludic_core.client_pool": ("ClientPool",),
     "ludic_core.credit": (
         "ConstantCredit",
         "CreditAssigner",
@@ -190,6 +192,7 @@ __all__ = [
     "BatchSource",
     "ChatClient",
     "ChatResponse",
+    "ClientPool",
     "ConfigError",
     "ConformanceError",
     "ConstantCredit",
@@ -234,8 +237,8 @@ __all__ = [
     "Rollout",
     "RolloutBatchSource",
     "RolloutEngine",
-    "RolloutSettings",
     "RolloutRequest",
+    "RolloutSettings",
     "SAWBatch",
     "SAWItem",
     "SPOAdvantage",
