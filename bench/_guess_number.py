@@ -50,11 +50,17 @@ def requests(episodes: int) -> list[RolloutRequest]:
 
 async def bare_episode(client: ScriptedChatClient, episode: int, max_steps: int) -> int:
     """The baseline both benchmarks compare with: one episode as a minimal hand-written loop (render,
-    tokenise, call the client, step the env), no engine. Returns the model calls it made."""
+    tokenise, call the client, step the env), no engine. Returns the model calls it made.
+
+    It renders the same prompts the engine's agent does, the env's suggested system prompt included,
+    so both sides tokenise, send and check the same number of tokens."""
     encode = ByteTokenizer().encode
     env = GuessNumberEnv()
     obs, _ = env.env_reset(seed=episode)
-    messages: list[Message] = [{"role": "user", "content": obs}]
+    messages: list[Message] = [
+        {"role": "system", "content": env.suggested_sysprompt},
+        {"role": "user", "content": obs},
+    ]
     for step in range(max_steps):
         prompt = render_text_dialog(messages)
         request = TokenCompletionRequest.from_spec(
