@@ -8,7 +8,10 @@ per-episode timeouts and the semaphore. A third measurement adds credit assignme
 building (``generate_batch``).
 
 The machine may be shared, so every measurement runs ``--repeats`` times, interleaved (baseline, engine,
-engine, batch, then again), and the medians are compared: a burst of load hits every side alike.
+engine, batch, then again), and the medians are compared: a burst of load hits every side alike. Each
+side's process CPU time is recorded as well as its wall time: on a loaded machine the wall clock also
+counts time the process spent waiting for a core, the CPU time only the work it did, and the ``cpu_*``
+ratios (medians of the same interleaved repeats) are the steadier measure of the engine's overhead.
 
 Prints one JSON object: median seconds per env step for each side and the ratios to the baseline.
 """
@@ -53,10 +56,11 @@ async def engine_batch(episodes: int, max_steps: int, concurrency: int) -> int:
     return sum(1 for item in batch.items if item.meta["step_kind"] == "env")
 
 
-def timed(fn: Callable[[], Coroutine[Any, Any, int]]) -> tuple[float, int]:
-    started = time.perf_counter()
+def timed(fn: Callable[[], Coroutine[Any, Any, int]]) -> tuple[float, float, int]:
+    """Wall seconds, process CPU seconds and env steps of one run."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     steps = asyncio.run(fn())
-    return time.perf_counter() - started, steps
+    return time.perf_counter() - started, time.process_time() - cpu_started, steps
 
 
 def main() -> None:
@@ -74,16 +78,19 @@ def main() -> None:
         "engine_batch_c64": lambda: engine_batch(n, k, 64),
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
+    cpu_times: dict[str, list[float]] = {name: [] for name in sides}
     steps: dict[str, int] = {}
     for _ in range(args.repeats):
         for name, fn in sides.items():
-            seconds, steps[name] = timed(fn)
+            seconds, cpu_seconds, steps[name] = timed(fn)
             times[name].append(seconds)
+            cpu_times[name].append(cpu_seconds)
     if len(set(steps.values())) != 1:
         print(f"step counts differ: {steps}", file=sys.stderr)
         raise SystemExit(1)
     env_steps = steps["baseline"]
     median = {name: statistics.median(ts) for name, ts in times.items()}
+    cpu = {name: statistics.median(ts) for name, ts in cpu_times.items()}
     print(
         json.dumps(
             {
@@ -99,6 +106,10 @@ def main() -> None:
                 "ratio_post_rollout_vs_baseline": (median["engine_batch_c64"] - median["engine_c64"])
                 / median["baseline"],
                 "overhead_us_per_env_step_c1": (median["engine_c1"] - median["baseline"]) / env_steps * 1e6,
+                "cpu_seconds_per_env_step": {name: t / env_steps for name, t in cpu.items()},
+                "cpu_ratio_engine_c1_vs_baseline": cpu["engine_c1"] / cpu["baseline"],
+                "cpu_ratio_engine_c64_vs_baseline": cpu["engine_c64"] / cpu["baseline"],
+                "cpu_ratio_engine_batch_vs_baseline": cpu["engine_batch_c64"] / cpu["baseline"],
             }
         )
     )
