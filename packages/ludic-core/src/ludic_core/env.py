@@ -108,6 +108,8 @@ class SingleAgentEnv(LudicEnv[str]):
         return self.env_step(action)
 
     def _single_action(self, actions: Mapping[str, str]) -> str:
+        if len(actions) == 1 and self._agent_id in actions:  # every well-formed call: no set algebra
+            return actions[self._agent_id]
         unknown = set(actions) - {self._agent_id}
         if unknown:
             raise ProtocolError(

@@ -73,13 +73,20 @@ _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
 _UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 
+# Ids must be unique, not secret: a generator seeded from the OS (256 bits) draws them without a
+# system call per id (three ids per env step). A forked child reseeds, so parent and child never share
+# a stream.
+_PROCESS_IDS = random.Random(os.urandom(32))
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _PROCESS_IDS.seed(os.urandom(32)))
+
+
 def new_id() -> str:
     """A fresh id for steps, rollouts and turns: uuid4, or drawn from :func:`seeded_ids` when active."""
     rng = _ID_SOURCE.get()
     if rng is None:
-        # uuid.uuid4().hex without building a UUID object (the same bits; three ids per env step).
-        bits = int.from_bytes(os.urandom(16), "big")
-        return f"{(bits & _UUID4_CLEAR) | _UUID4_SET:032x}"
+        # The bits of uuid.uuid4().hex, without building a UUID object.
+        return f"{(_PROCESS_IDS.getrandbits(128) & _UUID4_CLEAR) | _UUID4_SET:032x}"
     return f"{rng.getrandbits(128):032x}"
 
 
@@ -447,10 +454,14 @@ def freeze_message(message: Message) -> FrozenMessage:
     return message if type(message) is FrozenMessage else FrozenMessage(message)
 
 
+_ONLY_FROZEN = frozenset({FrozenMessage})
+
+
 def _messages(values: Iterable[Message]) -> tuple[Message, ...]:
     # Frozen messages are shared: a context that keeps its history frozen hands every prompt to its
-    # steps without copying the conversation (once per call, quadratic over an episode).
-    if type(values) is tuple and all(type(m) is FrozenMessage for m in values):
+    # steps without copying the conversation (once per call, quadratic over an episode). The type
+    # check runs in C (a set of the element types), not as a Python loop over the conversation.
+    if type(values) is tuple and set(map(type, values)) <= _ONLY_FROZEN:
         return values
     return tuple(m if type(m) is FrozenMessage else FrozenMessage(m) for m in values)
 
@@ -485,6 +496,56 @@ class AgentStep:
 
     kind: Literal["agent"] = attrs.field(default="agent", init=False)
 
+    @classmethod
+    def _trusted(
+        cls,
+        index: int,
+        trace: TokenTrace,
+        prompt_messages: tuple[Message, ...],
+        action: str,
+        action_target: ActionTarget,
+        turn_id: str,
+        loop_index: int,
+        reward: float,
+        reward_components: dict[str, float],
+        parse_error: bool,
+        terminated: bool,
+        tool_calls: tuple[ToolCall, ...] | None,
+        tool_results: tuple[ToolResult, ...] | None,
+        info: Info,
+    ) -> AgentStep:
+        """Build from the fields of a checked :class:`~ludic_core.harness.AgentActStep` (messages
+        frozen, target, tool calls and results converted) and a finite float reward from a checked
+        :class:`~ludic_core.parsing.ParseResult`: the protocol's timeline records every model call this
+        way instead of converting and checking the same values a second time. ``reward`` is still
+        checked (cheap, and a duck-typed parse result may not be a ``ParseResult``). Not truncated (the
+        timeline marks truncation with ``attrs.evolve``, which checks). Private: anything else goes
+        through ``__init__``."""
+        reward = float(reward)
+        _finite(None, _AGENT_STEP_REWARD, reward)
+        step = object.__new__(cls)
+        set_field = object.__setattr__
+        set_field(step, "index", index)
+        set_field(step, "trace", trace)
+        set_field(step, "prompt_messages", prompt_messages)
+        set_field(step, "action", action)
+        set_field(step, "action_target", action_target)
+        set_field(step, "turn_id", turn_id)
+        set_field(step, "loop_index", loop_index)
+        set_field(step, "reward", reward)
+        set_field(step, "reward_components", reward_components)
+        set_field(step, "parse_error", parse_error)
+        set_field(step, "terminated", terminated)
+        set_field(step, "truncated", False)
+        set_field(step, "truncation_reason", None)
+        set_field(step, "tool_calls", tool_calls)
+        set_field(step, "tool_results", tool_results)
+        set_field(step, "info", info)
+        set_field(step, "id", new_id())
+        set_field(step, "ts_ns", time.time_ns())
+        set_field(step, "kind", "agent")
+        return step
+
 
 @attrs.frozen
 class EnvironmentStep:
@@ -515,6 +576,55 @@ class EnvironmentStep:
     ts_ns: int = attrs.field(factory=time.time_ns)
 
     kind: Literal["env"] = attrs.field(default="env", init=False)
+
+    @classmethod
+    def _trusted(
+        cls,
+        index: int,
+        trace: TokenTrace,
+        prev_obs: str,
+        action: str,
+        parsed_action: str,
+        next_obs: str | None,
+        turn_id: str,
+        source_agent_step_id: str,
+        agent_step_ids: tuple[str, ...],
+        reward: float,
+        reward_components: dict[str, float],
+        terminated: bool,
+        truncated: bool,
+        info: Info,
+    ) -> EnvironmentStep:
+        """Build from a recorded :class:`AgentStep` and a checked :class:`StepOutcome` (finite float
+        rewards, a str obs): the timeline's env steps skip the converters those values already passed.
+        ``reward`` is still checked here: a sum of two finite floats can overflow. The truncation
+        reason follows ``truncated`` (``"env"``). Private: anything else goes through ``__init__``."""
+        _finite(None, _ENV_STEP_REWARD, reward)
+        step = object.__new__(cls)
+        set_field = object.__setattr__
+        set_field(step, "index", index)
+        set_field(step, "trace", trace)
+        set_field(step, "prev_obs", prev_obs)
+        set_field(step, "action", action)
+        set_field(step, "parsed_action", parsed_action)
+        set_field(step, "next_obs", next_obs)
+        set_field(step, "turn_id", turn_id)
+        set_field(step, "source_agent_step_id", source_agent_step_id)
+        set_field(step, "agent_step_ids", agent_step_ids)
+        set_field(step, "reward", reward)
+        set_field(step, "reward_components", reward_components)
+        set_field(step, "terminated", terminated)
+        set_field(step, "truncated", truncated)
+        set_field(step, "truncation_reason", "env" if truncated else None)
+        set_field(step, "info", info)
+        set_field(step, "id", new_id())
+        set_field(step, "ts_ns", time.time_ns())
+        set_field(step, "kind", "env")
+        return step
+
+
+_AGENT_STEP_REWARD = attrs.fields(AgentStep).reward
+_ENV_STEP_REWARD = attrs.fields(EnvironmentStep).reward
 
 
 Step: TypeAlias = AgentStep | EnvironmentStep

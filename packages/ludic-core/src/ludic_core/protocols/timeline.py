@@ -110,21 +110,23 @@ class AgentTimeline:
                 info["parse_error"] = True
                 info["parse_feedback_obs"] = act_step.parse_result.obs or DEFAULT_PARSE_FAILURE_OBS
             is_final = act_step is result.final_step
-            last = AgentStep(
-                index=len(self.steps),
-                trace=trace,
-                prompt_messages=act_step.prompt_messages,
-                action=act_step.action,
-                action_target=act_step.action_target,
-                turn_id=self.turn_id,
-                loop_index=act_step.loop_index,
-                reward=reward,
-                reward_components=components,
-                parse_error=parse_error,
-                terminated=bool(parse_error and stop_on_parse_error and is_final),
-                tool_calls=act_step.tool_calls,
-                tool_results=act_step.tool_results,
-                info=info,
+            # The act step's fields were converted and checked when the agent built it; the recorded
+            # step shares them (see AgentStep._trusted).
+            last = AgentStep._trusted(
+                len(self.steps),
+                trace,
+                act_step.prompt_messages,
+                act_step.action,
+                act_step.action_target,
+                self.turn_id,
+                act_step.loop_index,
+                reward,
+                components,
+                parse_error,
+                bool(parse_error and stop_on_parse_error and is_final),
+                act_step.tool_calls,
+                act_step.tool_results,
+                info,
             )
             self.steps.append(last)
             self.turn_agent_step_ids.append(last.id)
@@ -144,24 +146,27 @@ class AgentTimeline:
         source = self.steps[-1]
         assert isinstance(source, AgentStep)
         ended = outcome.terminated or outcome.truncated
-        step = EnvironmentStep(
-            index=len(self.steps),
+        parsed_action = final_act.parse_result.action
+        info = {**source.info, **(outcome.info or {}), "parsed_action": parsed_action}
+        # Every field comes from the recorded agent step, the checked StepOutcome or the parse result:
+        # nothing to convert again (see EnvironmentStep._trusted).
+        step = EnvironmentStep._trusted(
+            len(self.steps),
             # The recorded call's trace: the same tokens as the act step's, with the temperature the
             # protocol filled in.
-            trace=source.trace,
-            prev_obs=self.turn_start_obs,
-            action=final_act.action,
-            parsed_action=final_act.parse_result.action,
-            next_obs=None if ended else outcome.obs,
-            turn_id=self.turn_id,
-            source_agent_step_id=source.id,
-            agent_step_ids=tuple(self.turn_agent_step_ids),
-            reward=outcome.reward + parser_reward,
-            reward_components={"env": outcome.reward, "parser": parser_reward},
-            terminated=outcome.terminated,
-            truncated=outcome.truncated,
-            truncation_reason="env" if outcome.truncated else None,
-            info=merge_step_info(source.info, outcome.info, {"parsed_action": final_act.parse_result.action}),
+            source.trace,
+            self.turn_start_obs,
+            final_act.action,
+            parsed_action,
+            None if ended else outcome.obs,
+            self.turn_id,
+            source.id,
+            tuple(self.turn_agent_step_ids),
+            outcome.reward + parser_reward,
+            {"env": outcome.reward, "parser": parser_reward},
+            bool(outcome.terminated),
+            bool(outcome.truncated),
+            info,
         )
         self.steps.append(step)
         if ended:

@@ -11,10 +11,10 @@ External tools: a completion of the form ``CALL <name> <json-args>`` with ``name
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Collection, Sequence
 
+from ludic_core.call_timeout import CallTimeout
 from ludic_core.errors import LudicTimeoutError
 from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
@@ -64,6 +64,8 @@ class ScriptedAgent:
         self.incomplete_completion_penalty = incomplete_completion_penalty
         # Frozen, so every step's prompt_messages shares them instead of copying the conversation.
         self.messages: list[Message] = []
+        # One lazily re-armed timer for all of this agent's model calls (see CallTimeout).
+        self._call_timeout = CallTimeout()
 
     @property
     def default_system_prompt(self) -> str | None:
@@ -105,8 +107,8 @@ class ScriptedAgent:
             self.encode(prompt_text), spec, seed=sampling_seed, prompt_text=prompt_text
         )
         try:
-            # asyncio.timeout, not wait_for: no extra task per model call.
-            async with asyncio.timeout(timeout_s):
+            # Not wait_for (an extra task per call) nor asyncio.timeout (a timer per call).
+            async with self._call_timeout.within(timeout_s):
                 response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
             raise LudicTimeoutError(f"model call did not answer within timeout_s={timeout_s}") from exc
@@ -116,7 +118,11 @@ class ScriptedAgent:
         if response.policy_version is not None:
             info["policy_version"] = response.policy_version
         trace = response.to_trace()
-        call = self._tool_call(response.text) if response.finish_reason != "length" else None
+        call = (
+            self._tool_call(response.text)
+            if self.external_tools and response.finish_reason != "length"
+            else None
+        )
         if call is not None:
             step = AgentActStep(
                 trace=trace,
