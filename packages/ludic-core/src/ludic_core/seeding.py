@@ -45,7 +45,7 @@ def seed_deriver(base: int, *prefix: object) -> Callable[..., int]:
     def derive(*rest: object) -> int:
         hasher = head.copy()
         if rest:
-            hasher.update("".join(["\x1f" + repr(p) for p in rest]).encode("utf-8"))
+            hasher.update(("\x1f" + "\x1f".join(map(repr, rest))).encode("utf-8"))
         return int.from_bytes(hasher.digest(), "big") % (MAX_SEED + 1)
 
     return derive

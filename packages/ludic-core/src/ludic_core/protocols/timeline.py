@@ -7,6 +7,7 @@ It turns the agent's model calls into :class:`AgentStep`s, env transitions into
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from ludic_core.types import (
     Rollout,
     Step,
     StepOutcome,
+    TokenTrace,
     ToolResult,
     TruncationReason,
     new_id,
@@ -100,7 +102,18 @@ class AgentTimeline:
         for act_step in result.steps:
             trace = act_step.trace
             if temperature is not None and trace.sampling_temperature is None:
-                trace = trace.with_sampling_temperature(temperature)
+                trace = (
+                    # A float from a checked SamplingParams (finite, >= 0): nothing to convert.
+                    TokenTrace._trusted(
+                        trace.prompt_token_ids,
+                        trace.completion_token_ids,
+                        trace.completion_logprobs,
+                        trace.finish_reason,
+                        temperature,
+                    )
+                    if type(temperature) is float and 0.0 <= temperature < math.inf
+                    else trace.with_sampling_temperature(temperature)
+                )
             reward, components, _ = split_parser_reward(act_step)
             info = dict(act_step.info)
             info["action_target"] = act_step.action_target

@@ -26,6 +26,10 @@ __all__ = ["ScriptedAgent", "identity_parser", "render_text_dialog"]
 
 INCOMPLETE_FEEDBACK = "Your response was cut off. Answer within the token limit."
 
+# Immutable defaults shared by every agent (an agent per episode need not build them each time).
+_BYTE_ENCODE: Encode = ByteTokenizer().encode
+_DEFAULT_INFERENCE = InferenceSpec()
+
 
 def identity_parser(text: str) -> ParseResult:
     """Accept any non-empty stripped text as the action."""
@@ -57,10 +61,10 @@ class ScriptedAgent:
     ) -> None:
         self.client = client
         self.parser = parser
-        self.encode: Encode = encode or ByteTokenizer().encode
+        self.encode: Encode = encode or _BYTE_ENCODE
         self._system_prompt = system_prompt
         self.external_tools = frozenset(external_tools)
-        self.inference = inference or InferenceSpec()
+        self.inference = inference or _DEFAULT_INFERENCE
         self.incomplete_completion_penalty = incomplete_completion_penalty
         # Frozen, so every step's prompt_messages shares them instead of copying the conversation.
         self.messages: list[Message] = []
@@ -132,7 +136,7 @@ class ScriptedAgent:
                 tool_calls=[call],
                 info=info,
             )
-            return AgentActResult(steps=[step])
+            return AgentActResult(steps=(step,))
         if response.finish_reason == "length":
             info["incomplete_completion"] = True
             parsed = ParseResult(
@@ -148,4 +152,4 @@ class ScriptedAgent:
             parse_result=parsed,
             info=info,
         )
-        return AgentActResult(steps=[step])
+        return AgentActResult(steps=(step,))
