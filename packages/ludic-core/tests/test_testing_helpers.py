@@ -174,3 +174,17 @@ async def test_seeded_client_is_reproducible_per_seed() -> None:
         r = await client.complete_tokens(TokenCompletionRequest(prompt_token_ids=[1], seed=seed))
         texts.append(r.text)
     assert texts[0] == texts[2]
+
+
+@pytest.mark.parametrize("offset", [1, 3, 11, 12, 40])
+def test_byte_tokenizer_ids_are_the_utf8_bytes_shifted_by_the_offset(offset: int) -> None:
+    # Offsets up to 11 take the translate path, larger ones the per-byte loop: the same ids either way.
+    tokenizer = ByteTokenizer(offset=offset, eos_token_id=0)
+    rng = random.Random(offset)
+    code_points = [0x41, 0x7F, 0xE9, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF]
+    for _ in range(200):
+        text = "".join(chr(rng.choice(code_points)) for _ in range(rng.randint(0, 12)))
+        ids = tokenizer.encode(text)
+        assert ids == [b + offset for b in text.encode("utf-8")]
+        assert all(type(i) is int for i in ids)
+        assert tokenizer.decode(ids) == text

@@ -18,6 +18,9 @@ class TokenizerLike(Protocol):
     def decode(self, ids: Sequence[int]) -> str: ...
 
 
+_MAX_UTF8_BYTE = 0xF4  # the largest byte value a UTF-8 encoding contains
+
+
 class ByteTokenizer:
     """UTF-8 bytes shifted by ``offset`` (ids below it are free for special tokens).
 
@@ -31,9 +34,18 @@ class ByteTokenizer:
         self.offset = offset
         self.eos_token_id = eos_token_id
         self.vocab_size = 256 + offset
+        # UTF-8 never produces the bytes 0xF5-0xFF, so for offsets up to 11 every byte it does produce
+        # shifts to an id that still fits in a byte: one bytes.translate then list() (both in C) give
+        # the ids. Larger offsets take the per-byte loop.
+        self._shift: bytes | None = (
+            bytes((b + offset) % 256 for b in range(256)) if offset + _MAX_UTF8_BYTE <= 255 else None
+        )
 
     def encode(self, text: str) -> list[int]:
-        return [b + self.offset for b in text.encode("utf-8")]
+        data = text.encode("utf-8")
+        if self._shift is not None:
+            return list(data.translate(self._shift))
+        return [b + self.offset for b in data]
 
     def decode(self, ids: Sequence[int]) -> str:
         data = bytes(i - self.offset for i in ids if i >= self.offset)
