@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from ludic_core.call_timeout import CallTimeout
+from ludic_core.call_timeout import CallTimeout, call_timeout
 
 
 async def test_a_block_that_overruns_raises_timeout_error_on_time() -> None:
@@ -98,3 +98,28 @@ async def test_overlapping_blocks_of_one_instance_are_refused() -> None:
         with pytest.raises(RuntimeError, match="one block at a time"):
             async with timeout.within(1):
                 pass
+
+
+async def test_call_timeout_shares_spare_timers_and_still_bounds_each_block() -> None:
+    first = call_timeout(1.0)
+    async with first:
+        await asyncio.sleep(0)
+    second = call_timeout(1.0)
+    assert second is first  # the idle timer was handed on
+
+    async def overlapping(seconds: float) -> CallTimeout:
+        timer = call_timeout(seconds)
+        async with timer:
+            await asyncio.sleep(0.01)
+        return timer
+
+    async with second:
+        pass
+    timers = await asyncio.gather(*(overlapping(1.0) for _ in range(3)))
+    assert len({id(t) for t in timers}) == 3  # blocks running at once never share one
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        async with call_timeout(0.05):
+            await asyncio.sleep(5)
+    assert loop.time() - started < 1.0

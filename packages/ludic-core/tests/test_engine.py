@@ -253,6 +253,27 @@ async def test_episode_timeout_and_client_errors_become_failures() -> None:
     assert result.episodes[0].failure is not None and result.episodes[0].failure.stage == "client"
 
 
+async def test_episode_timers_reused_across_episodes_still_fire_on_time() -> None:
+    # Quick episodes leave their (long) episode timers armed for the next ones; a later episode with a
+    # short bound must still be cut at its own deadline, on the same loop.
+    quick = await guess_engine().generate_rollouts(
+        [guess_request()] * 4, RolloutSettings(max_steps=2, episode_timeout_s=60.0)
+    )
+    assert not quick.failed_episodes
+    slow = ScriptedChatClient(["1"], cycle=True, latency_s=5.0)
+    engine = RolloutEngine(
+        env_factories={"guess": GuessNumberEnv},
+        protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(slow))},
+    )
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    result = await engine.generate_rollouts(
+        [guess_request()] * 3, RolloutSettings(max_steps=1, episode_timeout_s=0.05, on_failure="continue")
+    )
+    assert loop.time() - started < 2.0
+    assert [e.failure.stage for e in result.episodes if e.failure] == ["timeout"] * 3
+
+
 async def test_every_wait_is_bounded_by_default_and_the_settings_own_the_bounds() -> None:
     result = await guess_engine().generate_rollouts([guess_request()], RolloutSettings(max_steps=1))
     engine_meta = result.rollouts[0].meta["engine"]

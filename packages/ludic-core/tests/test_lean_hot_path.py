@@ -8,6 +8,7 @@ import json
 import pickle
 import re
 
+import attrs
 import pytest
 
 from ludic_core.errors import DataError
@@ -113,3 +114,33 @@ def test_ids_are_uuid4_hex() -> None:
     ids = {new_id() for _ in range(200)}
     assert len(ids) == 200
     assert all(re.fullmatch(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", i) for i in ids)
+
+
+def test_marking_a_step_truncated_equals_evolve_and_checks_the_reason() -> None:
+    from ludic_core.types import EnvironmentStep, _mark_step_truncated
+
+    trace = TokenTrace(prompt_token_ids=[1], completion_token_ids=[2])
+    agent_step = step_with([{"role": "user", "content": "u"}])
+    env_step = EnvironmentStep(
+        index=1,
+        trace=trace,
+        prev_obs="o",
+        action="a",
+        parsed_action="a",
+        next_obs="n",
+        turn_id="t",
+        source_agent_step_id=agent_step.id,
+        agent_step_ids=[agent_step.id],
+        reward=1.0,
+        info={"k": 1},
+    )
+    for step in (agent_step, env_step):
+        info = {**step.info, "truncation_reason": "max_steps"}
+        marked = _mark_step_truncated(step, "max_steps", info)
+        expected = attrs.evolve(step, truncated=True, truncation_reason="max_steps", info=info)
+        if isinstance(step, EnvironmentStep):
+            expected = attrs.evolve(expected, next_obs=None)
+        assert marked == expected and marked.id == step.id and marked.ts_ns == step.ts_ns
+        assert type(marked) is type(step) and not step.truncated  # the original is unchanged
+        with pytest.raises(DataError, match="truncation_reason"):
+            _mark_step_truncated(step, "bogus", info)  # type: ignore[arg-type]

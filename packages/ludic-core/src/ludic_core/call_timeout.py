@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from types import TracebackType
 
-__all__ = ["CallTimeout"]
+__all__ = ["CallTimeout", "call_timeout"]
 
 # Loop timers fire when their time is within the clock's resolution (asyncio's own rule); a deadline
 # checked by a timer that fired "on time" must count as reached.
@@ -26,8 +27,9 @@ _CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
 class CallTimeout:
     """Bound each ``async with timeout.within(seconds):`` block of one caller; one block at a time.
 
-    ``seconds=None`` waits without a bound. Reuse one instance for the calls of one episode (or one
-    agent); a block must not start while another of the same instance is running.
+    ``seconds=None`` waits without a bound. Reuse one instance for the calls of one caller, or take
+    one from the loop's spare list with :func:`call_timeout`; a block must not start while another of
+    the same instance is running.
     """
 
     __slots__ = (
@@ -37,6 +39,7 @@ class CallTimeout:
         "_handle",
         "_handle_at",
         "_loop",
+        "_return_to",
         "_seconds",
         "_task",
     )
@@ -50,6 +53,7 @@ class CallTimeout:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._handle_at = 0.0
+        self._return_to: list[CallTimeout] | None = None  # the spare list to rejoin after this block
 
     def within(self, seconds: float | None) -> CallTimeout:
         """Set the bound of the next block (``None``: unbounded) and return this timeout to enter."""
@@ -81,10 +85,12 @@ class CallTimeout:
                 self._handle.cancel()
             self._loop = loop
             self._handle_at = deadline
-            self._handle = loop.call_at(deadline, self._on_timer)
+            self._handle = loop.call_at(deadline, self._on_timer, loop)
         return self
 
-    def _on_timer(self) -> None:
+    def _on_timer(self, fired_on: asyncio.AbstractEventLoop) -> None:
+        if fired_on is not self._loop:
+            return  # a timer left on a loop this instance no longer serves
         self._handle = None
         deadline, task, loop = self._deadline, self._task, self._loop
         if deadline is None or task is None or loop is None:
@@ -94,7 +100,7 @@ class CallTimeout:
             task.cancel()
         else:
             self._handle_at = deadline
-            self._handle = loop.call_at(deadline, self._on_timer)
+            self._handle = loop.call_at(deadline, self._on_timer, loop)
 
     async def __aexit__(
         self,
@@ -102,10 +108,13 @@ class CallTimeout:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        task, expired = self._task, self._expired
+        task, expired, spare = self._task, self._expired, self._return_to
         self._task = None
         self._deadline = None
         self._expired = False
+        self._return_to = None
+        if spare is not None:
+            spare.append(self)
         # When ours was the cancellation (no other request since the block started), a timeout.
         if (
             expired
@@ -114,3 +123,25 @@ class CallTimeout:
             and exc_type is asyncio.CancelledError
         ):
             raise TimeoutError from exc
+
+
+_SPARE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[CallTimeout]] = weakref.WeakKeyDictionary()
+
+
+def call_timeout(seconds: float | None) -> CallTimeout:
+    """``async with call_timeout(s):`` bounds the block like ``asyncio.timeout(s)``, with an idle
+    :class:`CallTimeout` from the running loop's spare list, which it rejoins when the block ends.
+
+    Short-lived callers (an episode, an agent's model call) thus share a few timers that each stay
+    armed and only move their deadline, instead of each scheduling and cancelling a loop timer; the
+    spare list grows to the most blocks that ran at once and no further. One list per loop: a timer
+    never serves two loops at once.
+    """
+    loop = asyncio.get_running_loop()
+    spare = _SPARE.get(loop)
+    if spare is None:
+        spare = _SPARE[loop] = []
+    timer = spare.pop() if spare else CallTimeout()
+    timer.within(seconds)
+    timer._return_to = spare
+    return timer

@@ -43,6 +43,7 @@ from typing import Any
 
 import attrs
 
+from ludic_core.call_timeout import call_timeout
 from ludic_core.credit import CreditAssigner, group_key
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
@@ -424,9 +425,10 @@ class RolloutEngine:
                 inference=inference,
                 timeout_s=settings["timeout_s"],
             )
-            # asyncio.timeout cancels this task at the deadline; wait_for would wrap the run in a
-            # second task per episode.
-            async with asyncio.timeout(settings["episode_timeout_s"]):
+            # The timer cancels this task at the deadline (wait_for would wrap the run in a second task
+            # per episode). Finished episodes hand their timer on to the next, whose deadline only
+            # moves it: no loop timer scheduled and cancelled per episode (see call_timeout).
+            async with call_timeout(settings["episode_timeout_s"]):
                 rollouts = list(await run)
         except ConfigError:
             raise

@@ -624,6 +624,27 @@ class EnvironmentStep:
 
 
 _AGENT_STEP_REWARD = attrs.fields(AgentStep).reward
+_TRUNCATION_REASON = attrs.fields(AgentStep).truncation_reason
+_STEP_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in attrs.fields(cls)) for cls in (AgentStep, EnvironmentStep)
+}
+
+
+def _mark_step_truncated(step: Step, reason: TruncationReason, info: Info) -> Step:
+    """``attrs.evolve(step, truncated=True, truncation_reason=reason, info=info)`` (and ``next_obs=None``
+    on an env step) without re-running the converters of the fields it keeps: they were checked when
+    ``step`` was built. ``reason`` is checked. Same id and timestamp, as with evolve."""
+    _check_truncation_reason(None, _TRUNCATION_REASON, reason)
+    changes: dict[str, Any] = {"truncated": True, "truncation_reason": reason, "info": info}
+    if type(step) is EnvironmentStep:
+        changes["next_obs"] = None
+    marked = object.__new__(type(step))
+    set_field = object.__setattr__
+    for name in _STEP_FIELDS[type(step)]:
+        set_field(marked, name, changes[name] if name in changes else getattr(step, name))
+    return marked
+
+
 _ENV_STEP_REWARD = attrs.fields(EnvironmentStep).reward
 
 

@@ -26,6 +26,7 @@ from ludic_core.types import (
     TokenTrace,
     ToolResult,
     TruncationReason,
+    _mark_step_truncated,
     new_id,
 )
 
@@ -232,14 +233,7 @@ class AgentTimeline:
         last = self.steps[-1]
         if last.terminated or last.truncated:
             return
-        changes: dict[str, Any] = {
-            "truncated": True,
-            "truncation_reason": reason,
-            "info": {**last.info, "truncation_reason": reason},
-        }
-        if isinstance(last, EnvironmentStep):
-            changes["next_obs"] = None
-        self.steps[-1] = attrs.evolve(last, **changes)
+        self.steps[-1] = _mark_step_truncated(last, reason, {**last.info, "truncation_reason": reason})
 
     # -- output ------------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Sequence
 
-from ludic_core.call_timeout import CallTimeout
+from ludic_core.call_timeout import call_timeout
 from ludic_core.errors import LudicTimeoutError
 from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
@@ -68,8 +68,6 @@ class ScriptedAgent:
         self.incomplete_completion_penalty = incomplete_completion_penalty
         # Frozen, so every step's prompt_messages shares them instead of copying the conversation.
         self.messages: list[Message] = []
-        # One lazily re-armed timer for all of this agent's model calls (see CallTimeout).
-        self._call_timeout = CallTimeout()
 
     @property
     def default_system_prompt(self) -> str | None:
@@ -111,8 +109,8 @@ class ScriptedAgent:
             self.encode(prompt_text), spec, seed=sampling_seed, prompt_text=prompt_text
         )
         try:
-            # Not wait_for (an extra task per call) nor asyncio.timeout (a timer per call).
-            async with self._call_timeout.within(timeout_s):
+            # Not wait_for (an extra task per call) nor asyncio.timeout (a loop timer per call).
+            async with call_timeout(timeout_s):
                 response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
             raise LudicTimeoutError(f"model call did not answer within timeout_s={timeout_s}") from exc
