@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -21,6 +22,12 @@ class TokenizerLike(Protocol):
 _MAX_UTF8_BYTE = 0xF4  # the largest byte value a UTF-8 encoding contains
 
 
+@functools.cache
+def _shift_table(offset: int) -> bytes:
+    """The ``bytes.translate`` table adding ``offset`` (built once per offset, not per tokenizer)."""
+    return bytes((b + offset) % 256 for b in range(256))
+
+
 class ByteTokenizer:
     """UTF-8 bytes shifted by ``offset`` (ids below it are free for special tokens).
 
@@ -37,9 +44,7 @@ class ByteTokenizer:
         # UTF-8 never produces the bytes 0xF5-0xFF, so for offsets up to 11 every byte it does produce
         # shifts to an id that still fits in a byte: one bytes.translate then list() (both in C) give
         # the ids. Larger offsets take the per-byte loop.
-        self._shift: bytes | None = (
-            bytes((b + offset) % 256 for b in range(256)) if offset + _MAX_UTF8_BYTE <= 255 else None
-        )
+        self._shift: bytes | None = _shift_table(offset) if offset + _MAX_UTF8_BYTE <= 255 else None
 
     def encode(self, text: str) -> list[int]:
         data = text.encode("utf-8")
