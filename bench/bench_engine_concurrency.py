@@ -16,8 +16,13 @@ env and event loop allow on this machine, and ``engine_vs_bare`` (bare wall / en
 the engine itself loses. When the bare loop is far from 1.0, per-call CPU time of the client and env
 (not the engine) is what stops the machine from keeping that many calls in flight.
 
+Each side's process CPU time is recorded too, per model call, next to the budget one core has per call
+when ``C`` calls share the latency (``latency / C``): a side whose CPU per call exceeds that budget
+cannot keep ``C`` calls in flight, however it schedules them.
+
 Prints one JSON object: for each concurrency, the wall times, both ideals and the efficiencies
-``ideal / measured`` (1.0 is perfect; what is lost is the engine's own work and event-loop scheduling).
+``ideal / measured`` (1.0 is perfect; what is lost is the engine's own work and event-loop scheduling),
+and the CPU per call of both sides with the budget.
 """
 
 from __future__ import annotations
@@ -89,8 +94,12 @@ def main() -> None:
 
     results = {}
     for concurrency in args.concurrency:
+        cpu_started = time.process_time()
         bare = asyncio.run(run_bare(args.episodes, args.max_steps, concurrency, latency_s))
+        bare_cpu = time.process_time() - cpu_started
+        cpu_started = time.process_time()
         wall, calls = asyncio.run(run_engine(args.episodes, args.max_steps, concurrency, latency_s))
+        engine_cpu = time.process_time() - cpu_started
         lower_bound = max(sum(calls) / concurrency, max(calls)) * latency_s
         fifo = fifo_makespan(calls, concurrency, latency_s)
         results[str(concurrency)] = {
@@ -103,6 +112,11 @@ def main() -> None:
             "bare_loop_efficiency_vs_fifo_ideal": fifo / bare,
             "engine_vs_bare": bare / wall,
             "model_calls": sum(calls),
+            # What limits the fraction of ideal: the CPU each model call (with its env step) costs,
+            # against the CPU one core has per call when `concurrency` calls share the latency.
+            "cpu_us_per_call": engine_cpu / sum(calls) * 1e6,
+            "bare_loop_cpu_us_per_call": bare_cpu / sum(calls) * 1e6,
+            "cpu_budget_us_per_call": latency_s / concurrency * 1e6,
         }
         print(
             f"concurrency {concurrency}: {wall:.3f} s (bare loop {bare:.3f} s, fifo ideal {fifo:.3f} s)",
