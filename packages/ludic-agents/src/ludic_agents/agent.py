@@ -8,13 +8,13 @@ Prompts are rendered locally; within a turn they extend token for token (see
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from ludic_agents.chat_template import ChatTemplate, HFChatTemplate
 from ludic_agents.context import ContextStrategy, FullDialog
 from ludic_agents.extension import TurnPrompt
+from ludic_core.call_timeout import call_timeout
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
 from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
@@ -223,8 +223,8 @@ class Agent:
         timeout = min(bounds) if bounds else None
         self._turn_calls += 1
         try:
-            # asyncio.timeout, not wait_for: no extra task per model call.
-            async with asyncio.timeout(timeout):
+            # Not wait_for (an extra task per call) nor asyncio.timeout (a loop timer per call).
+            async with call_timeout(timeout):
                 response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
             raise LudicTimeoutError(

@@ -11,9 +11,9 @@ External tool calls are not supported: a message-level reply is always an env ac
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
+from ludic_core.call_timeout import call_timeout
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
 from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import InferenceSpec
@@ -84,9 +84,10 @@ class MessageAgent:
         spec = inference or self.inference
         prompt_messages = list(self.messages)
         try:
-            completion = await asyncio.wait_for(
-                self.client.complete_messages(prompt_messages, spec.sampling, seed=sampling_seed), timeout_s
-            )
+            async with call_timeout(timeout_s):  # no extra task and no loop timer per call
+                completion = await self.client.complete_messages(
+                    prompt_messages, spec.sampling, seed=sampling_seed
+                )
         except TimeoutError as exc:
             raise LudicTimeoutError(f"model call did not answer within timeout_s={timeout_s}") from exc
         self.messages.append({"role": "assistant", "content": completion.text})
