@@ -68,8 +68,10 @@ class LocalBackend:
 
     token_level = True
 
-    def __init__(self, config: BackendConfig) -> None:
-        if not config.model:
+    def __init__(self, config: BackendConfig, *, client: LocalPolicyClient | None = None) -> None:
+        """``client``: sample from this client's model (a recipe's model being trained) instead of
+        loading ``config.model``."""
+        if client is None and not config.model:
             raise ConfigError(
                 f"backend 'local' needs backend.model (--model): a model directory or one of {list(NAMED_MODELS)}"
             )
@@ -78,8 +80,10 @@ class LocalBackend:
                 f"backend 'local' builds its agents as the registered agent {CHAT_AGENT!r}, which ludic-agents "
                 'provides: pip install "ludic-agents[hf]"'
             )
-        model, tokenizer = load_local_model(config.model, device=config.device)
-        self.client = LocalPolicyClient(model, tokenizer, max_batch_size=config.max_concurrency)
+        if client is None:
+            model, tokenizer = load_local_model(config.model, device=config.device)
+            client = LocalPolicyClient(model, tokenizer, max_batch_size=config.max_concurrency)
+        self.client = client
 
     def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
         client = self.client

@@ -1,0 +1,126 @@
+"""The typed run configs of the ``ludic train`` recipes (attrs classes; torch-free, so a config is
+validated before anything heavy is imported).
+
+Each setting has one owner, reused rather than re-declared:
+
+* the episodes an RL step samples (env, backend and model, sampling, prompts per step, group size,
+  episode limits) are :class:`~ludic_core.cli.run_config.EpisodesConfig`, the same table as
+  ``ludic eval`` and ``ludic rollouts``: ``episodes`` is the prompts per step and
+  ``samples_per_prompt`` the group size;
+* the optimiser and micro-batching are :class:`~ludic_train.config.TrainerConfig` (the ``[trainer]``
+  table); its ``pad_token_id`` defaults to the tokenizer's, so it is left out of the TOML;
+* what the recipe adds (steps, LoRA, checkpoints, evaluation) is declared here once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from ludic_core.cli.run_config import EpisodesConfig, SamplingConfig
+from ludic_core.errors import ConfigError
+from ludic_train.config import TrainerConfig
+
+__all__ = [
+    "FROM_TOKENIZER",
+    "LoraSettings",
+    "RLRunConfig",
+    "RunSettings",
+    "SFTRunConfig",
+    "default_trainer_config",
+]
+
+FROM_TOKENIZER = -1
+"""``trainer.pad_token_id`` meaning "the tokenizer's pad id (else its eos id)"."""
+
+
+def default_trainer_config() -> TrainerConfig:
+    return TrainerConfig(pad_token_id=FROM_TOKENIZER)
+
+
+def _at_least(minimum: int) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value < minimum:
+            raise ConfigError(
+                f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value!r}"
+            )
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class LoraSettings:
+    """LoRA adapters on the model (``rank = 0``: full fine-tuning). ``alpha`` None: ``2 * rank``;
+    ``include_lm_head``: adapt the output head too (the random test model learns nothing without it)."""
+
+    rank: int = attrs.field(default=8, validator=_at_least(0))
+    alpha: float | None = None
+    dropout: float = 0.0
+    include_lm_head: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RunSettings:
+    """What a run leaves in its run directory.
+
+    Every ``checkpoint_every`` steps a
+    checkpoint goes to ``<run_dir>/checkpoints`` (0: only at the end), the newest ``max_to_keep``
+    kept; ``loggers``: ``print``, ``rich``, ``jsonl`` (``<run_dir>/metrics.jsonl``), ``wandb``;
+    ``save_final``: export the trained (merged) model to ``<run_dir>/final``."""
+
+    checkpoint_every: int = attrs.field(default=10, validator=_at_least(0))
+    max_to_keep: int = attrs.field(default=2, validator=_at_least(1))
+    loggers: tuple[Literal["print", "rich", "jsonl", "wandb"], ...] = ("print", "jsonl")
+    save_final: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RLRunConfig(EpisodesConfig):
+    """On-policy RL on an env (``ludic train tictactoe-grpo``, ``gsm8k-grpo`` …).
+
+    Each step samples ``episodes`` prompts ``samples_per_prompt`` times (the group) from the model
+    being trained and updates it with ``algorithm`` (a registered preset: ``grpo``, ``gspo``,
+    ``dr_grpo`` …, with ``algorithm_kwargs``; the group size is passed for it). Every
+    ``trainer.eval_every_steps`` steps (and at the start with ``trainer.eval_at_start``)
+    ``eval_episodes`` greedy episodes on fixed seeds are scored with the env's outcome rates.
+    """
+
+    steps: int = attrs.field(default=30, validator=_at_least(1))
+    """Trainer steps in all (a resumed run trains the rest)."""
+    algorithm: str = "grpo"
+    algorithm_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    trainer: TrainerConfig = attrs.field(factory=default_trainer_config)
+    lora: LoraSettings = attrs.field(factory=LoraSettings)
+    run: RunSettings = attrs.field(factory=RunSettings)
+    sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
+    eval_episodes: int = attrs.field(default=32, validator=_at_least(1))
+    chat_template: str | None = None
+    """A Jinja chat template file, for a tokenizer that has none."""
+
+
+@attrs.frozen(kw_only=True)
+class SFTRunConfig:
+    """Supervised fine-tuning on rollout or SAW JSONL files (``ludic rollouts ... --keep`` writes them).
+
+    ``model`` is what the ``local`` backend loads (a model directory, ``smollm2`` or ``tiny``); the run
+    trains ``epochs`` passes over ``data`` in batches of ``batch_size`` items."""
+
+    model: str
+    data: tuple[str, ...]
+    min_reward: float | None = None
+    epochs: int = attrs.field(default=1, validator=_at_least(1))
+    batch_size: int = attrs.field(default=8, validator=_at_least(1))
+    seed: int = attrs.field(default=0, validator=_at_least(0))
+    device: str = "cpu"
+    length_normalize: bool = True
+    trainer: TrainerConfig = attrs.field(
+        factory=lambda: TrainerConfig(pad_token_id=FROM_TOKENIZER, lr=2e-5, publish_every_steps=0)
+    )
+    lora: LoraSettings = attrs.field(factory=lambda: LoraSettings(rank=0))
+    run: RunSettings = attrs.field(factory=lambda: RunSettings(checkpoint_every=100))
+    run_dir: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.data:
+            raise ConfigError("SFTRunConfig.data must list at least one JSONL file, got []")

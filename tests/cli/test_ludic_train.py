@@ -1,0 +1,148 @@
+"""``ludic recipes`` and ``ludic train``: the installed console script run as a subprocess on each
+recipe's CPU smoke config (``examples/**/*_smoke.toml``, a random two-layer model): dry runs, short real
+runs, config errors and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ludic_train")
+pytest.importorskip("peft")
+pytest.importorskip("ludic_envs")
+pytest.importorskip("ludic_agents")
+
+ROOT = Path(__file__).resolve().parents[2]
+TTT_GRPO = ROOT / "examples" / "tic_tac_toe" / "grpo_smoke.toml"
+TTT_SFT = ROOT / "examples" / "tic_tac_toe" / "sft_smoke.toml"
+GSM8K_DATA = Path(os.environ.get("LUDIC_DATA_DIR", ROOT.parent / "shared" / "data")) / "gsm8k"
+TIMEOUT_S = 300
+
+
+def ludic(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # The console script pip installed next to this interpreter: what a user types.
+    script = Path(sys.executable).parent / "ludic"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return subprocess.run(
+        [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+
+
+def test_recipes_lists_each_recipe_on_one_line(tmp_path: Path) -> None:
+    done = ludic("recipes", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    names = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    assert {"tictactoe-grpo", "tictactoe-sft", "gsm8k-grpo", "gsm8k-gspo"} <= names
+
+
+def test_dry_run_prints_the_config_and_builds_every_component_without_a_run_dir(tmp_path: Path) -> None:
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "trainer.lr=1e-4", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(done.stdout[: done.stdout.rindex("}") + 1])
+    assert resolved["recipe"] == "tictactoe-grpo"
+    config = resolved["config"]
+    assert config["backend"]["model"] == "tiny" and config["trainer"]["lr"] == 1e-4
+    assert config["env"] == "tictactoe" and config["algorithm"] == "grpo"  # the recipe's defaults
+    for component in ("model", "tokenizer", "engine", "algorithm", "trainer"):
+        assert f"\n{component}: " in done.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.lrr=1e-4", "unknown key 'trainer.lrr'; did you mean 'trainer.lr'?"),
+        ("samples_per_prompt=2.5", "samples_per_prompt = 2.5: expected int"),
+        ("backend.model=5", "backend.model = 5: expected str"),
+        ("algorithm=grpoo", "algorithm = 'grpoo': not a registered algorithm"),
+        ("backend.kind=openai", "backend.kind = 'openai'"),
+    ],
+)
+def test_config_errors_are_refused_before_anything_runs(tmp_path: Path, override: str, expected: str) -> None:
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), override, cwd=tmp_path)
+    assert done.returncode == 2
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_recipe_lists_the_installed_ones(tmp_path: Path) -> None:
+    done = ludic("train", "tictactoe-grop", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "unknown recipe 'tictactoe-grop'" in done.stderr and "tictactoe-grpo" in done.stderr
+
+
+def test_grpo_run_writes_its_run_dir_and_resume_continues_from_the_latest_checkpoint(tmp_path: Path) -> None:
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "run"
+    config = json.loads((run / "config.json").read_text())
+    assert config["steps"] == 2 and config["run_dir"] == "run"
+    versions = json.loads((run / "versions.json").read_text())["packages"]
+    assert {"ludic-core", "ludic-train", "torch"} <= set(versions)
+    assert json.loads((run / "recipe.json").read_text()) == {"recipe": "tictactoe-grpo"}
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {m["step"] for m in metrics} == {1, 2}
+    assert any("eval/win_rate" in m.get("stats", m) for m in metrics)
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000002"]
+
+    again = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
+    assert again.returncode == 2 and "--resume" in again.stderr  # never trains over an earlier run
+
+    resumed = ludic("train", "--resume", "run", "steps=3", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "trained to step 3" in resumed.stderr
+    assert json.loads((run / "summary.json").read_text())["steps"] == 3
+    assert json.loads((run / "config.json").read_text())["steps"] == 3
+    # Only step 3 was trained: the resumed run started from checkpoint 2.
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps.count(3) >= 1 and steps.count(1) == 1
+
+
+def test_sft_trains_on_rollouts_the_ludic_command_collected(tmp_path: Path) -> None:
+    collected = ludic(
+        "rollouts", "tictactoe", "--backend", "local", "--model", "tiny", "-n", "4", "output=games.jsonl",
+        "--run-dir", "collect", cwd=tmp_path,
+    )  # fmt: skip
+    assert collected.returncode == 0, collected.stderr
+    done = ludic("train", "tictactoe-sft", str(TTT_SFT), "run_dir=sft", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "sft" / "summary.json").read_text())
+    assert summary["steps"] == 2  # 4 games, one decision each at least, in batches of 2: >= 2 steps
+    missing = ludic("train", "tictactoe-sft", str(TTT_SFT), "data=['nope.jsonl']", cwd=tmp_path)
+    assert missing.returncode == 2 and "no such file 'nope.jsonl'" in missing.stderr
+
+
+@pytest.mark.skipif(
+    not (GSM8K_DATA / "train.jsonl").is_file(),
+    reason=f"no GSM8K data at {GSM8K_DATA}: set LUDIC_DATA_DIR to the folder holding gsm8k/train.jsonl",
+)
+@pytest.mark.parametrize("recipe", ["gsm8k-grpo", "gsm8k-gspo"])
+def test_gsm8k_recipes_train_on_the_real_rows(tmp_path: Path, recipe: str) -> None:
+    algorithm = recipe.split("-")[1]
+    smoke = ROOT / "examples" / "gsm8k" / f"{algorithm}_smoke.toml"
+    data = f'env_kwargs.data_files.train="{GSM8K_DATA / "train.jsonl"}"'
+    done = ludic("train", recipe, str(smoke), data, "run_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["algorithm"] == algorithm and config["env"] == "gsm8k"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
+    rollouts = (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()
+    assert len(rollouts) == 2 * 2 * 2  # steps x prompts x group
+
+
+def test_ludic_script_is_installed() -> None:
+    assert shutil.which("ludic") or (Path(sys.executable).parent / "ludic").exists()
