@@ -146,3 +146,39 @@ def test_gsm8k_recipes_train_on_the_real_rows(tmp_path: Path, recipe: str) -> No
 
 def test_ludic_script_is_installed() -> None:
     assert shutil.which("ludic") or (Path(sys.executable).parent / "ludic").exists()
+
+
+def test_pipeline_learner_trains_on_what_an_actor_pushes_through_redis(tmp_path: Path) -> None:
+    pytest.importorskip("redis")
+    from ludic_core.pipeline.local_server import find_redis_server, local_redis_server
+
+    if find_redis_server() is None:
+        pytest.skip("no redis-server on PATH (apt-get install redis-server)")
+    smoke = ROOT / "examples" / "pipeline_rl" / "pipeline_smoke.toml"
+    with local_redis_server() as url:
+        shared = [str(smoke), f"pipeline.redis_url={url}", "pipeline.weights_dir=weights"]
+        dry = ludic("train", "pipeline-actor", *shared, "--dry-run", cwd=tmp_path)
+        assert dry.returncode == 0, dry.stderr
+        assert "\nactor: RedisPipelineActor" in dry.stdout
+        learner = ludic_background("train", "pipeline-learner", *shared, "run_dir=learner", cwd=tmp_path)
+        try:
+            actor = ludic("train", "pipeline-actor", *shared, "run_dir=actor", cwd=tmp_path)
+            assert actor.returncode == 0, actor.stderr
+            _, learner_err = learner.communicate(timeout=TIMEOUT_S)
+        finally:
+            learner.kill()
+        assert learner.returncode == 0, learner_err
+    actor_summary = json.loads((tmp_path / "actor" / "summary.json").read_text())
+    assert actor_summary["batches_pushed"] == 4 and actor_summary["items_pushed"] > 0
+    learner_summary = json.loads((tmp_path / "learner" / "summary.json").read_text())
+    assert learner_summary["steps"] == 2
+    assert json.loads((tmp_path / "weights" / "latest.json").read_text())["version"] == 2
+
+
+def ludic_background(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    script = Path(sys.executable).parent / "ludic"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.Popen(
+        [*command, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )

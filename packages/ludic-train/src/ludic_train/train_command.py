@@ -131,7 +131,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"run directory: {run_dir}", file=sys.stderr)
     summary = runner(config, run_dir, dry_run=False, resume=resume)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    print(f"{name}: trained to step {summary.get('steps')}; run directory {run_dir}", file=sys.stderr)
+    steps = summary.get("steps")
+    reached = f"trained to step {steps}" if steps is not None else "finished"
+    print(f"{name}: {reached}; run directory {run_dir}", file=sys.stderr)
     return 0
 
 

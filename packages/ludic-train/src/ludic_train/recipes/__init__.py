@@ -10,9 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from ludic_core.cli.recipes import Recipe
-from ludic_train.recipes.config import FROM_TOKENIZER, RLRunConfig, SFTRunConfig
+from ludic_train.recipes.config import FROM_TOKENIZER, PipelineRunConfig, RLRunConfig, SFTRunConfig
 
-__all__ = ["gsm8k_grpo", "gsm8k_gspo", "tictactoe_grpo", "tictactoe_sft"]
+__all__ = [
+    "gsm8k_grpo",
+    "gsm8k_gspo",
+    "pipeline_actor",
+    "pipeline_learner",
+    "tictactoe_grpo",
+    "tictactoe_sft",
+]
 
 _RL = "ludic_train.recipes.rl:run_rl"
 _RL_CHECK = "ludic_train.recipes.rl:check_rl"
@@ -36,7 +43,7 @@ def tictactoe_grpo() -> Recipe:
             "backend": {"kind": "local", "model": "smollm2"},
             "episodes": 4,
             "samples_per_prompt": 8,
-            "max_steps": 5,
+            "rollout": {"max_steps": 5},
             "algorithm": "grpo",
             "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, eval_every_steps=10),
             "eval_episodes": 100,
@@ -66,7 +73,7 @@ def _gsm8k(algorithm: str, summary: str) -> Recipe:
             "backend": {"kind": "local", "model": "smollm2"},
             "episodes": 4,
             "samples_per_prompt": 8,
-            "max_steps": 1,
+            "rollout": {"max_steps": 1},
             "algorithm": algorithm,
             "sampling": {"max_tokens": 256},
             "trainer": _trainer(lr=1e-5, max_seq_len=1024),
@@ -80,3 +87,34 @@ def gsm8k_grpo() -> Recipe:
 
 def gsm8k_gspo() -> Recipe:
     return _gsm8k("gspo", "GSPO (sequence-level ratios) + LoRA on GSM8K, local backend")
+
+
+def _pipeline(role: str, summary: str) -> Recipe:
+    return Recipe(
+        summary=summary,
+        config_class=PipelineRunConfig,
+        runner=f"ludic_train.recipes.pipeline:run_{role}",
+        check="ludic_train.recipes.pipeline:check_pipeline",
+        defaults={
+            "env": "tictactoe",
+            "env_kwargs": {"opponent": "random", "agent_mark": "random"},
+            "backend": {"kind": "local", "model": "smollm2"},
+            "episodes": 4,
+            "samples_per_prompt": 8,
+            "rollout": {"max_steps": 5},
+            "algorithm": "grpo",
+            "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, max_lag=2),
+        },
+    )
+
+
+def pipeline_actor() -> Recipe:
+    return _pipeline(
+        "actor", "pipeline RL actor: sample Tic-Tac-Toe GRPO groups, push them to Redis (ludic-train[redis])"
+    )
+
+
+def pipeline_learner() -> Recipe:
+    return _pipeline(
+        "learner", "pipeline RL learner: train on the actors' batches from Redis, publish weights"
+    )

@@ -25,6 +25,8 @@ from ludic_train.config import TrainerConfig
 __all__ = [
     "FROM_TOKENIZER",
     "LoraSettings",
+    "PipelineRunConfig",
+    "PipelineSettings",
     "RLRunConfig",
     "RunSettings",
     "SFTRunConfig",
@@ -124,3 +126,36 @@ class SFTRunConfig:
     def __attrs_post_init__(self) -> None:
         if not self.data:
             raise ConfigError("SFTRunConfig.data must list at least one JSONL file, got []")
+
+
+@attrs.frozen(kw_only=True)
+class PipelineSettings:
+    """Where a pipeline's actors and learner meet: the Redis list ``queue_key`` at ``redis_url`` for
+    batches, and ``weights_dir`` (shared by all of them) for the learner's weights.
+
+    ``max_queue_len``: an actor waits while the queue holds this many batches, up to ``wait_timeout_s``
+    (the learner waits as long for a batch); ``actor_batches``: batches an actor pushes before it
+    stops (0: until interrupted); ``clear_queue``: the learner empties the queue when it starts."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    queue_key: str = "ludic:pipeline"
+    weights_dir: str = "runs/pipeline-weights"
+    max_queue_len: int = attrs.field(default=32, validator=_at_least(1))
+    wait_timeout_s: float = 600.0
+    actor_batches: int = attrs.field(default=0, validator=_at_least(0))
+    clear_queue: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not self.wait_timeout_s > 0:
+            raise ConfigError(f"PipelineSettings.wait_timeout_s must be > 0, got {self.wait_timeout_s!r}")
+
+
+@attrs.frozen(kw_only=True)
+class PipelineRunConfig(RLRunConfig):
+    """Pipeline RL (``ludic train pipeline-actor`` / ``pipeline-learner``): actors sample episodes as in
+    :class:`RLRunConfig` and push credited batches to Redis; the learner trains on them and publishes
+    its weights, which the actors load between batches. Actors and learner read the same config file,
+    so they agree on the model, the env, the group size and the algorithm; each gets its own
+    ``run_dir``. ``trainer.max_lag`` bounds how stale an item may be."""
+
+    pipeline: PipelineSettings = attrs.field(factory=PipelineSettings)

@@ -123,17 +123,13 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
         profile=profile,
         system_prompt=config.system_prompt,
         seed=config.seed,
-        concurrency=config.concurrency,
-        episode_timeout_s=config.episode_timeout_s,
         rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
     )
     source = RolloutBatchSource(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
         requests=train_requests(config, profile),
-        max_steps=config.max_steps,
-        episode_timeout_s=config.episode_timeout_s,
-        concurrency=config.concurrency,
+        settings=config.rollout,
     )
     eval_requests = build_requests(
         env=config.env,
@@ -146,14 +142,7 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
     reducers = eval_reducers(profile, EvalConfig(env=config.env))
 
     async def evaluator(step: int) -> dict[str, Any]:
-        result = await run_eval(
-            engine,
-            eval_requests,
-            reducers,
-            max_steps=config.max_steps,
-            episode_timeout_s=config.episode_timeout_s,
-            concurrency=config.concurrency,
-        )
+        result = await run_eval(engine, eval_requests, reducers, config.rollout)
         return dict(result.metrics)
 
     trainer = Trainer(
