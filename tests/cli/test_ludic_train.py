@@ -134,14 +134,21 @@ def test_sft_trains_on_rollouts_the_ludic_command_collected(tmp_path: Path) -> N
 def test_gsm8k_recipes_train_on_the_real_rows(tmp_path: Path, recipe: str) -> None:
     algorithm = recipe.split("-")[1]
     smoke = ROOT / "examples" / "gsm8k" / f"{algorithm}_smoke.toml"
-    data = f'env_kwargs.data_files.train="{GSM8K_DATA / "train.jsonl"}"'
-    done = ludic("train", recipe, str(smoke), data, "run_dir=run", cwd=tmp_path)
+    data = [
+        f'{table}.data_files.{split}="{GSM8K_DATA / f"{split}.jsonl"}"'
+        for table in ("env_kwargs", "eval_env_kwargs")
+        for split in ("train", "test")
+    ]
+    done = ludic("train", recipe, str(smoke), *data, "run_dir=run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["algorithm"] == algorithm and config["env"] == "gsm8k"
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
     rollouts = (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()
-    assert len(rollouts) == 2 * 2 * 2  # steps x prompts x group
+    # steps x prompts x group training episodes, then the evaluation's episodes on the test split
+    assert len(rollouts) == 2 * 2 * 2 + 2
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/accuracy" in m.get("stats", m) for m in metrics)
 
 
 def test_ludic_script_is_installed() -> None:

@@ -70,13 +70,15 @@ def _gsm8k(algorithm: str, summary: str) -> Recipe:
         defaults={
             "env": "gsm8k",
             "env_kwargs": {"split": "train"},
+            "eval_env_kwargs": {"split": "test"},
+            "eval_episodes": 200,
             "backend": {"kind": "local", "model": "smollm2"},
             "episodes": 4,
             "samples_per_prompt": 8,
             "rollout": {"max_steps": 1},
             "algorithm": algorithm,
             "sampling": {"max_tokens": 256},
-            "trainer": _trainer(lr=1e-5, max_seq_len=1024),
+            "trainer": _trainer(lr=1e-5, max_seq_len=1024, eval_every_steps=10),
         },
     )
 

@@ -85,7 +85,8 @@ class RLRunConfig(EpisodesConfig):
     being trained and updates it with ``algorithm`` (a registered preset: ``grpo``, ``gspo``,
     ``dr_grpo`` …, with ``algorithm_kwargs``; the group size is passed for it). Every
     ``trainer.eval_every_steps`` steps (and at the start with ``trainer.eval_at_start``)
-    ``eval_episodes`` greedy episodes on fixed seeds are scored with the env's outcome rates.
+    ``eval_episodes`` greedy episodes on fixed seeds are scored with the env's outcome rates, on the
+    env built with ``eval_env_kwargs`` (None: ``env_kwargs``; e.g. ``{split = "test"}`` for GSM8K).
     """
 
     steps: int = attrs.field(default=30, validator=_at_least(1))
@@ -97,6 +98,7 @@ class RLRunConfig(EpisodesConfig):
     run: RunSettings = attrs.field(factory=RunSettings)
     sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
     eval_episodes: int = attrs.field(default=32, validator=_at_least(1))
+    eval_env_kwargs: dict[str, Any] | None = None
     chat_template: str | None = None
     """A Jinja chat template file, for a tokenizer that has none."""
 

@@ -133,7 +133,7 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
     )
     eval_requests = build_requests(
         env=config.env,
-        env_kwargs=config.env_kwargs,
+        env_kwargs=config.env_kwargs if config.eval_env_kwargs is None else config.eval_env_kwargs,
         episodes=config.eval_episodes,
         samples_per_prompt=1,
         seed=derive_seed(config.seed, "eval"),
