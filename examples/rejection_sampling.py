@@ -1,6 +1,7 @@
 """Rejection sampling: play Tic-Tac-Toe games and keep the ones whose total reward reaches a bar.
 
-The kept rollouts (JSONL, one rollout per line) are SFT data for ``examples/tic_tac_toe/sft.py``.
+The kept rollouts (JSONL, one rollout per line) are SFT data for the ``tictactoe-sft`` recipe
+(``ludic train tictactoe-sft examples/tic_tac_toe/sft.toml``).
 
     python examples/rejection_sampling.py --model smollm2 --episodes 200 --min-reward 1.0
 """

@@ -31,6 +31,31 @@ def _trainer(**settings: Any) -> dict[str, Any]:
     return {"pad_token_id": FROM_TOKENIZER, **settings}
 
 
+_TICTACTOE_SYSTEM_PROMPT = (
+    "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>."
+)
+
+_TICTACTOE: dict[str, Any] = {
+    "env": "tictactoe",
+    # Outcome rewards only (no per-move bonus, which would pay for winning slowly); both sides, drawn
+    # from the env seed, so a GRPO group always plays one side; the opponent's move is on the board.
+    "env_kwargs": {
+        "opponent": "random",
+        "agent_mark": "random",
+        "show_opponent_move": False,
+        "rewards": {"win": 1.0, "forced_draw": 0.5, "unforced_draw": 0.5, "loss": 0.0, "illegal_move": -1.0},
+    },
+    "system_prompt": _TICTACTOE_SYSTEM_PROMPT,
+    # Generation stops at the closing tag: nothing after the move is sampled, rewarded or trained on.
+    "sampling": {"temperature": 1.0, "max_tokens": 10, "stop": ["</move>"]},
+    "backend": {"kind": "local", "model": "smollm2"},
+    "episodes": 4,
+    "samples_per_prompt": 8,
+    "rollout": {"max_steps": 5},
+    "algorithm": "grpo",
+}
+
+
 def tictactoe_grpo() -> Recipe:
     return Recipe(
         summary="GRPO + LoRA on Tic-Tac-Toe against a random opponent, sampled in-process (local backend)",
@@ -38,13 +63,7 @@ def tictactoe_grpo() -> Recipe:
         runner=_RL,
         check=_RL_CHECK,
         defaults={
-            "env": "tictactoe",
-            "env_kwargs": {"opponent": "random", "agent_mark": "random"},
-            "backend": {"kind": "local", "model": "smollm2"},
-            "episodes": 4,
-            "samples_per_prompt": 8,
-            "rollout": {"max_steps": 5},
-            "algorithm": "grpo",
+            **_TICTACTOE,
             "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, eval_every_steps=10),
             "eval_episodes": 100,
         },
@@ -97,16 +116,7 @@ def _pipeline(role: str, summary: str) -> Recipe:
         config_class=PipelineRunConfig,
         runner=f"ludic_train.recipes.pipeline:run_{role}",
         check="ludic_train.recipes.pipeline:check_pipeline",
-        defaults={
-            "env": "tictactoe",
-            "env_kwargs": {"opponent": "random", "agent_mark": "random"},
-            "backend": {"kind": "local", "model": "smollm2"},
-            "episodes": 4,
-            "samples_per_prompt": 8,
-            "rollout": {"max_steps": 5},
-            "algorithm": "grpo",
-            "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, max_lag=2),
-        },
+        defaults={**_TICTACTOE, "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, max_lag=2)},
     )
 
 
