@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ludic_core.cli.recipes import Recipe
+from ludic_core.cli.rl_recipe import TICTACTOE_RL_DEFAULTS
 from ludic_train.recipes.config import FROM_TOKENIZER, PipelineRunConfig, RLRunConfig, SFTRunConfig
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
 ]
 
 _RL = "ludic_train.recipes.rl:run_rl"
+_LOCAL_SMOLLM2 = {"kind": "local", "model": "smollm2"}
 _RL_CHECK = "ludic_train.recipes.rl:check_rl"
 
 
@@ -31,31 +33,6 @@ def _trainer(**settings: Any) -> dict[str, Any]:
     return {"pad_token_id": FROM_TOKENIZER, **settings}
 
 
-_TICTACTOE_SYSTEM_PROMPT = (
-    "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>."
-)
-
-_TICTACTOE: dict[str, Any] = {
-    "env": "tictactoe",
-    # Outcome rewards only (no per-move bonus, which would pay for winning slowly); both sides, drawn
-    # from the env seed, so a GRPO group always plays one side; the opponent's move is on the board.
-    "env_kwargs": {
-        "opponent": "random",
-        "agent_mark": "random",
-        "show_opponent_move": False,
-        "rewards": {"win": 1.0, "forced_draw": 0.5, "unforced_draw": 0.5, "loss": 0.0, "illegal_move": -1.0},
-    },
-    "system_prompt": _TICTACTOE_SYSTEM_PROMPT,
-    # Generation stops at the closing tag: nothing after the move is sampled, rewarded or trained on.
-    "sampling": {"temperature": 1.0, "max_tokens": 10, "stop": ["</move>"]},
-    "backend": {"kind": "local", "model": "smollm2"},
-    "episodes": 4,
-    "samples_per_prompt": 8,
-    "rollout": {"max_steps": 5},
-    "algorithm": "grpo",
-}
-
-
 def tictactoe_grpo() -> Recipe:
     return Recipe(
         summary="GRPO + LoRA on Tic-Tac-Toe against a random opponent, sampled in-process (local backend)",
@@ -63,7 +40,8 @@ def tictactoe_grpo() -> Recipe:
         runner=_RL,
         check=_RL_CHECK,
         defaults={
-            **_TICTACTOE,
+            **TICTACTOE_RL_DEFAULTS,
+            "backend": _LOCAL_SMOLLM2,
             "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, eval_every_steps=10),
             "eval_episodes": 100,
         },
@@ -91,7 +69,7 @@ def _gsm8k(algorithm: str, summary: str) -> Recipe:
             "env_kwargs": {"split": "train"},
             "eval_env_kwargs": {"split": "test"},
             "eval_episodes": 200,
-            "backend": {"kind": "local", "model": "smollm2"},
+            "backend": _LOCAL_SMOLLM2,
             "episodes": 4,
             "samples_per_prompt": 8,
             "rollout": {"max_steps": 1},
@@ -116,7 +94,11 @@ def _pipeline(role: str, summary: str) -> Recipe:
         config_class=PipelineRunConfig,
         runner=f"ludic_train.recipes.pipeline:run_{role}",
         check="ludic_train.recipes.pipeline:check_pipeline",
-        defaults={**_TICTACTOE, "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, max_lag=2)},
+        defaults={
+            **TICTACTOE_RL_DEFAULTS,
+            "backend": _LOCAL_SMOLLM2,
+            "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, max_lag=2),
+        },
     )
 
 

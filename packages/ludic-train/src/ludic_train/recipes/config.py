@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ludic_core.cli.run_config import EpisodesConfig, SamplingConfig
+from ludic_core.cli.rl_recipe import RLEpisodesConfig
 from ludic_core.errors import ConfigError
 from ludic_train.config import TrainerConfig
 
@@ -78,27 +78,18 @@ class RunSettings:
 
 
 @attrs.frozen(kw_only=True)
-class RLRunConfig(EpisodesConfig):
-    """On-policy RL on an env (``ludic train tictactoe-grpo``, ``gsm8k-grpo`` …).
+class RLRunConfig(RLEpisodesConfig):
+    """On-policy RL on an env with the local Trainer (``ludic train tictactoe-grpo``, ``gsm8k-grpo`` …).
 
-    Each step samples ``episodes`` prompts ``samples_per_prompt`` times (the group) from the model
-    being trained and updates it with ``algorithm`` (a registered preset: ``grpo``, ``gspo``,
-    ``dr_grpo`` …, with ``algorithm_kwargs``; the group size is passed for it). Every
-    ``trainer.eval_every_steps`` steps (and at the start with ``trainer.eval_at_start``)
-    ``eval_episodes`` greedy episodes on fixed seeds are scored with the env's outcome rates, on the
-    env built with ``eval_env_kwargs`` (None: ``env_kwargs``; e.g. ``{split = "test"}`` for GSM8K).
+    The RL table (env, model, sampling, prompts x group per step, ``steps``, ``algorithm``, evaluation)
+    is :class:`~ludic_core.cli.rl_recipe.RLEpisodesConfig`; the model being trained samples its own
+    episodes through the ``local`` backend. Every ``trainer.eval_every_steps`` steps (and at the start
+    with ``trainer.eval_at_start``) the evaluation episodes are scored with the env's outcome rates.
     """
 
-    steps: int = attrs.field(default=30, validator=_at_least(1))
-    """Trainer steps in all (a resumed run trains the rest)."""
-    algorithm: str = "grpo"
-    algorithm_kwargs: dict[str, Any] = attrs.field(factory=dict)
     trainer: TrainerConfig = attrs.field(factory=default_trainer_config)
     lora: LoraSettings = attrs.field(factory=LoraSettings)
     run: RunSettings = attrs.field(factory=RunSettings)
-    sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
-    eval_episodes: int = attrs.field(default=32, validator=_at_least(1))
-    eval_env_kwargs: dict[str, Any] | None = None
     chat_template: str | None = None
     """A Jinja chat template file, for a tokenizer that has none."""
 

@@ -19,9 +19,10 @@ from typing import Any
 
 import attrs
 
+from ludic_core.cli.rl_recipe import build_algorithm, train_requests
 from ludic_core.errors import ConfigError
 from ludic_train.recipes.config import PipelineRunConfig
-from ludic_train.recipes.rl import build_algorithm, check_rl, train_requests
+from ludic_train.recipes.rl import check_rl
 
 __all__ = ["check_pipeline", "run_actor", "run_learner"]
 

@@ -1,53 +1,23 @@
 """The on-policy RL recipes (``tictactoe-grpo``, ``gsm8k-grpo``, ``gsm8k-gspo``): a local model samples
 its own episodes through the ``local`` backend of ``ludic eval`` (same env profile, same agent), and the
-Trainer updates it with a registered algorithm preset.
-
-Requests are a pure function of the step (GRPO groups: one env seed and ``samples_per_prompt``
-sampling seeds per prompt, drawn from ``(seed, "train", step)``), so a resumed run replays the same
-requests; evaluations use fixed seeds, so evaluations of different checkpoints play the same episodes.
-"""
+Trainer updates it with a registered algorithm preset. The requests, the algorithm and the evaluation
+episodes come from :mod:`ludic_core.cli.rl_recipe`, as for every backend's RL recipe."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from ludic_core.algorithms.spec import AlgorithmSpec
-from ludic_core.cli.episodes import CLI_PROTOCOL, build_engine, build_requests, sampling_params
-from ludic_core.cli.profiles import EvalProfile, resolve_profile
+from ludic_core.cli.episodes import build_engine
+from ludic_core.cli.profiles import resolve_profile
+from ludic_core.cli.rl_recipe import build_algorithm, check_rl_episodes, eval_requests, train_requests
 from ludic_core.cli.run_config import EvalConfig
 from ludic_core.errors import ConfigError
-from ludic_core.inference import InferenceSpec, ReturnSpec
-from ludic_core.registry import ALGORITHMS, ENVS, make_algorithm
-from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic_core.seeding import derive_seed
-from ludic_core.strategies import GRPORequestStrategy
 from ludic_train.recipes.config import RLRunConfig
 
-__all__ = ["build_algorithm", "check_rl", "run_rl", "train_requests"]
-
-
-def build_algorithm(config: RLRunConfig) -> AlgorithmSpec:
-    if config.algorithm not in ALGORITHMS:
-        raise ConfigError(
-            f"algorithm = {config.algorithm!r}: not a registered algorithm ({ALGORITHMS.names()})"
-        )
-    kwargs = dict(config.algorithm_kwargs)
-    if "group_size" in kwargs:
-        raise ConfigError(
-            "algorithm_kwargs.group_size: the group size is samples_per_prompt; set that instead"
-        )
-    try:
-        spec = make_algorithm(config.algorithm, group_size=config.samples_per_prompt, **kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"algorithm {config.algorithm!r} with algorithm_kwargs {kwargs!r}: {exc}") from exc
-    if not isinstance(spec, AlgorithmSpec):
-        raise ConfigError(f"algorithm {config.algorithm!r} built {type(spec).__name__}, not an AlgorithmSpec")
-    return spec
+__all__ = ["check_rl", "run_rl"]
 
 
 def check_rl(config: RLRunConfig) -> None:
@@ -59,41 +29,12 @@ def check_rl(config: RLRunConfig) -> None:
         )
     if not config.backend.model:
         raise ConfigError("backend.model: missing (a model directory, 'smollm2' or 'tiny')")
-    ENVS.get(config.env)
-    resolve_profile(config.env)
-    build_algorithm(config)
+    check_rl_episodes(config)
     every = config.trainer.eval_every_steps
     if every is not None and every > config.steps and not config.trainer.eval_at_start:
         raise ConfigError(
             f"trainer.eval_every_steps = {every} is more than steps = {config.steps}: no eval would run"
         )
-
-
-def _spec(
-    config: RLRunConfig, profile: EvalProfile, *, temperature: float | None, logprobs: bool
-) -> InferenceSpec:
-    sampling = (
-        config.sampling if temperature is None else attrs.evolve(config.sampling, temperature=temperature)
-    )
-    return InferenceSpec(
-        sampling=sampling_params(sampling, profile), return_=ReturnSpec(return_chosen_logprobs=logprobs)
-    )
-
-
-def train_requests(config: RLRunConfig, profile: EvalProfile) -> Callable[[int], list[RolloutRequest]]:
-    """``step -> requests``: ``episodes`` prompts, each sampled ``samples_per_prompt`` times."""
-    spec = _spec(config, profile, temperature=None, logprobs=True)
-    base = RolloutRequest(
-        env=EnvSpec(config.env, kwargs=config.env_kwargs), protocol=ProtocolSpec(CLI_PROTOCOL), inference=spec
-    )
-
-    def requests(step: int) -> list[RolloutRequest]:
-        strategy = GRPORequestStrategy(
-            group_size=config.samples_per_prompt, seed=derive_seed(config.seed, "train", step)
-        )
-        return strategy.expand([base] * config.episodes)
-
-    return requests
 
 
 async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
@@ -131,18 +72,11 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
         requests=train_requests(config, profile),
         settings=config.rollout,
     )
-    eval_requests = build_requests(
-        env=config.env,
-        env_kwargs=config.env_kwargs if config.eval_env_kwargs is None else config.eval_env_kwargs,
-        episodes=config.eval_episodes,
-        samples_per_prompt=1,
-        seed=derive_seed(config.seed, "eval"),
-        inference=_spec(config, profile, temperature=0.0, logprobs=False),
-    )
+    evals = eval_requests(config, profile)
     reducers = eval_reducers(profile, EvalConfig(env=config.env))
 
     async def evaluator(step: int) -> dict[str, Any]:
-        result = await run_eval(engine, eval_requests, reducers, config.rollout)
+        result = await run_eval(engine, evals, reducers, config.rollout)
         return dict(result.metrics)
 
     trainer = Trainer(
