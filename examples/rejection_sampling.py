@@ -38,12 +38,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def main(args: argparse.Namespace) -> dict[str, int]:
     from common import eval_requests, make_engine
-    from train import load_model
 
     from ludic_core.rollout_log import RolloutLog
+    from ludic_train.cli_backend import load_local_model
     from ludic_train.local_client import LocalPolicyClient
 
-    model, tokenizer = load_model(args.model, args.seed)
+    model, tokenizer = load_local_model(args.model, seed=args.seed, dtype="float32")
     client = LocalPolicyClient(model, tokenizer, seed=args.seed, max_batch_size=256)
     engine = make_engine(client, opponent=args.opponent, seed=args.seed)
     requests = eval_requests(

@@ -37,13 +37,18 @@ CHAT_AGENT = "chat"
 """The registered agent the backend builds (ludic-agents: an ``Agent`` on the client's chat template)."""
 
 
-def load_local_model(name: str, *, device: str = "cpu") -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for ``backend.model``: a named test model or a model directory."""
+def load_local_model(
+    name: str, *, device: str = "cpu", seed: int = 0, dtype: str | None = None
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for ``backend.model``: a named test model or a model directory.
+
+    ``seed`` initialises the random ``tiny`` model; ``dtype`` (e.g. ``"float32"``, what training wants)
+    is the directory model's dtype (None: as saved)."""
     if name == "tiny":
         from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
         tokenizer = bpe_tokenizer()
-        model: Any = tiny_causal_lm(tokenizer, seed=0)
+        model: Any = tiny_causal_lm(tokenizer, seed=seed)
         return model.to(device), tokenizer
     if name == "smollm2":
         from ludic_train.testing import load_smollm2
@@ -59,7 +64,7 @@ def load_local_model(name: str, *, device: str = "cpu") -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), **({} if dtype is None else {"dtype": dtype}))
     return model.to(device), tokenizer
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from ludic_core.errors import ConfigError
 from ludic_core.loggers.base import TrainingLogger
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.cli_backend import load_local_model
@@ -23,7 +24,8 @@ def build_model(
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)``: the local backend's model (a directory, ``smollm2`` or ``tiny``), with
     LoRA adapters unless ``lora.rank`` is 0."""
-    model, tokenizer = load_local_model(name, device=device)
+    # Training wants float32 master weights whatever dtype the directory was saved in.
+    model, tokenizer = load_local_model(name, device=device, dtype="float32")
     if chat_template is not None:
         tokenizer.chat_template = Path(chat_template).read_text()
     if lora.rank:
@@ -57,9 +59,14 @@ def build_checkpointer(run: RunSettings, run_dir: Path, *, lora: LoraSettings) -
     )
 
 
+LOGGERS = ("print", "rich", "jsonl", "wandb")
+
+
 def build_logger(
-    names: Sequence[str], run_dir: Path, *, total_steps: int, title: str
+    names: Sequence[str], *, metrics_path: Path, total_steps: int, title: str
 ) -> TrainingLogger | None:
+    """A tee of the named loggers (``print``, ``rich``, ``jsonl`` to ``metrics_path``, ``wandb``);
+    None when ``names`` is empty. ``none`` is ignored, any other name refused."""
     from ludic_core.loggers.tee import TeeLogger
 
     loggers: list[TrainingLogger] = []
@@ -75,9 +82,11 @@ def build_logger(
         elif name == "jsonl":
             from ludic_core.loggers.jsonl import JsonlLogger
 
-            loggers.append(JsonlLogger(run_dir / "metrics.jsonl"))
+            loggers.append(JsonlLogger(metrics_path))
         elif name == "wandb":
             from ludic_core.loggers.wandb import WandbLogger
 
-            loggers.append(WandbLogger(name=title))
+            loggers.append(WandbLogger(name=title.lower().replace(" ", "-")))
+        elif name != "none":
+            raise ConfigError(f"logger {name!r}: expected one of {', '.join(LOGGERS)} (or none)")
     return TeeLogger(*loggers) if loggers else None

@@ -137,7 +137,12 @@ async def _learner(
         resume_from="latest" if resume else None,
         logger=None
         if dry_run
-        else build_logger(config.run.loggers, run_dir, total_steps=config.steps, title="pipeline"),
+        else build_logger(
+            config.run.loggers,
+            metrics_path=run_dir / "metrics.jsonl",
+            total_steps=config.steps,
+            title="pipeline",
+        ),
     )
     try:
         if dry_run:

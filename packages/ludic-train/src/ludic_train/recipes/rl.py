@@ -90,7 +90,10 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
         logger=None
         if dry_run
         else build_logger(
-            config.run.loggers, run_dir, total_steps=config.steps, title=f"{config.env} {algorithm.name}"
+            config.run.loggers,
+            metrics_path=run_dir / "metrics.jsonl",
+            total_steps=config.steps,
+            title=f"{config.env} {algorithm.name}",
         ),
         evaluator=evaluator,
     )

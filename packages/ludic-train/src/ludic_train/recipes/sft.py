@@ -44,7 +44,11 @@ async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bo
         config=trainer_config(config.trainer, tokenizer),
         checkpointer=build_checkpointer(config.run, run_dir, lora=config.lora),
         resume_from="latest" if resume else None,
-        logger=None if dry_run else build_logger(config.run.loggers, run_dir, total_steps=steps, title="sft"),
+        logger=None
+        if dry_run
+        else build_logger(
+            config.run.loggers, metrics_path=run_dir / "metrics.jsonl", total_steps=steps, title="sft"
+        ),
     )
     try:
         if dry_run:
