@@ -79,6 +79,19 @@ def test_config_errors_are_refused_before_anything_runs(tmp_path: Path, override
     assert not (tmp_path / "runs").exists()
 
 
+def test_resume_needs_a_train_run_directory_of_the_same_recipe(tmp_path: Path) -> None:
+    nowhere = ludic("train", "--resume", "nowhere", cwd=tmp_path)
+    assert nowhere.returncode == 2 and "not a `ludic train` run directory" in nowhere.stderr
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": "tiny", "data": ["x.jsonl"]}))
+    (run / "recipe.json").write_text(json.dumps({"recipe": "tictactoe-sft"}))
+    other = ludic("train", "tictactoe-grpo", "--resume", "run", cwd=tmp_path)
+    assert other.returncode == 2 and "is a 'tictactoe-sft' run, not 'tictactoe-grpo'" in other.stderr
+    no_train = ludic("train", cwd=tmp_path)
+    assert no_train.returncode == 2 and "which recipe?" in no_train.stderr
+
+
 def test_an_unknown_recipe_lists_the_installed_ones(tmp_path: Path) -> None:
     done = ludic("train", "tictactoe-grop", cwd=tmp_path)
     assert done.returncode == 2
