@@ -120,6 +120,7 @@ def test_grpo_run_writes_its_run_dir_and_resume_continues_from_the_latest_checkp
     assert "trained to step 3" in resumed.stderr
     assert json.loads((run / "summary.json").read_text())["steps"] == 3
     assert json.loads((run / "config.json").read_text())["steps"] == 3
+    assert json.loads((run / "history" / "0" / "config.json").read_text())["steps"] == 2  # the first leg
     # Only step 3 was trained: the resumed run started from checkpoint 2.
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps.count(3) >= 1 and steps.count(1) == 1

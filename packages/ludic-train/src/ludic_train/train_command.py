@@ -8,7 +8,8 @@ own checks) before any model is loaded. ``--dry-run`` prints the resolved config
 A run writes its run directory first: ``config.json`` (the resolved config), ``versions.json`` (Python and
 package versions), ``recipe.json`` (the recipe's name); then checkpoints, metrics and rollouts.
 ``--resume RUN_DIR`` reads the recipe and the config back from it (overrides still apply, e.g.
-``steps=60`` to train further) and continues from its newest checkpoint.
+``steps=60`` to train further) and continues from its newest checkpoint; the earlier leg's
+``config.json``, ``versions.json`` and ``summary.json`` move to ``history/<n>/``.
 """
 
 from __future__ import annotations
@@ -111,6 +112,17 @@ def _new_run_dir(name: str, config: Any) -> Path:
     return path
 
 
+def _keep_history(run_dir: Path) -> None:
+    """A resumed run may change the config (``steps=60``) and the installed versions: what the earlier
+    legs ran with moves to ``history/<n>/`` rather than being overwritten."""
+    history = run_dir / "history"
+    leg = history / str(len(list(history.glob("*"))) if history.is_dir() else 0)
+    leg.mkdir(parents=True)
+    for name in ("config.json", "versions.json", "summary.json"):
+        if (run_dir / name).exists():
+            (run_dir / name).rename(leg / name)
+
+
 def _run(args: argparse.Namespace) -> int:
     name, recipe, config = resolve(args)
     if args.dry_run:
@@ -126,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
     run_dir = Path(config.run_dir) if resume else _new_run_dir(name, config)
     config = attrs.evolve(config, run_dir=str(run_dir))
     runner = recipe.load_runner()
+    if resume:
+        _keep_history(run_dir)
     create_run_dir("train", name, config, str(run_dir))
     recipe_path(run_dir).write_text(json.dumps({"recipe": name}) + "\n")
     print(f"run directory: {run_dir}", file=sys.stderr)
