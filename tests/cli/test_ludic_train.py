@@ -226,3 +226,19 @@ def test_tinker_recipe_dry_runs_and_trains_against_the_fake_service(tmp_path: Pa
         "step_00000001.json",
         "step_00000002.json",
     ]
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ("tinker.base_url=http://127.0.0.1:1", "a loopback port of its own"),
+        ("tinker.tokenizer=some/tokenizer", "vocabulary is bytes"),
+        ("algorithm=sapo", "Tinker cannot run the loss spec SAPO"),
+    ],
+)
+def test_tinker_recipe_refuses_what_it_cannot_honour(tmp_path: Path, override: str, reason: str) -> None:
+    pytest.importorskip("ludic_tinker")
+    smoke = ROOT / "examples" / "tic_tac_toe" / "grpo_tinker_smoke.toml"
+    done = ludic("train", "tictactoe-grpo-tinker", str(smoke), override, cwd=tmp_path)
+    assert done.returncode == 2 and reason in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()

@@ -29,6 +29,17 @@ def check_tinker_rl(config: TinkerRLRunConfig) -> None:
 
     if config.backend.kind != "tinker":
         raise ConfigError(f"backend.kind = {config.backend.kind!r}: this recipe samples on Tinker ('tinker')")
+    settings = config.tinker
+    if settings.fake_service:
+        # The fake cannot honour these; ignoring one would run something other than what was asked.
+        for field, value, reason in (
+            ("base_url", settings.base_url, "the fake serves on a loopback port of its own"),
+            ("tokenizer", settings.tokenizer, "the fake model's vocabulary is bytes (FakeTokenizer)"),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    f"tinker.fake_service = true cannot be combined with tinker.{field} = {value!r}: {reason}"
+                )
     check_rl_episodes(config)
     # The algorithm must map onto one of Tinker's built-in losses.
     tinker_loss_for(build_algorithm(config)).check_supported()
@@ -198,5 +209,10 @@ async def _run(
 
 
 def run_tinker_rl(config: TinkerRLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    if resume and config.tinker.fake_service:
+        raise ConfigError(
+            "--resume with tinker.fake_service = true: the fake keeps its checkpoints in memory for one "
+            "process, so there is nothing to resume (resume runs on the real service)"
+        )
     with _service(config) as wiring:
         return asyncio.run(_run(config, run_dir, wiring, dry_run=dry_run, resume=resume))
