@@ -1,6 +1,7 @@
 """Rejection sampling: play Tic-Tac-Toe games and keep the ones whose total reward reaches a bar.
 
-The kept rollouts (JSONL, one rollout per line) are SFT data for ``examples/tic_tac_toe/sft.py``.
+The kept rollouts (JSONL, one rollout per line) are SFT data for the ``tictactoe-sft`` recipe
+(``ludic train tictactoe-sft examples/tic_tac_toe/sft.toml``).
 
     python examples/rejection_sampling.py --model smollm2 --episodes 200 --min-reward 1.0
 """
@@ -37,12 +38,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 async def main(args: argparse.Namespace) -> dict[str, int]:
     from common import eval_requests, make_engine
-    from train import load_model
 
     from ludic_core.rollout_log import RolloutLog
+    from ludic_train.cli_backend import load_local_model
     from ludic_train.local_client import LocalPolicyClient
 
-    model, tokenizer = load_model(args.model, args.seed)
+    model, tokenizer = load_local_model(args.model, seed=args.seed, dtype="float32")
     client = LocalPolicyClient(model, tokenizer, seed=args.seed, max_batch_size=256)
     engine = make_engine(client, opponent=args.opponent, seed=args.seed)
     requests = eval_requests(

@@ -150,46 +150,9 @@ def load_split(args: argparse.Namespace, split: str, limit: int | None) -> Seque
     return rows  # type: ignore[no-any-return]
 
 
-def load_model(name: str, seed: int) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ludic_train.testing import bpe_tokenizer, load_smollm2, tiny_causal_lm
-
-    if name == "smollm2":
-        return load_smollm2()
-    if name == "tiny":
-        tok = bpe_tokenizer()
-        return tiny_causal_lm(tok, seed=seed), tok
-    return AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32), AutoTokenizer.from_pretrained(
-        name
-    )
-
-
 def local_model_dir(name: str) -> str | None:
     """``--model`` when it names a directory (what ``--vllm-start-server`` serves as is)."""
     return name if os.path.isdir(name) else None
-
-
-def make_logger(spec: str, total: int, metrics: Path, title: str) -> Any:
-    from ludic_core.loggers.console import PrintLogger, RichConsoleLogger
-    from ludic_core.loggers.jsonl import JsonlLogger
-    from ludic_core.loggers.tee import TeeLogger
-    from ludic_core.loggers.wandb import WandbLogger
-
-    loggers: list[Any] = []
-    for name in filter(None, (s.strip() for s in spec.split(","))):
-        if name == "rich":
-            loggers.append(RichConsoleLogger(total_steps=total, title=title))
-        elif name == "print":
-            loggers.append(PrintLogger())
-        elif name == "jsonl":
-            loggers.append(JsonlLogger(metrics))
-        elif name == "wandb":
-            loggers.append(WandbLogger(name=title.lower().replace(" ", "-")))
-        elif name != "none":
-            raise SystemExit(f"--logger: unknown logger {name!r} (rich, print, jsonl, wandb, none)")
-    return TeeLogger(*loggers) if loggers else None
 
 
 def make_engine(
@@ -309,12 +272,13 @@ async def main(args: argparse.Namespace) -> list[dict[str, float]]:
     if args.backend == "tinker":
         raise SystemExit("--backend tinker trains remotely: run train_tinker.py (train.py's __main__ does)")
     check_args(args)
+    from ludic_train.cli_backend import load_local_model
     from ludic_train.lora import apply_lora
 
     train_rows = load_split(args, args.split, args.limit)
     test_rows = load_split(args, args.eval_split, args.eval_limit)
 
-    model, tokenizer = load_model(args.model, args.seed)
+    model, tokenizer = load_local_model(args.model, seed=args.seed, dtype="float32")
     if args.lora_rank > 0:
         model = apply_lora(
             model,
@@ -344,6 +308,7 @@ async def _train(
     from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
     from ludic_train.config import TrainerConfig
     from ludic_train.presets import make_grpo, make_gspo
+    from ludic_train.recipes.components import build_logger
     from ludic_train.trainer import Trainer
     from ludic_train.weights import export_pretrained
 
@@ -394,7 +359,12 @@ async def _train(
             )
         ),
         resume_from="latest" if args.resume else None,
-        logger=make_logger(args.logger, args.train_steps, args.metrics, f"GSM8K {args.algorithm.upper()}"),
+        logger=build_logger(
+            args.logger.split(","),
+            metrics_path=args.metrics,
+            total_steps=args.train_steps,
+            title=f"GSM8K {args.algorithm.upper()}",
+        ),
         evaluator=evaluator,
     )
     try:

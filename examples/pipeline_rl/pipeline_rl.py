@@ -137,12 +137,9 @@ def move_parser(text: str) -> Any:
 
 def build_model(args: argparse.Namespace) -> tuple[Any, Any]:
     """The same initial weights in every process: SmolLM2 from its package, or a seeded tiny model."""
-    from ludic_train.testing import bpe_tokenizer, load_smollm2, tiny_causal_lm
+    from ludic_train.cli_backend import load_local_model
 
-    if args.model == "smollm2":
-        return load_smollm2()
-    tokenizer = bpe_tokenizer()
-    return tiny_causal_lm(tokenizer, seed=args.seed), tokenizer
+    return load_local_model(args.model, seed=args.seed, dtype="float32")
 
 
 def make_engine(client: Any, args: argparse.Namespace) -> Any:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -105,51 +107,31 @@ def test_rejection_sampling_then_sft_smoke(tmp_path: Path) -> None:
     )
     assert summary["kept"] == 4 and len(data.read_text().splitlines()) == 4
 
-    sft = _load("sft")
-    results = asyncio.run(
-        sft.main(
-            sft.parse_args(
-                [
-                    "--model",
-                    "tiny",
-                    "--data",
-                    str(data),
-                    "--batch-size",
-                    "2",
-                    "--epochs",
-                    "1",
-                    "--lr",
-                    "1e-3",
-                    "--checkpoint-dir",
-                    str(tmp_path / "ckpt"),
-                    "--logger",
-                    "none",
-                    "--micro-token-budget",
-                    "4096",
-                ]
-            )
-        )
+    # The SFT side is the `tictactoe-sft` recipe, run as a user runs it.
+    smoke = EXAMPLES / "sft_smoke.toml"
+    done = _ludic(
+        "train",
+        "tictactoe-sft",
+        str(smoke),
+        f"data=['{data}']",
+        "trainer.lr=1e-3",
+        "run_dir=sft",
+        cwd=tmp_path,
     )
-    assert len(results) >= 2 and all(r["train/loss"] > 0 for r in results)
-    # Filtering again at load time with a bar nobody reaches leaves no data: a clear error.
-    from ludic_core.errors import DataError
+    assert done.returncode == 0, done.stderr
+    metrics = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    losses = [m.get("stats", m)["train/loss"] for m in metrics if "train/loss" in m.get("stats", m)]
+    assert len(losses) >= 2 and all(loss > 0 for loss in losses)
+    # Filtering again at load time with a bar nobody reaches leaves no data: a clear error, no traceback.
+    refused = _ludic(
+        "train", "tictactoe-sft", str(smoke), f"data=['{data}']", "min_reward=5", "run_dir=c2", cwd=tmp_path
+    )
+    assert refused.returncode == 2 and "no SFT items" in refused.stderr
+    assert "Traceback" not in refused.stderr
 
-    with pytest.raises(DataError, match="no SFT items"):
-        asyncio.run(
-            sft.main(
-                sft.parse_args(
-                    [
-                        "--model",
-                        "tiny",
-                        "--data",
-                        str(data),
-                        "--min-reward",
-                        "5",
-                        "--checkpoint-dir",
-                        str(tmp_path / "c2"),
-                        "--logger",
-                        "none",
-                    ]
-                )
-            )
-        )
+
+def _ludic(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "ludic"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run([*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)

@@ -4,6 +4,7 @@ a command contributed by a package that is not installed names the package."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -104,10 +105,19 @@ def _ludic(*args: str) -> subprocess.CompletedProcess[str]:
 def test_ludic_lists_its_commands_and_names_missing_packages() -> None:
     listing = _ludic()
     assert listing.returncode == 0
-    assert all(name in listing.stdout for name in ("envs", "eval", "rollouts"))
-    train = _ludic("train", "grpo")
-    assert train.returncode == 2
-    assert "`ludic train` needs ludic-train: pip install ludic-train" in train.stderr
+    assert all(name in listing.stdout for name in ("envs", "eval", "rollouts", "recipes"))
+
+
+def test_a_command_of_a_missing_package_names_the_package(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As in the light install, whether or not ludic-train is installed here.
+    cli_main = importlib.import_module("ludic_core.cli.main")
+
+    commands = {name: ep for name, ep in cli_main.available_commands().items() if name != "train"}
+    monkeypatch.setattr(cli_main, "available_commands", lambda: commands)
+    assert cli_main.main(["train", "tictactoe-grpo"]) == 2
+    assert "`ludic train` needs ludic-train: pip install ludic-train" in capsys.readouterr().err
 
 
 def test_missing_backend_names_its_package_before_any_run_dir(tmp_path: Path) -> None:

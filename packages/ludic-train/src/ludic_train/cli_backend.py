@@ -37,13 +37,18 @@ CHAT_AGENT = "chat"
 """The registered agent the backend builds (ludic-agents: an ``Agent`` on the client's chat template)."""
 
 
-def load_local_model(name: str, *, device: str = "cpu") -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for ``backend.model``: a named test model or a model directory."""
+def load_local_model(
+    name: str, *, device: str = "cpu", seed: int = 0, dtype: str | None = None
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` for ``backend.model``: a named test model or a model directory.
+
+    ``seed`` initialises the random ``tiny`` model; ``dtype`` (e.g. ``"float32"``, what training wants)
+    is the directory model's dtype (None: as saved)."""
     if name == "tiny":
         from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
         tokenizer = bpe_tokenizer()
-        model: Any = tiny_causal_lm(tokenizer, seed=0)
+        model: Any = tiny_causal_lm(tokenizer, seed=seed)
         return model.to(device), tokenizer
     if name == "smollm2":
         from ludic_train.testing import load_smollm2
@@ -59,7 +64,7 @@ def load_local_model(name: str, *, device: str = "cpu") -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(path))
-    model = AutoModelForCausalLM.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), **({} if dtype is None else {"dtype": dtype}))
     return model.to(device), tokenizer
 
 
@@ -68,8 +73,10 @@ class LocalBackend:
 
     token_level = True
 
-    def __init__(self, config: BackendConfig) -> None:
-        if not config.model:
+    def __init__(self, config: BackendConfig, *, client: LocalPolicyClient | None = None) -> None:
+        """``client``: sample from this client's model (a recipe's model being trained) instead of
+        loading ``config.model``."""
+        if client is None and not config.model:
             raise ConfigError(
                 f"backend 'local' needs backend.model (--model): a model directory or one of {list(NAMED_MODELS)}"
             )
@@ -78,8 +85,10 @@ class LocalBackend:
                 f"backend 'local' builds its agents as the registered agent {CHAT_AGENT!r}, which ludic-agents "
                 'provides: pip install "ludic-agents[hf]"'
             )
-        model, tokenizer = load_local_model(config.model, device=config.device)
-        self.client = LocalPolicyClient(model, tokenizer, max_batch_size=config.max_concurrency)
+        if client is None:
+            model, tokenizer = load_local_model(config.model, device=config.device)
+            client = LocalPolicyClient(model, tokenizer, max_batch_size=config.max_concurrency)
+        self.client = client
 
     def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
         client = self.client

@@ -16,6 +16,7 @@ type; an unknown key names the nearest valid key.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import tomllib
@@ -172,14 +173,17 @@ def load_config(
     files: Sequence[str | Path] = (),
     overrides: Sequence[str] = (),
     flags: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> C:
-    """Structure ``cls`` from the files, then the command's ``flags`` (a nested dict), then the
-    overrides (later wins). Raises :class:`~ludic_core.errors.ConfigError` listing every problem.
+    """Structure ``cls`` from ``defaults`` (a nested dict, e.g. a recipe's own defaults), then the
+    files, then the command's ``flags`` (a nested dict), then the overrides (later wins). Raises
+    :class:`~ludic_core.errors.ConfigError` listing every problem.
 
     A nested table given in part keeps the rest of its field's default: ``rollout.concurrency=4``
     changes the concurrency only, not the command's other rollout settings."""
     data: dict[str, Any] = nested_defaults(cls)
-    for layer in [*(read_file(f) for f in files), dict(flags or {})]:
+    # Deep copies: merging must never mutate the caller's defaults.
+    for layer in [copy.deepcopy(dict(defaults or {})), *(read_file(f) for f in files), dict(flags or {})]:
         _merge(data, layer)
     for text in overrides:
         path, value = parse_override(text)

@@ -1,0 +1,158 @@
+"""What every on-policy RL recipe shares, whatever trains the model (ludic-train's Trainer, Tinker):
+the run config's RL table and the torch-free pieces built from it.
+
+:class:`RLEpisodesConfig` is the episodes table of ``ludic eval`` read as a training step: ``episodes``
+prompts per step, each sampled ``samples_per_prompt`` times (the GRPO group), plus the number of
+``steps``, the ``algorithm`` (a registered preset with ``algorithm_kwargs``) and the evaluation
+(``eval_episodes`` greedy episodes on fixed seeds, on the env built with ``eval_env_kwargs``). A
+backend's recipe adds its own table (ludic-train ``[trainer]``, ``[lora]``, ``[run]``; ludic-tinker
+``[tinker]``).
+
+Requests are a pure function of the step (one env seed and ``samples_per_prompt`` sampling seeds per
+prompt, drawn from ``(seed, "train", step)``), so a resumed run replays the same requests; evaluations
+use fixed seeds, so evaluations of different checkpoints play the same episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from ludic_core.algorithms.spec import AlgorithmSpec
+from ludic_core.cli.episodes import CLI_PROTOCOL, build_requests, sampling_params
+from ludic_core.cli.profiles import EvalProfile, resolve_profile
+from ludic_core.cli.run_config import EpisodesConfig, SamplingConfig
+from ludic_core.errors import ConfigError
+from ludic_core.inference import InferenceSpec, ReturnSpec
+from ludic_core.registry import ALGORITHMS, ENVS, make_algorithm
+from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic_core.seeding import derive_seed
+from ludic_core.strategies import GRPORequestStrategy
+
+__all__ = [
+    "TICTACTOE_RL_DEFAULTS",
+    "TICTACTOE_SYSTEM_PROMPT",
+    "RLEpisodesConfig",
+    "build_algorithm",
+    "check_rl_episodes",
+    "eval_requests",
+    "train_requests",
+]
+
+
+# The Tic-Tac-Toe RL recipes' shared settings (every backend's): run-config data for the registered env
+# "tictactoe", kept here so that each backend's recipe (ludic-train, ludic-tinker) states them once.
+TICTACTOE_SYSTEM_PROMPT = (
+    "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>."
+)
+
+TICTACTOE_RL_DEFAULTS: dict[str, Any] = {
+    "env": "tictactoe",
+    # Outcome rewards only (no per-move bonus, which would pay for winning slowly); both sides, drawn
+    # from the env seed, so a GRPO group always plays one side; the opponent's move is on the board.
+    "env_kwargs": {
+        "opponent": "random",
+        "agent_mark": "random",
+        "show_opponent_move": False,
+        "rewards": {"win": 1.0, "forced_draw": 0.5, "unforced_draw": 0.5, "loss": 0.0, "illegal_move": -1.0},
+    },
+    "system_prompt": TICTACTOE_SYSTEM_PROMPT,
+    # Generation stops at the closing tag: nothing after the move is sampled, rewarded or trained on.
+    "sampling": {"temperature": 1.0, "max_tokens": 10, "stop": ["</move>"]},
+    "episodes": 4,
+    "samples_per_prompt": 8,
+    "rollout": {"max_steps": 5},
+    "algorithm": "grpo",
+}
+
+
+def _at_least(minimum: int) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value < minimum:
+            raise ConfigError(
+                f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value!r}"
+            )
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class RLEpisodesConfig(EpisodesConfig):
+    """The RL table of a training recipe's run config (see the module docstring)."""
+
+    steps: int = attrs.field(default=30, validator=_at_least(1))
+    """Training steps in all (a resumed run trains the rest)."""
+    algorithm: str = "grpo"
+    algorithm_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
+    eval_episodes: int = attrs.field(default=32, validator=_at_least(1))
+    eval_env_kwargs: dict[str, Any] | None = None
+
+
+def build_algorithm(config: RLEpisodesConfig) -> AlgorithmSpec:
+    """The registered preset ``config.algorithm`` with the group size ``samples_per_prompt``."""
+    if config.algorithm not in ALGORITHMS:
+        raise ConfigError(
+            f"algorithm = {config.algorithm!r}: not a registered algorithm ({ALGORITHMS.names()})"
+        )
+    kwargs = dict(config.algorithm_kwargs)
+    if "group_size" in kwargs:
+        raise ConfigError(
+            "algorithm_kwargs.group_size: the group size is samples_per_prompt; set that instead"
+        )
+    try:
+        spec = make_algorithm(config.algorithm, group_size=config.samples_per_prompt, **kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"algorithm {config.algorithm!r} with algorithm_kwargs {kwargs!r}: {exc}") from exc
+    if not isinstance(spec, AlgorithmSpec):
+        raise ConfigError(f"algorithm {config.algorithm!r} built {type(spec).__name__}, not an AlgorithmSpec")
+    return spec
+
+
+def check_rl_episodes(config: RLEpisodesConfig) -> None:
+    """What is refusable without a model: the env, its profile, the algorithm and its options."""
+    ENVS.get(config.env)
+    resolve_profile(config.env)
+    build_algorithm(config)
+
+
+def _spec(
+    config: RLEpisodesConfig, profile: EvalProfile, *, temperature: float | None, logprobs: bool
+) -> InferenceSpec:
+    sampling = (
+        config.sampling if temperature is None else attrs.evolve(config.sampling, temperature=temperature)
+    )
+    return InferenceSpec(
+        sampling=sampling_params(sampling, profile), return_=ReturnSpec(return_chosen_logprobs=logprobs)
+    )
+
+
+def train_requests(config: RLEpisodesConfig, profile: EvalProfile) -> Callable[[int], list[RolloutRequest]]:
+    """``step -> requests``: ``episodes`` prompts, each sampled ``samples_per_prompt`` times, with the
+    behaviour logprobs the on-policy losses need."""
+    spec = _spec(config, profile, temperature=None, logprobs=True)
+    base = RolloutRequest(
+        env=EnvSpec(config.env, kwargs=config.env_kwargs), protocol=ProtocolSpec(CLI_PROTOCOL), inference=spec
+    )
+
+    def requests(step: int) -> list[RolloutRequest]:
+        strategy = GRPORequestStrategy(
+            group_size=config.samples_per_prompt, seed=derive_seed(config.seed, "train", step)
+        )
+        return strategy.expand([base] * config.episodes)
+
+    return requests
+
+
+def eval_requests(config: RLEpisodesConfig, profile: EvalProfile) -> list[RolloutRequest]:
+    """``eval_episodes`` greedy episodes on fixed seeds, on the env of ``eval_env_kwargs``."""
+    return build_requests(
+        env=config.env,
+        env_kwargs=config.env_kwargs if config.eval_env_kwargs is None else config.eval_env_kwargs,
+        episodes=config.eval_episodes,
+        samples_per_prompt=1,
+        seed=derive_seed(config.seed, "eval"),
+        inference=_spec(config, profile, temperature=0.0, logprobs=False),
+    )

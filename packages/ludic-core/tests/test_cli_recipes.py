@@ -1,0 +1,78 @@
+"""The recipe registry behind ``ludic recipes`` and ``ludic train``, and the recipe defaults layer of
+run configs (torch-free: no recipe here is run)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+import pytest
+
+from ludic_core.cli.config import load_config
+from ludic_core.cli.main import main
+from ludic_core.cli.recipes import RECIPES, Recipe, get_recipe
+from ludic_core.errors import ConfigError
+
+
+@attrs.frozen(kw_only=True)
+class _Inner:
+    lr: float = 1.0
+
+
+@attrs.frozen(kw_only=True)
+class _Config:
+    steps: int
+    inner: _Inner = attrs.field(factory=_Inner)
+
+
+def _check(config: _Config) -> None:
+    if config.steps > 100:
+        raise ConfigError(f"steps = {config.steps}: at most 100")
+
+
+def _recipe() -> Recipe:
+    return Recipe(
+        summary="a test recipe",
+        config_class=_Config,
+        runner="builtins:print",
+        check=f"{__name__}:_check",
+        defaults={"steps": 3, "inner": {"lr": 0.5}},
+    )
+
+
+@pytest.fixture
+def registered() -> Iterator[str]:
+    RECIPES.register("test-recipe", _recipe)
+    yield "test-recipe"
+    RECIPES.unregister("test-recipe")
+
+
+def test_recipes_command_prints_one_line_per_recipe(
+    registered: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["recipes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split(None, 1) == [registered, "a test recipe"] for line in lines)
+
+
+def test_get_recipe_names_the_installed_recipes(registered: str) -> None:
+    assert get_recipe(registered).summary == "a test recipe"
+    with pytest.raises(ConfigError, match=r"unknown recipe 'test-recipee'.*test-recipe"):
+        get_recipe("test-recipee")
+
+
+def test_defaults_sit_under_files_and_overrides_and_are_never_mutated(registered: str) -> None:
+    recipe = get_recipe(registered)
+    config = load_config(recipe.config_class, defaults=recipe.defaults, overrides=["inner.lr=0.25"])
+    assert config == _Config(steps=3, inner=_Inner(lr=0.25))
+    assert recipe.defaults == {"steps": 3, "inner": {"lr": 0.5}}
+    recipe.validate(config)
+    with pytest.raises(ConfigError, match="steps = 101: at most 100"):
+        recipe.validate(load_config(_Config, defaults=recipe.defaults, overrides=["steps=101"]))
+
+
+def test_runner_and_check_must_name_module_and_function() -> None:
+    with pytest.raises(ConfigError, match=r"Recipe\.runner must be 'module:function'"):
+        Recipe(summary="s", config_class=_Config, runner="no_colon")
+    with pytest.raises(ConfigError, match=r"Recipe\.check must be 'module:function'"):
+        Recipe(summary="s", config_class=_Config, runner="m:f", check="m:")

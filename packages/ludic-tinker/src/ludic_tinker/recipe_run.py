@@ -1,0 +1,218 @@
+"""The runner of the Tinker RL recipe (:mod:`ludic_tinker.recipes`): the episodes are built as for every
+RL recipe (:mod:`ludic_core.cli.rl_recipe`), sampled through :class:`~ludic_tinker.TinkerChatClient`
+and trained by :class:`~ludic_tinker.TinkerTrainer`, which hands new weights to the sampler every step."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ludic_core.cli.rl_recipe import build_algorithm, check_rl_episodes
+from ludic_core.errors import ConfigError
+from ludic_core.harness import AgentHarness
+from ludic_core.parsing import Parser
+from ludic_core.registry import make_agent
+from ludic_tinker.recipes import TinkerRLRunConfig
+
+__all__ = ["check_tinker_rl", "run_tinker_rl"]
+
+CHAT_AGENT = "chat"
+
+
+def check_tinker_rl(config: TinkerRLRunConfig) -> None:
+    from ludic_tinker.losses import tinker_loss_for
+
+    if config.backend.kind != "tinker":
+        raise ConfigError(f"backend.kind = {config.backend.kind!r}: this recipe samples on Tinker ('tinker')")
+    settings = config.tinker
+    if settings.fake_service:
+        # The fake cannot honour these; ignoring one would run something other than what was asked.
+        for field, value, reason in (
+            ("base_url", settings.base_url, "the fake serves on a loopback port of its own"),
+            ("tokenizer", settings.tokenizer, "the fake model's vocabulary is bytes (FakeTokenizer)"),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    f"tinker.fake_service = true cannot be combined with tinker.{field} = {value!r}: {reason}"
+                )
+    check_rl_episodes(config)
+    # The algorithm must map onto one of Tinker's built-in losses.
+    tinker_loss_for(build_algorithm(config)).check_supported()
+
+
+@attrs.frozen
+class _Wiring:
+    base_url: str | None
+    api_key: str | None
+    tokenizer: Any
+    chat_template: Any
+
+
+@contextlib.contextmanager
+def _service(config: TinkerRLRunConfig) -> Iterator[_Wiring]:
+    settings = config.tinker
+    if not settings.fake_service:
+        tokenizer: Any = None
+        if settings.tokenizer is not None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer)
+        yield _Wiring(settings.base_url, None, tokenizer, None)
+        return
+    from ludic_tinker.testing import ByteChatTemplate, FakeTokenizer, fake_tinker_service
+
+    with fake_tinker_service(seed=config.seed, base_models=(settings.base_model,), set_env=False) as service:
+        fake = FakeTokenizer()
+        yield _Wiring(service.base_url, service.api_key, fake, ByteChatTemplate(fake))
+
+
+class _TinkerBackend:
+    """The agents of the recipe's engine: the registered chat agent over the Tinker sampling client."""
+
+    token_level = True
+
+    def __init__(self, client: Any, chat_template: Any) -> None:
+        self.client = client
+        self.chat_template = chat_template
+
+    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
+        options = {} if self.chat_template is None else {"chat_template": self.chat_template}
+
+        def make() -> AgentHarness:
+            agent: AgentHarness = make_agent(
+                CHAT_AGENT, client=self.client, parser=parser, system_prompt=system_prompt, **options
+            )
+            return agent
+
+        return make
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _run(
+    config: TinkerRLRunConfig, run_dir: Path, wiring: _Wiring, *, dry_run: bool, resume: bool
+) -> dict[str, Any]:
+    from ludic_core.batch_sources import RolloutBatchSource
+    from ludic_core.cli.episodes import build_engine
+    from ludic_core.cli.eval_command import eval_reducers
+    from ludic_core.cli.profiles import resolve_profile
+    from ludic_core.cli.rl_recipe import eval_requests, train_requests
+    from ludic_core.cli.run_config import EvalConfig
+    from ludic_core.evaluation import run_eval
+    from ludic_core.loggers.console import PrintLogger
+    from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.tee import TeeLogger
+    from ludic_tinker import (
+        TinkerChatClient,
+        TinkerTrainer,
+        TinkerTrainerConfig,
+        connect,
+        create_training_client,
+        tinker_loss_for,
+    )
+
+    settings = config.tinker
+    profile = resolve_profile(config.env)
+    algorithm = build_algorithm(config)
+    trainer_config = TinkerTrainerConfig(
+        adam=settings.adam,
+        sampler_every=1,
+        checkpoint_every=settings.checkpoint_every,
+        checkpoint_dir=str(run_dir / "checkpoints"),
+        checkpoint_prefix=f"ludic-{config.env}",
+        timeouts=settings.timeouts,
+    )
+    service = connect(base_url=wiring.base_url, api_key=wiring.api_key, timeouts=settings.timeouts)
+    checkpoints = run_dir / "checkpoints"
+    resuming = resume and checkpoints.is_dir() and any(checkpoints.iterdir())
+    training_client = None
+    if not resuming:
+        training_client = await create_training_client(
+            service,
+            settings.base_model,
+            rank=settings.lora_rank,
+            seed=config.seed,
+            timeouts=settings.timeouts,
+        )
+    tokenizer = wiring.tokenizer
+    if tokenizer is None:
+        if training_client is None:
+            raise ConfigError(
+                "tinker.tokenizer: set it to resume (the base model's tokenizer directory or hub name)"
+            )
+        tokenizer = await asyncio.to_thread(training_client.get_tokenizer)
+    # The first sampler comes from the trainer (its weights at its step) when training starts.
+    client = TinkerChatClient(None, tokenizer, timeout_s=settings.timeouts.sample_s)
+    backend = _TinkerBackend(client, wiring.chat_template)
+    engine = build_engine(
+        env=config.env,
+        backend=backend,
+        profile=profile,
+        system_prompt=config.system_prompt,
+        seed=config.seed,
+        rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
+    )
+    source = RolloutBatchSource(
+        engine=engine,
+        credit_assigner=algorithm.credit_assigner,
+        requests=train_requests(config, profile),
+        settings=config.rollout,
+    )
+    logger = (
+        None if dry_run else TeeLogger(JsonlLogger(run_dir / "metrics.jsonl"), PrintLogger(prefix="[tinker]"))
+    )
+    common = {"config": trainer_config, "chat_client": client, "logger": logger}
+    if resuming:
+        spec = algorithm
+        trainer = await TinkerTrainer.resume(
+            service, checkpoints, source, tinker_loss_for(spec), preprocess=spec.preprocess, **common
+        )
+    else:
+        trainer = TinkerTrainer.from_algorithm(training_client, source, algorithm, **common)
+    if dry_run:
+        await trainer.aclose()
+        return {
+            "model": f"{settings.base_model} on Tinker ({'fake service' if settings.fake_service else 'service'}), LoRA rank {settings.lora_rank}",
+            "tokenizer": f"{type(tokenizer).__name__}",
+            "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} samples per step",
+            "algorithm": f"{algorithm.name} as Tinker loss {tinker_loss_for(algorithm).loss_fn!r}",
+            "trainer": f"TinkerTrainer, Adam lr {settings.adam.learning_rate}, {config.steps} steps",
+        }
+    evals = eval_requests(config, profile)
+    reducers = eval_reducers(profile, EvalConfig(env=config.env))
+
+    async def evaluate() -> None:
+        if trainer.sampler_version != trainer.step:
+            await trainer.refresh_sampler()
+        result = await run_eval(engine, evals, reducers, config.rollout)
+        assert logger is not None
+        logger.log(trainer.step, {f"eval/{k}": float(v) for k, v in result.metrics.items() if v is not None})
+
+    results: list[dict[str, Any]] = []
+    try:
+        while trainer.step < config.steps:
+            chunk = config.steps - trainer.step
+            if settings.eval_every:
+                chunk = min(chunk, settings.eval_every - trainer.step % settings.eval_every)
+            results.extend(dict(r) for r in await trainer.train(chunk))
+            if settings.eval_every and trainer.step % settings.eval_every == 0:
+                await evaluate()
+    finally:
+        await trainer.aclose()
+    return {"steps": trainer.step, "last": results[-1] if results else {}}
+
+
+def run_tinker_rl(config: TinkerRLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    if resume and config.tinker.fake_service:
+        raise ConfigError(
+            "--resume with tinker.fake_service = true: the fake keeps its checkpoints in memory for one "
+            "process, so there is nothing to resume (resume runs on the real service)"
+        )
+    with _service(config) as wiring:
+        return asyncio.run(_run(config, run_dir, wiring, dry_run=dry_run, resume=resume))

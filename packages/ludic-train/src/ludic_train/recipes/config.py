@@ -1,0 +1,154 @@
+"""The typed run configs of the ``ludic train`` recipes (attrs classes; torch-free, so a config is
+validated before anything heavy is imported).
+
+Each setting has one owner, reused rather than re-declared:
+
+* the episodes an RL step samples (env, backend and model, sampling, prompts per step, group size,
+  episode limits) are :class:`~ludic_core.cli.run_config.EpisodesConfig`, the same table as
+  ``ludic eval`` and ``ludic rollouts``: ``episodes`` is the prompts per step and
+  ``samples_per_prompt`` the group size;
+* the optimiser and micro-batching are :class:`~ludic_train.config.TrainerConfig` (the ``[trainer]``
+  table); its ``pad_token_id`` defaults to the tokenizer's, so it is left out of the TOML;
+* what the recipe adds (steps, LoRA, checkpoints, evaluation) is declared here once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from ludic_core.cli.rl_recipe import RLEpisodesConfig
+from ludic_core.errors import ConfigError
+from ludic_train.config import TrainerConfig
+
+__all__ = [
+    "FROM_TOKENIZER",
+    "LoraSettings",
+    "PipelineRunConfig",
+    "PipelineSettings",
+    "RLRunConfig",
+    "RunSettings",
+    "SFTRunConfig",
+    "default_trainer_config",
+]
+
+FROM_TOKENIZER = -1
+"""``trainer.pad_token_id`` meaning "the tokenizer's pad id (else its eos id)"."""
+
+
+def default_trainer_config() -> TrainerConfig:
+    return TrainerConfig(pad_token_id=FROM_TOKENIZER)
+
+
+def _at_least(minimum: int) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value < minimum:
+            raise ConfigError(
+                f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value!r}"
+            )
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class LoraSettings:
+    """LoRA adapters on the model (``rank = 0``: full fine-tuning). ``alpha`` None: ``2 * rank``;
+    ``include_lm_head``: adapt the output head too (the random test model learns nothing without it)."""
+
+    rank: int = attrs.field(default=8, validator=_at_least(0))
+    alpha: float | None = None
+    dropout: float = 0.0
+    include_lm_head: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RunSettings:
+    """What a run leaves in its run directory.
+
+    Every ``checkpoint_every`` steps a
+    checkpoint goes to ``<run_dir>/checkpoints`` (0: only at the end), the newest ``max_to_keep``
+    kept; ``loggers``: ``print``, ``rich``, ``jsonl`` (``<run_dir>/metrics.jsonl``), ``wandb``;
+    ``save_final``: export the trained (merged) model to ``<run_dir>/final``."""
+
+    checkpoint_every: int = attrs.field(default=10, validator=_at_least(0))
+    max_to_keep: int = attrs.field(default=2, validator=_at_least(1))
+    loggers: tuple[Literal["print", "rich", "jsonl", "wandb"], ...] = ("print", "jsonl")
+    save_final: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RLRunConfig(RLEpisodesConfig):
+    """On-policy RL on an env with the local Trainer (``ludic train tictactoe-grpo``, ``gsm8k-grpo`` …).
+
+    The RL table (env, model, sampling, prompts x group per step, ``steps``, ``algorithm``, evaluation)
+    is :class:`~ludic_core.cli.rl_recipe.RLEpisodesConfig`; the model being trained samples its own
+    episodes through the ``local`` backend. Every ``trainer.eval_every_steps`` steps (and at the start
+    with ``trainer.eval_at_start``) the evaluation episodes are scored with the env's outcome rates.
+    """
+
+    trainer: TrainerConfig = attrs.field(factory=default_trainer_config)
+    lora: LoraSettings = attrs.field(factory=LoraSettings)
+    run: RunSettings = attrs.field(factory=RunSettings)
+    chat_template: str | None = None
+    """A Jinja chat template file, for a tokenizer that has none."""
+
+
+@attrs.frozen(kw_only=True)
+class SFTRunConfig:
+    """Supervised fine-tuning on rollout or SAW JSONL files (``ludic rollouts ... --keep`` writes them).
+
+    ``model`` is what the ``local`` backend loads (a model directory, ``smollm2`` or ``tiny``); the run
+    trains ``epochs`` passes over ``data`` in batches of ``batch_size`` items."""
+
+    model: str
+    data: tuple[str, ...]
+    min_reward: float | None = None
+    epochs: int = attrs.field(default=1, validator=_at_least(1))
+    batch_size: int = attrs.field(default=8, validator=_at_least(1))
+    seed: int = attrs.field(default=0, validator=_at_least(0))
+    device: str = "cpu"
+    length_normalize: bool = True
+    trainer: TrainerConfig = attrs.field(
+        factory=lambda: TrainerConfig(pad_token_id=FROM_TOKENIZER, lr=2e-5, publish_every_steps=0)
+    )
+    lora: LoraSettings = attrs.field(factory=lambda: LoraSettings(rank=0))
+    run: RunSettings = attrs.field(factory=lambda: RunSettings(checkpoint_every=100))
+    run_dir: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.data:
+            raise ConfigError("SFTRunConfig.data must list at least one JSONL file, got []")
+
+
+@attrs.frozen(kw_only=True)
+class PipelineSettings:
+    """Where a pipeline's actors and learner meet: the Redis list ``queue_key`` at ``redis_url`` for
+    batches, and ``weights_dir`` (shared by all of them) for the learner's weights.
+
+    ``max_queue_len``: an actor waits while the queue holds this many batches, up to ``wait_timeout_s``
+    (the learner waits as long for a batch); ``actor_batches``: batches an actor pushes before it
+    stops (0: until interrupted); ``clear_queue``: the learner empties the queue when it starts."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    queue_key: str = "ludic:pipeline"
+    weights_dir: str = "runs/pipeline-weights"
+    max_queue_len: int = attrs.field(default=32, validator=_at_least(1))
+    wait_timeout_s: float = 600.0
+    actor_batches: int = attrs.field(default=0, validator=_at_least(0))
+    clear_queue: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not self.wait_timeout_s > 0:
+            raise ConfigError(f"PipelineSettings.wait_timeout_s must be > 0, got {self.wait_timeout_s!r}")
+
+
+@attrs.frozen(kw_only=True)
+class PipelineRunConfig(RLRunConfig):
+    """Pipeline RL (``ludic train pipeline-actor`` / ``pipeline-learner``): actors sample episodes as in
+    :class:`RLRunConfig` and push credited batches to Redis; the learner trains on them and publishes
+    its weights, which the actors load between batches. Actors and learner read the same config file,
+    so they agree on the model, the env, the group size and the algorithm; each gets its own
+    ``run_dir``. ``trainer.max_lag`` bounds how stale an item may be."""
+
+    pipeline: PipelineSettings = attrs.field(factory=PipelineSettings)

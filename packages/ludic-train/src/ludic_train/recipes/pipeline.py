@@ -1,0 +1,188 @@
+"""The pipeline recipes: ``pipeline-actor`` (sample, credit, push to Redis) and ``pipeline-learner``
+(pop, train, publish weights to a shared directory), as separate processes on any number of machines
+that reach the same Redis and weights directory.
+
+    ludic train pipeline-learner run.toml run_dir=runs/learner pipeline.clear_queue=true
+    ludic train pipeline-actor run.toml run_dir=runs/actor-0      # as many as you like
+
+An actor samples with its own copy of the base model (the learner publishes merged weights, LoRA
+included, under the base model's names) and stops after ``pipeline.actor_batches`` batches or on
+Ctrl-C / SIGTERM, after pushing the batch in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ludic_core.cli.rl_recipe import build_algorithm, train_requests
+from ludic_core.errors import ConfigError
+from ludic_train.recipes.config import PipelineRunConfig
+from ludic_train.recipes.rl import check_rl
+
+__all__ = ["check_pipeline", "run_actor", "run_learner"]
+
+
+def check_pipeline(config: PipelineRunConfig) -> None:
+    check_rl(config)
+    if not config.pipeline.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(
+            f"pipeline.redis_url = {config.pipeline.redis_url!r}: expected redis://host:port/db"
+        )
+
+
+async def _actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool) -> dict[str, Any]:
+    from ludic_core.batch_sources import RolloutBatchSource
+    from ludic_core.cli.episodes import build_engine
+    from ludic_core.cli.profiles import resolve_profile
+    from ludic_core.pipeline import RedisPipelineActor
+    from ludic_train.cli_backend import LocalBackend, load_local_model
+    from ludic_train.local_client import LocalPolicyClient
+    from ludic_train.recipes.weight_files import DirectoryWeights
+
+    profile = resolve_profile(config.env)
+    algorithm = build_algorithm(config)
+    model, tokenizer = load_local_model(config.backend.model, device=config.backend.device)
+    client = LocalPolicyClient(
+        model, tokenizer, seed=config.seed, max_batch_size=config.backend.max_concurrency, initial_version=0
+    )
+    backend = LocalBackend(config.backend, client=client)
+    weights = DirectoryWeights(config.pipeline.weights_dir)
+    engine = build_engine(
+        env=config.env,
+        backend=backend,
+        profile=profile,
+        system_prompt=config.system_prompt,
+        seed=config.seed,
+        rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
+    )
+    source = RolloutBatchSource(
+        engine=engine,
+        credit_assigner=algorithm.credit_assigner,
+        requests=train_requests(config, profile),
+        settings=config.rollout,
+    )
+
+    async def load_new_weights(_step: int) -> None:
+        await weights.apply_latest(model, client)
+
+    actor = RedisPipelineActor(
+        source,
+        redis_url=config.pipeline.redis_url,
+        queue_key=config.pipeline.queue_key,
+        client=client,
+        max_queue_len=config.pipeline.max_queue_len,
+        backpressure_timeout_s=config.pipeline.wait_timeout_s,
+        before_batch=load_new_weights,
+    )
+    if dry_run:
+        await backend.aclose()
+        return {
+            "model": f"{type(model).__name__} ({config.backend.model}), sampling in-process",
+            "tokenizer": f"{type(tokenizer).__name__}: {len(tokenizer):,} tokens",
+            "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} per batch",
+            "algorithm": f"{algorithm.name} credit ({type(algorithm.credit_assigner).__name__})",
+            "actor": f"{type(actor).__name__} -> {config.pipeline.queue_key} at {config.pipeline.redis_url}",
+        }
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        stats = await actor.run(stop_event=stop, max_batches=config.pipeline.actor_batches or None)
+    finally:
+        await backend.aclose()
+    return {"actor_id": actor.actor_id, **attrs.asdict(stats), "weights_applied": weights.applied}
+
+
+async def _learner(
+    config: PipelineRunConfig, run_dir: Path, *, dry_run: bool, resume: bool
+) -> dict[str, Any]:
+    from ludic_core.pipeline import RedisBatchSource
+    from ludic_train.recipes.components import build_checkpointer, build_logger, build_model, trainer_config
+    from ludic_train.recipes.weight_files import DirectoryWeights
+    from ludic_train.trainer import Trainer
+
+    algorithm = build_algorithm(config)
+    model, tokenizer = build_model(
+        config.backend.model,
+        device=config.backend.device,
+        lora=config.lora,
+        chat_template=config.chat_template,
+    )
+    if config.pipeline.clear_queue and not dry_run:
+        await _clear_queue(config.pipeline.redis_url, config.pipeline.queue_key)
+    source = RedisBatchSource(
+        config.pipeline.redis_url,
+        queue_key=config.pipeline.queue_key,
+        min_items=config.episodes * config.samples_per_prompt,
+        wait_timeout_s=config.pipeline.wait_timeout_s,
+        # Data sampled by weights newer than the learner's (left by a run it cannot continue) is
+        # dead-lettered with the reason instead of stopping the run.
+        current_version=lambda: trainer.step,
+    )
+    trainer = Trainer(
+        model=model,
+        algorithm=algorithm,
+        batch_source=source,
+        config=attrs.evolve(
+            trainer_config(config.trainer, tokenizer), eval_every_steps=None, eval_at_start=False
+        ),
+        publisher=DirectoryWeights(config.pipeline.weights_dir),
+        checkpointer=build_checkpointer(config.run, run_dir, lora=config.lora),
+        resume_from="latest" if resume else None,
+        logger=None
+        if dry_run
+        else build_logger(
+            config.run.loggers,
+            metrics_path=run_dir / "metrics.jsonl",
+            total_steps=config.steps,
+            title="pipeline",
+        ),
+    )
+    try:
+        if dry_run:
+            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            return {
+                "model": f"{type(model).__name__} ({config.backend.model}): {trainable:,} trainable parameters",
+                "tokenizer": f"{type(tokenizer).__name__}: {len(tokenizer):,} tokens",
+                "source": f"RedisBatchSource <- {config.pipeline.queue_key} at {config.pipeline.redis_url}",
+                "algorithm": f"{algorithm.name} (loss {type(algorithm.loss).__name__})",
+                "trainer": f"{type(trainer).__name__} on {trainer.device}, max_lag {config.trainer.max_lag}",
+            }
+        # Actors start from the learner's weights (a resumed learner's too).
+        await trainer.publish()
+        results = await trainer.train(max(0, config.steps - trainer.step))
+    finally:
+        await trainer.aclose()
+        await source.aclose()
+    return {
+        "steps": trainer.step,
+        "stale_items_dropped": sum(r.get("train/stale_items_dropped", 0.0) for r in results),
+        "last": dict(results[-1]) if results else {},
+    }
+
+
+async def _clear_queue(redis_url: str, queue_key: str) -> None:
+    import redis.asyncio as redis_asyncio
+
+    client = redis_asyncio.Redis.from_url(redis_url, socket_connect_timeout=10, socket_timeout=10)
+    try:
+        # The queue, its dead letters and every learner's claims (<queue_key>:processing:<consumer>, ...).
+        claims = [key async for key in client.scan_iter(f"{queue_key}:*")]
+        await client.delete(queue_key, *claims)
+    finally:
+        await client.aclose()
+
+
+def run_actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    """An actor has no state to resume: ``--resume`` starts it again with the run's config."""
+    return asyncio.run(_actor(config, run_dir, dry_run=dry_run))
+
+
+def run_learner(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    return asyncio.run(_learner(config, run_dir, dry_run=dry_run, resume=resume))

@@ -1,0 +1,132 @@
+"""The on-policy RL recipes (``tictactoe-grpo``, ``gsm8k-grpo``, ``gsm8k-gspo``): a local model samples
+its own episodes through the ``local`` backend of ``ludic eval`` (same env profile, same agent), and the
+Trainer updates it with a registered algorithm preset. The requests, the algorithm and the evaluation
+episodes come from :mod:`ludic_core.cli.rl_recipe`, as for every backend's RL recipe."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from ludic_core.algorithms.spec import AlgorithmSpec
+from ludic_core.cli.episodes import build_engine
+from ludic_core.cli.profiles import resolve_profile
+from ludic_core.cli.rl_recipe import build_algorithm, check_rl_episodes, eval_requests, train_requests
+from ludic_core.cli.run_config import EvalConfig
+from ludic_core.errors import ConfigError
+from ludic_train.recipes.config import RLRunConfig
+
+__all__ = ["check_rl", "run_rl"]
+
+
+def check_rl(config: RLRunConfig) -> None:
+    """Everything refusable without a model: the backend, the env, the algorithm and its options."""
+    if config.backend.kind != "local":
+        raise ConfigError(
+            f"backend.kind = {config.backend.kind!r}: this recipe trains a model in this process, so it samples "
+            "from it with the 'local' backend (Tinker trains remotely: see `ludic recipes` for its recipes)"
+        )
+    if not config.backend.model:
+        raise ConfigError("backend.model: missing (a model directory, 'smollm2' or 'tiny')")
+    check_rl_episodes(config)
+    every = config.trainer.eval_every_steps
+    if every is not None and every > config.steps and not config.trainer.eval_at_start:
+        raise ConfigError(
+            f"trainer.eval_every_steps = {every} is more than steps = {config.steps}: no eval would run"
+        )
+
+
+async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    from ludic_core.batch_sources import RolloutBatchSource
+    from ludic_core.cli.eval_command import eval_reducers
+    from ludic_core.evaluation import run_eval
+    from ludic_train.cli_backend import LocalBackend
+    from ludic_train.local_client import LocalPolicyClient
+    from ludic_train.recipes.components import build_checkpointer, build_logger, build_model, trainer_config
+    from ludic_train.trainer import Trainer
+
+    profile = resolve_profile(config.env)
+    algorithm = build_algorithm(config)
+    model, tokenizer = build_model(
+        config.backend.model,
+        device=config.backend.device,
+        lora=config.lora,
+        chat_template=config.chat_template,
+    )
+    client = LocalPolicyClient(
+        model, tokenizer, seed=config.seed, max_batch_size=config.backend.max_concurrency
+    )
+    backend = LocalBackend(config.backend, client=client)
+    engine = build_engine(
+        env=config.env,
+        backend=backend,
+        profile=profile,
+        system_prompt=config.system_prompt,
+        seed=config.seed,
+        rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
+    )
+    source = RolloutBatchSource(
+        engine=engine,
+        credit_assigner=algorithm.credit_assigner,
+        requests=train_requests(config, profile),
+        settings=config.rollout,
+    )
+    evals = eval_requests(config, profile)
+    reducers = eval_reducers(profile, EvalConfig(env=config.env))
+
+    async def evaluator(step: int) -> dict[str, Any]:
+        result = await run_eval(engine, evals, reducers, config.rollout)
+        return dict(result.metrics)
+
+    trainer = Trainer(
+        model=model,
+        algorithm=algorithm,
+        batch_source=source,
+        config=trainer_config(config.trainer, tokenizer),
+        publisher=client.as_publisher(),
+        checkpointer=build_checkpointer(config.run, run_dir, lora=config.lora),
+        resume_from="latest" if resume else None,
+        logger=None
+        if dry_run
+        else build_logger(
+            config.run.loggers,
+            metrics_path=run_dir / "metrics.jsonl",
+            total_steps=config.steps,
+            title=f"{config.env} {algorithm.name}",
+        ),
+        evaluator=evaluator,
+    )
+    try:
+        if dry_run:
+            return _components(config, model, tokenizer, algorithm, trainer)
+        # The sampler starts from the trainer's weights (a resumed run's too), stamped with its step.
+        await trainer.publish()
+        results = await trainer.train(max(0, config.steps - trainer.step))
+    finally:
+        await trainer.aclose()
+        await backend.aclose()
+    if config.run.save_final:
+        from ludic_train.weights import export_pretrained
+
+        export_pretrained(model, run_dir / "final", tokenizer=tokenizer)
+    return {"steps": trainer.step, "last": dict(results[-1]) if results else {}}
+
+
+def _components(
+    config: RLRunConfig, model: Any, tokenizer: Any, algorithm: AlgorithmSpec, trainer: Any
+) -> dict[str, Any]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return {
+        "model": f"{type(model).__name__} ({config.backend.model}): {total:,} parameters, {trainable:,} trainable",
+        "tokenizer": f"{type(tokenizer).__name__}: {len(tokenizer):,} tokens",
+        "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} samples per step",
+        "algorithm": f"{algorithm.name} (credit {type(algorithm.credit_assigner).__name__}, loss {type(algorithm.loss).__name__})",
+        "trainer": f"{type(trainer).__name__} on {trainer.device}, lr {config.trainer.lr}, {config.steps} steps",
+    }
+
+
+def run_rl(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    """The recipe's runner: build, then train (or, ``dry_run``, describe what was built)."""
+    return asyncio.run(_run(config, run_dir, dry_run=dry_run, resume=resume))

@@ -1,0 +1,74 @@
+"""The SFT recipe (``tictactoe-sft``): masked cross-entropy on the model's own actions in rollout or SAW
+JSONL files (``ludic rollouts tictactoe --keep ... -o winners.jsonl`` writes them), the same Trainer
+with the ``sft`` preset over an offline, resumable batch source; nothing is published."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any
+
+from ludic_core.errors import ConfigError
+from ludic_train.recipes.config import SFTRunConfig
+
+__all__ = ["check_sft", "run_sft"]
+
+
+def check_sft(config: SFTRunConfig) -> None:
+    missing = [path for path in config.data if not Path(path).is_file()]
+    if missing:
+        raise ConfigError(
+            f"data: no such file {missing[0]!r} (the JSONL that `ludic rollouts ... -o` writes)"
+        )
+
+
+async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    from ludic_core.algorithms.presets import sft
+    from ludic_train.recipes.components import build_checkpointer, build_logger, build_model, trainer_config
+    from ludic_train.sft import sft_batch_source
+    from ludic_train.trainer import Trainer
+
+    model, tokenizer = build_model(config.model, device=config.device, lora=config.lora)
+    source = sft_batch_source(
+        list(config.data), batch_size=config.batch_size, min_reward=config.min_reward, seed=config.seed
+    )
+    if source.items_per_epoch == 0:
+        raise ConfigError(f"data: no trainable items in {list(config.data)} (min_reward={config.min_reward})")
+    steps = config.epochs * math.ceil(source.items_per_epoch / config.batch_size)
+    algorithm = sft(length_normalize=config.length_normalize)
+    trainer = Trainer(
+        model=model,
+        algorithm=algorithm,
+        batch_source=source,
+        config=trainer_config(config.trainer, tokenizer),
+        checkpointer=build_checkpointer(config.run, run_dir, lora=config.lora),
+        resume_from="latest" if resume else None,
+        logger=None
+        if dry_run
+        else build_logger(
+            config.run.loggers, metrics_path=run_dir / "metrics.jsonl", total_steps=steps, title="sft"
+        ),
+    )
+    try:
+        if dry_run:
+            trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            return {
+                "model": f"{type(model).__name__} ({config.model}): {trainable:,} trainable parameters",
+                "tokenizer": f"{type(tokenizer).__name__}: {len(tokenizer):,} tokens",
+                "data": f"{source.items_per_epoch} items, {steps} steps of {config.batch_size}",
+                "algorithm": f"{algorithm.name} (loss {type(algorithm.loss).__name__})",
+                "trainer": f"{type(trainer).__name__} on {trainer.device}, lr {config.trainer.lr}",
+            }
+        results = await trainer.train(max(0, steps - trainer.step))
+    finally:
+        await trainer.aclose()
+    if config.run.save_final:
+        from ludic_train.weights import export_pretrained
+
+        export_pretrained(model, run_dir / "final", tokenizer=tokenizer)
+    return {"steps": trainer.step, "last": dict(results[-1]) if results else {}}
+
+
+def run_sft(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    return asyncio.run(_run(config, run_dir, dry_run=dry_run, resume=resume))

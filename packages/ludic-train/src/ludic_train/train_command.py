@@ -1,0 +1,158 @@
+"""``ludic train <recipe> [run.toml ...] [key=value ...] [--dry-run] [--resume RUN_DIR]``.
+
+The recipe (``ludic recipes`` lists them) names a run config class and its defaults; TOML files and
+``key=value`` overrides go on top, and the whole config is validated (unknown keys, types, the recipe's
+own checks) before any model is loaded. ``--dry-run`` prints the resolved config, builds every component
+(model, tokenizer, engine, algorithm, trainer) and stops without training or writing a run directory.
+
+A run writes its run directory first: ``config.json`` (the resolved config), ``versions.json`` (Python and
+package versions), ``recipe.json`` (the recipe's name); then checkpoints, metrics and rollouts.
+``--resume RUN_DIR`` reads the recipe and the config back from it (overrides still apply, e.g.
+``steps=60`` to train further) and continues from its newest checkpoint; the earlier leg's
+``config.json``, ``versions.json`` and ``summary.json`` move to ``history/<n>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ludic_core.cli.command import Command
+from ludic_core.cli.config import load_config, to_json
+from ludic_core.cli.recipes import Recipe, get_recipe, recipe_path
+from ludic_core.cli.run_dir import create_run_dir
+from ludic_core.errors import ConfigError
+
+__all__ = ["COMMAND", "resolve"]
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", nargs="?", help="a registered recipe (see `ludic recipes`)")
+    parser.add_argument(
+        "rest",
+        nargs="*",
+        metavar="run.toml | key=value",
+        help="TOML run configs (applied in order) and overrides, e.g. steps=10 trainer.lr=1e-5",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved config and build every component; no training",
+    )
+    parser.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint"
+    )
+
+
+def _split(rest: list[str]) -> tuple[list[str], list[str]]:
+    files = [item for item in rest if "=" not in item]
+    overrides = [item for item in rest if "=" in item]
+    return files, overrides
+
+
+def _recipe_of_run(run_dir: Path) -> str:
+    path = recipe_path(run_dir)
+    if not (run_dir / "config.json").is_file() or not path.is_file():
+        raise ConfigError(
+            f"--resume {str(run_dir)!r}: not a `ludic train` run directory (no config.json and recipe.json)"
+        )
+    name = json.loads(path.read_text())["recipe"]
+    if not isinstance(name, str):
+        raise ConfigError(f"{str(path)!r}: recipe must be a string, got {name!r}")
+    return name
+
+
+def resolve(args: argparse.Namespace) -> tuple[str, Recipe, Any]:
+    """The recipe's name, the recipe and the validated config the arguments ask for."""
+    files, overrides = _split(list(args.rest))
+    if args.resume is not None:
+        run_dir = Path(args.resume)
+        name = _recipe_of_run(run_dir)
+        if args.recipe is not None and args.recipe != name:
+            # `ludic train --resume DIR steps=5`: argparse takes the first override for the recipe.
+            if "=" in args.recipe:
+                overrides.insert(0, args.recipe)
+            elif args.recipe.endswith((".toml", ".json")):
+                files.insert(0, args.recipe)
+            else:
+                raise ConfigError(f"--resume {str(run_dir)!r} is a {name!r} run, not {args.recipe!r}")
+        recipe = get_recipe(name)
+        config: Any = load_config(
+            recipe.config_class, files=[run_dir / "config.json", *files], overrides=overrides
+        )
+        if Path(config.run_dir) != run_dir:
+            config = attrs.evolve(config, run_dir=str(run_dir))
+    else:
+        if args.recipe is None:
+            raise ConfigError("which recipe? `ludic train <recipe>` (`ludic recipes` lists them)")
+        name = args.recipe
+        recipe = get_recipe(name)
+        config = load_config(recipe.config_class, defaults=recipe.defaults, files=files, overrides=overrides)
+    recipe.validate(config)
+    return name, recipe, config
+
+
+def _new_run_dir(name: str, config: Any) -> Path:
+    path = (
+        Path(config.run_dir)
+        if config.run_dir
+        else Path("runs") / f"train-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    if (path / "config.json").exists():
+        raise ConfigError(
+            f"run_dir {str(path)!r} already holds a run; continue it with --resume {path} or choose another run_dir"
+        )
+    return path
+
+
+def _keep_history(run_dir: Path) -> None:
+    """A resumed run may change the config (``steps=60``) and the installed versions: what the earlier
+    legs ran with moves to ``history/<n>/`` rather than being overwritten."""
+    history = run_dir / "history"
+    leg = history / str(len(list(history.glob("*"))) if history.is_dir() else 0)
+    leg.mkdir(parents=True)
+    for name in ("config.json", "versions.json", "summary.json"):
+        if (run_dir / name).exists():
+            (run_dir / name).rename(leg / name)
+
+
+def _run(args: argparse.Namespace) -> int:
+    name, recipe, config = resolve(args)
+    if args.dry_run:
+        print(json.dumps({"recipe": name, "config": to_json(config)}, indent=2))
+        runner = recipe.load_runner()
+        with tempfile.TemporaryDirectory(prefix="ludic-dry-run-") as scratch:
+            components = runner(config, Path(scratch), dry_run=True, resume=False)
+        for component, description in components.items():
+            print(f"{component}: {description}")
+        print(f"dry run of {name!r}: every component built; nothing trained", file=sys.stderr)
+        return 0
+    resume = args.resume is not None
+    run_dir = Path(config.run_dir) if resume else _new_run_dir(name, config)
+    config = attrs.evolve(config, run_dir=str(run_dir))
+    runner = recipe.load_runner()
+    if resume:
+        _keep_history(run_dir)
+    create_run_dir("train", name, config, str(run_dir))
+    recipe_path(run_dir).write_text(json.dumps({"recipe": name}) + "\n")
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    summary = runner(config, run_dir, dry_run=False, resume=resume)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    steps = summary.get("steps")
+    reached = f"trained to step {steps}" if steps is not None else "finished"
+    print(f"{name}: {reached}; run directory {run_dir}", file=sys.stderr)
+    return 0
+
+
+COMMAND = Command(
+    help="train with a registered recipe: ludic train <recipe> [run.toml] key=value [--dry-run] [--resume DIR]",
+    add_arguments=_add_arguments,
+    run=_run,
+)

@@ -1,0 +1,244 @@
+"""``ludic recipes`` and ``ludic train``: the installed console script run as a subprocess on each
+recipe's CPU smoke config (``examples/**/*_smoke.toml``, a random two-layer model): dry runs, short real
+runs, config errors and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ludic_train")
+pytest.importorskip("peft")
+pytest.importorskip("ludic_envs")
+pytest.importorskip("ludic_agents")
+
+ROOT = Path(__file__).resolve().parents[2]
+TTT_GRPO = ROOT / "examples" / "tic_tac_toe" / "grpo_smoke.toml"
+TTT_SFT = ROOT / "examples" / "tic_tac_toe" / "sft_smoke.toml"
+GSM8K_DATA = Path(os.environ.get("LUDIC_DATA_DIR", ROOT.parent / "shared" / "data")) / "gsm8k"
+TIMEOUT_S = 300
+
+
+def ludic(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # The console script pip installed next to this interpreter: what a user types.
+    script = Path(sys.executable).parent / "ludic"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return subprocess.run(
+        [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+
+
+def test_recipes_lists_each_recipe_on_one_line(tmp_path: Path) -> None:
+    done = ludic("recipes", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    names = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    assert {"tictactoe-grpo", "tictactoe-sft", "gsm8k-grpo", "gsm8k-gspo"} <= names
+
+
+def test_dry_run_prints_the_config_and_builds_every_component_without_a_run_dir(tmp_path: Path) -> None:
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "trainer.lr=1e-4", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(done.stdout[: done.stdout.rindex("}") + 1])
+    assert resolved["recipe"] == "tictactoe-grpo"
+    config = resolved["config"]
+    assert config["backend"]["model"] == "tiny" and config["trainer"]["lr"] == 1e-4
+    assert config["env"] == "tictactoe" and config["algorithm"] == "grpo"  # the recipe's defaults
+    for component in ("model", "tokenizer", "engine", "algorithm", "trainer"):
+        assert f"\n{component}: " in done.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.lrr=1e-4", "unknown key 'trainer.lrr'; did you mean 'trainer.lr'?"),
+        ("samples_per_prompt=2.5", "samples_per_prompt = 2.5: expected int"),
+        ("backend.model=5", "backend.model = 5: expected str"),
+        ("algorithm=grpoo", "algorithm = 'grpoo': not a registered algorithm"),
+        ("backend.kind=openai", "backend.kind = 'openai'"),
+    ],
+)
+def test_config_errors_are_refused_before_anything_runs(tmp_path: Path, override: str, expected: str) -> None:
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), override, cwd=tmp_path)
+    assert done.returncode == 2
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_needs_a_train_run_directory_of_the_same_recipe(tmp_path: Path) -> None:
+    nowhere = ludic("train", "--resume", "nowhere", cwd=tmp_path)
+    assert nowhere.returncode == 2 and "not a `ludic train` run directory" in nowhere.stderr
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": "tiny", "data": ["x.jsonl"]}))
+    (run / "recipe.json").write_text(json.dumps({"recipe": "tictactoe-sft"}))
+    other = ludic("train", "tictactoe-grpo", "--resume", "run", cwd=tmp_path)
+    assert other.returncode == 2 and "is a 'tictactoe-sft' run, not 'tictactoe-grpo'" in other.stderr
+    no_train = ludic("train", cwd=tmp_path)
+    assert no_train.returncode == 2 and "which recipe?" in no_train.stderr
+
+
+def test_an_unknown_recipe_lists_the_installed_ones(tmp_path: Path) -> None:
+    done = ludic("train", "tictactoe-grop", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "unknown recipe 'tictactoe-grop'" in done.stderr and "tictactoe-grpo" in done.stderr
+
+
+def test_grpo_run_writes_its_run_dir_and_resume_continues_from_the_latest_checkpoint(tmp_path: Path) -> None:
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "run"
+    config = json.loads((run / "config.json").read_text())
+    assert config["steps"] == 2 and config["run_dir"] == "run"
+    versions = json.loads((run / "versions.json").read_text())["packages"]
+    assert {"ludic-core", "ludic-train", "torch"} <= set(versions)
+    assert json.loads((run / "recipe.json").read_text()) == {"recipe": "tictactoe-grpo"}
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert {m["step"] for m in metrics} == {1, 2}
+    assert any("eval/win_rate" in m.get("stats", m) for m in metrics)
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == ["step_000001", "step_000002"]
+
+    again = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
+    assert again.returncode == 2 and "--resume" in again.stderr  # never trains over an earlier run
+
+    resumed = ludic("train", "--resume", "run", "steps=3", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "trained to step 3" in resumed.stderr
+    assert json.loads((run / "summary.json").read_text())["steps"] == 3
+    assert json.loads((run / "config.json").read_text())["steps"] == 3
+    assert json.loads((run / "history" / "0" / "config.json").read_text())["steps"] == 2  # the first leg
+    # Only step 3 was trained: the resumed run started from checkpoint 2.
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps.count(3) >= 1 and steps.count(1) == 1
+
+
+def test_sft_trains_on_rollouts_the_ludic_command_collected(tmp_path: Path) -> None:
+    collected = ludic(
+        "rollouts", "tictactoe", "--backend", "local", "--model", "tiny", "-n", "4", "output=games.jsonl",
+        "--run-dir", "collect", cwd=tmp_path,
+    )  # fmt: skip
+    assert collected.returncode == 0, collected.stderr
+    done = ludic("train", "tictactoe-sft", str(TTT_SFT), "run_dir=sft", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "sft" / "summary.json").read_text())
+    assert summary["steps"] == 2  # 4 games, one decision each at least, in batches of 2: >= 2 steps
+    missing = ludic("train", "tictactoe-sft", str(TTT_SFT), "data=['nope.jsonl']", cwd=tmp_path)
+    assert missing.returncode == 2 and "no such file 'nope.jsonl'" in missing.stderr
+
+
+@pytest.mark.skipif(
+    not (GSM8K_DATA / "train.jsonl").is_file(),
+    reason=f"no GSM8K data at {GSM8K_DATA}: set LUDIC_DATA_DIR to the folder holding gsm8k/train.jsonl",
+)
+@pytest.mark.parametrize("recipe", ["gsm8k-grpo", "gsm8k-gspo"])
+def test_gsm8k_recipes_train_on_the_real_rows(tmp_path: Path, recipe: str) -> None:
+    algorithm = recipe.split("-")[1]
+    smoke = ROOT / "examples" / "gsm8k" / f"{algorithm}_smoke.toml"
+    data = [
+        f'{table}.data_files.{split}="{GSM8K_DATA / f"{split}.jsonl"}"'
+        for table in ("env_kwargs", "eval_env_kwargs")
+        for split in ("train", "test")
+    ]
+    done = ludic("train", recipe, str(smoke), *data, "run_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["algorithm"] == algorithm and config["env"] == "gsm8k"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
+    rollouts = (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()
+    # steps x prompts x group training episodes, then the evaluation's episodes on the test split
+    assert len(rollouts) == 2 * 2 * 2 + 2
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any("eval/accuracy" in m.get("stats", m) for m in metrics)
+
+
+def test_ludic_script_is_installed() -> None:
+    assert shutil.which("ludic") or (Path(sys.executable).parent / "ludic").exists()
+
+
+def test_pipeline_learner_trains_on_what_an_actor_pushes_through_redis(tmp_path: Path) -> None:
+    pytest.importorskip("redis")
+    from ludic_core.pipeline.local_server import find_redis_server, local_redis_server
+
+    if find_redis_server() is None:
+        pytest.skip("no redis-server on PATH (apt-get install redis-server)")
+    smoke = ROOT / "examples" / "pipeline_rl" / "pipeline_smoke.toml"
+    with local_redis_server() as url:
+        shared = [str(smoke), f"pipeline.redis_url={url}", "pipeline.weights_dir=weights"]
+        dry = ludic("train", "pipeline-actor", *shared, "--dry-run", cwd=tmp_path)
+        assert dry.returncode == 0, dry.stderr
+        assert "\nactor: RedisPipelineActor" in dry.stdout
+        learner = ludic_background("train", "pipeline-learner", *shared, "run_dir=learner", cwd=tmp_path)
+        try:
+            actor = ludic("train", "pipeline-actor", *shared, "run_dir=actor", cwd=tmp_path)
+            assert actor.returncode == 0, actor.stderr
+            _, learner_err = learner.communicate(timeout=TIMEOUT_S)
+        finally:
+            learner.kill()
+        assert learner.returncode == 0, learner_err
+    actor_summary = json.loads((tmp_path / "actor" / "summary.json").read_text())
+    assert actor_summary["batches_pushed"] == 4 and actor_summary["items_pushed"] > 0
+    learner_summary = json.loads((tmp_path / "learner" / "summary.json").read_text())
+    assert learner_summary["steps"] == 2
+    assert json.loads((tmp_path / "weights" / "latest.json").read_text())["version"] == 2
+
+
+def ludic_background(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    script = Path(sys.executable).parent / "ludic"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.Popen(
+        [*command, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_tinker_recipe_dry_runs_and_trains_against_the_fake_service(tmp_path: Path) -> None:
+    pytest.importorskip("ludic_tinker")
+    pytest.importorskip("tinker")
+    smoke = ROOT / "examples" / "tic_tac_toe" / "grpo_tinker_smoke.toml"
+    dry = ludic("train", "tictactoe-grpo-tinker", str(smoke), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "\nalgorithm: grpo as Tinker loss 'ppo'" in dry.stdout
+    # The same RL table as the local recipe: only the backend's own table differs.
+    local = ludic("train", "tictactoe-grpo", "--dry-run", "backend.model=tiny", cwd=tmp_path)
+    assert local.returncode == 0, local.stderr
+    tinker_config = json.loads(dry.stdout[: dry.stdout.rindex("}") + 1])["config"]
+    local_config = json.loads(local.stdout[: local.stdout.rindex("}") + 1])["config"]
+    for key in ("env", "env_kwargs", "system_prompt", "sampling", "algorithm"):
+        assert tinker_config[key] == local_config[key]
+    done = ludic("train", "tictactoe-grpo-tinker", str(smoke), "run_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
+        "step_00000001.json",
+        "step_00000002.json",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ("tinker.base_url=http://127.0.0.1:1", "a loopback port of its own"),
+        ("tinker.tokenizer=some/tokenizer", "vocabulary is bytes"),
+        ("algorithm=sapo", "Tinker cannot run the loss spec SAPO"),
+    ],
+)
+def test_tinker_recipe_refuses_what_it_cannot_honour(tmp_path: Path, override: str, reason: str) -> None:
+    pytest.importorskip("ludic_tinker")
+    smoke = ROOT / "examples" / "tic_tac_toe" / "grpo_tinker_smoke.toml"
+    done = ludic("train", "tictactoe-grpo-tinker", str(smoke), override, cwd=tmp_path)
+    assert done.returncode == 2 and reason in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()
