@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ from ludic_core.inference import SamplingParams, TokenCompletionRequest
 from ludic_core.message_agent import MessageAgent
 from ludic_core.message_client import MessageCompletion
 from ludic_core.protocols import SingleAgentProtocol
+from ludic_core.retokenize import TokenizerTemplate
 from ludic_core.testing import GuessNumberEnv
 from ludic_core.testing.scripted_agent import identity_parser
 from ludic_core.types import Message
@@ -36,25 +36,6 @@ class ConstantTeacher:
         self, messages: Sequence[Message], sampling: SamplingParams, *, seed: int | None = None
     ) -> MessageCompletion:
         return MessageCompletion(text=TEACHER_REPLY, finish_reason="stop", model="teacher")
-
-
-class TokenizerTemplate:
-    """The student tokenizer's own chat template (what ``ludic_agents.HFChatTemplate`` wraps)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def render_text(
-        self, messages: Sequence[Message], *, tools: Any = None, add_generation_prompt: bool = True
-    ) -> str:
-        text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, tokenize=False
-        )
-        assert isinstance(text, str)
-        return text
-
-    def encode(self, text: str) -> tuple[int, ...]:
-        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
 
 async def teacher_rollouts(path: Path, episodes: int) -> None:

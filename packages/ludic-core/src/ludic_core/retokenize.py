@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.types import AgentStep, Message
 
-__all__ = ["MessageTemplate", "retokenize_call"]
+__all__ = ["MessageTemplate", "TokenizerTemplate", "retokenize_call"]
 
 
 @runtime_checkable
@@ -40,6 +40,44 @@ class MessageTemplate(Protocol):
     ) -> str: ...
 
     def encode(self, text: str) -> tuple[int, ...]: ...
+
+
+class TokenizerTemplate:
+    """A tokenizer's own chat template as a :class:`MessageTemplate`: any tokenizer with
+    ``apply_chat_template`` and ``encode`` (a ``transformers`` one), no import of its library here.
+    Agents that use tools want ``ludic_agents.HFChatTemplate``, which adds tool-call handling."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not callable(getattr(tokenizer, "apply_chat_template", None)) or not getattr(
+            tokenizer, "chat_template", None
+        ):
+            raise ConfigError(
+                f"TokenizerTemplate needs a tokenizer with a chat template, got {type(tokenizer).__name__}"
+            )
+        self.tokenizer = tokenizer
+
+    def render_text(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        text = self.tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tools=list(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+        )
+        if not isinstance(text, str):
+            raise ConfigError(
+                f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str"
+            )
+        return text
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        # The rendered text holds every special token already: nothing may be added around it.
+        return tuple(int(i) for i in self.tokenizer.encode(text, add_special_tokens=False))
 
 
 def check_template(template: object) -> MessageTemplate:

@@ -25,13 +25,20 @@ def check_sft(config: SFTRunConfig) -> None:
 
 async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
     from ludic_core.algorithms.presets import sft
+    from ludic_core.retokenize import TokenizerTemplate
     from ludic_train.recipes.components import build_checkpointer, build_logger, build_model, trainer_config
     from ludic_train.sft import sft_batch_source
     from ludic_train.trainer import Trainer
 
     model, tokenizer = build_model(config.model, device=config.device, lora=config.lora)
+    # Message-level rollouts (`ludic rollouts --backend openai`) carry no token ids: they are rendered
+    # in the student's own chat template. Token-level ones train on the tokens they were sampled as.
     source = sft_batch_source(
-        list(config.data), batch_size=config.batch_size, min_reward=config.min_reward, seed=config.seed
+        list(config.data),
+        batch_size=config.batch_size,
+        min_reward=config.min_reward,
+        seed=config.seed,
+        chat_template=TokenizerTemplate(tokenizer),
     )
     if source.items_per_epoch == 0:
         raise ConfigError(f"data: no trainable items in {list(config.data)} (min_reward={config.min_reward})")
