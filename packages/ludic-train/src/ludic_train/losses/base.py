@@ -37,10 +37,12 @@ import contextvars
 from collections.abc import Iterator, Mapping
 from typing import Protocol, runtime_checkable
 
+import attrs
 import torch
 from torch import Tensor
 
 from ludic_core.errors import DataError
+from ludic_train.losses._gather import action_rows, gather_token_logp
 
 __all__ = [
     "Loss",
@@ -103,6 +105,39 @@ _ITEM_FIELD = {
 }
 
 
+@attrs.frozen
+class _ActionIndex:
+    """Where the ``N`` action tokens of a micro-batch are, as integer indices (row-major order).
+
+    ``grid`` indexes the shifted ``[B, T-1]`` grid flattened, ``rows`` the logits seen as ``[-1, V]``
+    (``[B, T, V]`` or ``[B, K, V]``), ``targets`` are the tokens scored there and ``temperature`` each
+    row's sampling temperature (None for τ = 1). Built once per context from the action mask; the
+    token logprobs and the entropy both read the rows through it.
+    """
+
+    grid: Tensor
+    rows: Tensor
+    targets: Tensor
+    temperature: Tensor | None
+
+    @classmethod
+    def build(cls, ctx: TokenLogpContext) -> _ActionIndex:
+        length = int(ctx.input_ids.shape[1])
+        grid = ctx.mask_bool.reshape(-1).nonzero().squeeze(1)
+        sequence = torch.div(grid, length - 1, rounding_mode="floor")
+        position = grid - sequence * (length - 1)
+        if ctx.positions is None:
+            rows = sequence * length + position
+        else:
+            # The column of each position in the [B, K, V] logits (validated to cover every action).
+            column = torch.full((length - 1,), -1, dtype=torch.long, device=grid.device)
+            column[ctx.positions] = torch.arange(ctx.positions.shape[0], device=grid.device)
+            rows = sequence * ctx.positions.shape[0] + column[position]
+        targets = ctx.input_ids[sequence, position + 1]
+        temperature = None if ctx.temperature is None else ctx.temperature.to(ctx.dtype)[sequence]
+        return cls(grid=grid, rows=rows, targets=targets, temperature=temperature)
+
+
 class TokenLogpContext:
     """Per-forward-pass quantities shared by every loss term computed on the same logits.
 
@@ -110,7 +145,10 @@ class TokenLogpContext:
     ``logits`` that score a sampled completion token are gathered, upcast to float32 and divided by
     their sequence's temperature before the log-softmax, so long prompts cost nothing and bf16 logits
     do not lose precision in the normaliser (float32 and float64 logits keep their dtype). Both tensors
-    are ``[B, T-1]`` with zeros off the action positions. ``logits`` is ``[B, T, V]``, or ``[B, K, V]``
+    are ``[B, T-1]`` with zeros off the action positions. The rows are found once, as integer indices
+    (:class:`_ActionIndex`), and the token logprobs come from one fused gather
+    (:mod:`ludic_train.losses._gather`) whose backward writes the action rows' gradient straight into
+    the logits' gradient, rather than selecting with the boolean mask and scattering back through it. ``logits`` is ``[B, T, V]``, or ``[B, K, V]``
     at ``batch["logit_positions"]`` (see the module docstring).
     """
 
@@ -138,6 +176,7 @@ class TokenLogpContext:
         self.positions = self._logit_positions(logits, batch)
         """The sequence positions of ``logits``' second dimension, or None when it covers all ``T``."""
         self.temperature = self._temperature(batch)
+        self._index: _ActionIndex | None = None
         self._token_logp: Tensor | None = None
         self._entropy: Tensor | None = None
 
@@ -185,22 +224,16 @@ class TokenLogpContext:
     def batch_size(self) -> int:
         return int(self.input_ids.shape[0])
 
-    def _action_rows(self) -> Tensor:
-        if self.positions is None:
-            rows = self.logits[:, :-1][self.mask_bool]
-        else:
-            rows = self.logits[self.mask_bool[:, self.positions]]
-        # Half-precision logits lose digits in the normaliser; only the action rows are upcast.
-        rows = rows.to(self.dtype)
-        if self.temperature is None:
-            return rows
-        per_row = self.temperature.to(self.dtype)[:, None].expand(self.mask_bool.shape)[self.mask_bool]
-        return rows / per_row[:, None]
+    def _action_index(self) -> _ActionIndex:
+        if self._index is None:
+            self._index = _ActionIndex.build(self)
+        return self._index
 
-    def _scatter(self, values: Tensor) -> Tensor:
-        out = torch.zeros(self.mask.shape, dtype=values.dtype, device=values.device)
-        out[self.mask_bool] = values
-        return out
+    def _on_grid(self, values: Tensor) -> Tensor:
+        """``[N]`` per-action values → ``[B, T-1]`` with zeros elsewhere (differentiable ``index_copy``)."""
+        index = self._action_index()
+        out = values.new_zeros(self.mask.numel())
+        return out.index_copy(0, index.grid, values).view(self.mask.shape)
 
     @property
     def token_logp(self) -> Tensor:
@@ -209,10 +242,11 @@ class TokenLogpContext:
             # A loss may first touch the cache inside a no_grad block (for a detached weight); the cached
             # tensor must still carry the graph. enable_grad builds nothing when logits need no grad.
             with torch.enable_grad():
-                rows = self._action_rows()
-                chosen = self.targets[self.mask_bool].unsqueeze(-1)
-                values = rows.gather(-1, chosen).squeeze(-1) - torch.logsumexp(rows, dim=-1)
-                self._token_logp = self._scatter(values)
+                index = self._action_index()
+                values = gather_token_logp(
+                    self.logits, index.rows, index.targets, index.temperature, self.dtype
+                )
+                self._token_logp = self._on_grid(values)
         return self._token_logp
 
     @property
@@ -220,10 +254,11 @@ class TokenLogpContext:
         """``[B, T-1]`` entropy of the next-token distribution at each action position (0 elsewhere)."""
         if self._entropy is None:
             with torch.enable_grad():
-                rows = self._action_rows()
+                index = self._action_index()
+                rows = action_rows(self.logits, index.rows, self.dtype, index.temperature)
                 logp = torch.log_softmax(rows, dim=-1)
                 values = -(logp.exp() * logp).sum(dim=-1)
-                self._entropy = self._scatter(values)
+                self._entropy = self._on_grid(values)
         return self._entropy
 
     def shifted(self, per_position: Tensor, *, key: str) -> Tensor:
