@@ -98,11 +98,9 @@ class _TinkerBackend:
 async def _run(
     config: TinkerRLRunConfig, run_dir: Path, wiring: _Wiring, *, dry_run: bool, resume: bool
 ) -> dict[str, Any]:
-    from ludic_core.batch_sources import RolloutBatchSource
-    from ludic_core.cli.episodes import build_engine
     from ludic_core.cli.eval_command import eval_reducers
     from ludic_core.cli.profiles import resolve_profile
-    from ludic_core.cli.rl_recipe import eval_requests, train_requests
+    from ludic_core.cli.rl_recipe import eval_requests, rollout_source
     from ludic_core.cli.run_config import EvalConfig
     from ludic_core.evaluation import run_eval
     from ludic_core.loggers.console import PrintLogger
@@ -150,20 +148,14 @@ async def _run(
     # The first sampler comes from the trainer (its weights at its step) when training starts.
     client = TinkerChatClient(None, tokenizer, timeout_s=settings.timeouts.sample_s)
     backend = _TinkerBackend(client, wiring.chat_template)
-    engine = build_engine(
-        env=config.env,
-        backend=backend,
+    source = rollout_source(
+        config,
         profile=profile,
-        system_prompt=config.system_prompt,
-        seed=config.seed,
+        backend=backend,
+        credit_assigner=algorithm.credit_assigner,
         rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
     )
-    source = RolloutBatchSource(
-        engine=engine,
-        credit_assigner=algorithm.credit_assigner,
-        requests=train_requests(config, profile),
-        settings=config.rollout,
-    )
+    engine = source.engine
     logger = (
         None if dry_run else TeeLogger(JsonlLogger(run_dir / "metrics.jsonl"), PrintLogger(prefix="[tinker]"))
     )

@@ -21,9 +21,12 @@ from typing import Any
 import attrs
 
 from ludic_core.algorithms.spec import AlgorithmSpec
-from ludic_core.cli.episodes import CLI_PROTOCOL, build_requests, sampling_params
+from ludic_core.batch_sources import RolloutBatchSource
+from ludic_core.cli.backends import Backend
+from ludic_core.cli.episodes import CLI_PROTOCOL, build_engine, build_requests, sampling_params
 from ludic_core.cli.profiles import EvalProfile, resolve_profile
 from ludic_core.cli.run_config import EpisodesConfig, SamplingConfig
+from ludic_core.credit import CreditAssigner
 from ludic_core.errors import ConfigError
 from ludic_core.inference import InferenceSpec, ReturnSpec
 from ludic_core.registry import ALGORITHMS, ENVS, make_algorithm
@@ -38,6 +41,7 @@ __all__ = [
     "build_algorithm",
     "check_rl_episodes",
     "eval_requests",
+    "rollout_source",
     "train_requests",
 ]
 
@@ -144,6 +148,32 @@ def train_requests(config: RLEpisodesConfig, profile: EvalProfile) -> Callable[[
         return strategy.expand([base] * config.episodes)
 
     return requests
+
+
+def rollout_source(
+    config: RLEpisodesConfig,
+    *,
+    profile: EvalProfile,
+    backend: Backend,
+    credit_assigner: CreditAssigner,
+    rollout_log: str | None,
+) -> RolloutBatchSource:
+    """The online batch source of an RL recipe: an engine over ``backend``'s agents, this config's
+    :func:`train_requests` and rollout settings, credited by ``credit_assigner``."""
+    engine = build_engine(
+        env=config.env,
+        backend=backend,
+        profile=profile,
+        system_prompt=config.system_prompt,
+        seed=config.seed,
+        rollout_log=rollout_log,
+    )
+    return RolloutBatchSource(
+        engine=engine,
+        credit_assigner=credit_assigner,
+        requests=train_requests(config, profile),
+        settings=config.rollout,
+    )
 
 
 def eval_requests(config: RLEpisodesConfig, profile: EvalProfile) -> list[RolloutRequest]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from ludic_core.cli.rl_recipe import build_algorithm, train_requests
+from ludic_core.cli.rl_recipe import build_algorithm, rollout_source
 from ludic_core.errors import ConfigError
 from ludic_train.recipes.config import PipelineRunConfig
 from ludic_train.recipes.rl import check_rl
@@ -36,8 +36,6 @@ def check_pipeline(config: PipelineRunConfig) -> None:
 
 
 async def _actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool) -> dict[str, Any]:
-    from ludic_core.batch_sources import RolloutBatchSource
-    from ludic_core.cli.episodes import build_engine
     from ludic_core.cli.profiles import resolve_profile
     from ludic_core.pipeline import RedisPipelineActor
     from ludic_train.cli_backend import LocalBackend, load_local_model
@@ -52,19 +50,12 @@ async def _actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool) -> 
     )
     backend = LocalBackend(config.backend, client=client)
     weights = DirectoryWeights(config.pipeline.weights_dir)
-    engine = build_engine(
-        env=config.env,
-        backend=backend,
+    source = rollout_source(
+        config,
         profile=profile,
-        system_prompt=config.system_prompt,
-        seed=config.seed,
-        rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
-    )
-    source = RolloutBatchSource(
-        engine=engine,
+        backend=backend,
         credit_assigner=algorithm.credit_assigner,
-        requests=train_requests(config, profile),
-        settings=config.rollout,
+        rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
     )
 
     async def load_new_weights(_step: int) -> None:

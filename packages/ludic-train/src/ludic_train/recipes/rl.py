@@ -10,9 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from ludic_core.algorithms.spec import AlgorithmSpec
-from ludic_core.cli.episodes import build_engine
 from ludic_core.cli.profiles import resolve_profile
-from ludic_core.cli.rl_recipe import build_algorithm, check_rl_episodes, eval_requests, train_requests
+from ludic_core.cli.rl_recipe import (
+    build_algorithm,
+    check_rl_episodes,
+    eval_requests,
+    rollout_source,
+)
 from ludic_core.cli.run_config import EvalConfig
 from ludic_core.errors import ConfigError
 from ludic_train.recipes.config import RLRunConfig
@@ -38,7 +42,6 @@ def check_rl(config: RLRunConfig) -> None:
 
 
 async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
-    from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.cli.eval_command import eval_reducers
     from ludic_core.evaluation import run_eval
     from ludic_train.cli_backend import LocalBackend
@@ -58,20 +61,14 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
         model, tokenizer, seed=config.seed, max_batch_size=config.backend.max_concurrency
     )
     backend = LocalBackend(config.backend, client=client)
-    engine = build_engine(
-        env=config.env,
-        backend=backend,
+    source = rollout_source(
+        config,
         profile=profile,
-        system_prompt=config.system_prompt,
-        seed=config.seed,
+        backend=backend,
+        credit_assigner=algorithm.credit_assigner,
         rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
     )
-    source = RolloutBatchSource(
-        engine=engine,
-        credit_assigner=algorithm.credit_assigner,
-        requests=train_requests(config, profile),
-        settings=config.rollout,
-    )
+    engine = source.engine
     evals = eval_requests(config, profile)
     reducers = eval_reducers(profile, EvalConfig(env=config.env))
 
