@@ -25,7 +25,7 @@ from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.cli.backends import Backend
 from ludic_core.cli.episodes import CLI_PROTOCOL, build_engine, build_requests, sampling_params
 from ludic_core.cli.profiles import EvalProfile, resolve_profile
-from ludic_core.cli.run_config import EpisodesConfig, SamplingConfig
+from ludic_core.cli.run_config import EpisodesConfig, SamplingConfig, at_least
 from ludic_core.credit import CreditAssigner
 from ludic_core.errors import ConfigError
 from ludic_core.inference import InferenceSpec, ReturnSpec
@@ -72,26 +72,16 @@ TICTACTOE_RL_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _at_least(minimum: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value < minimum:
-            raise ConfigError(
-                f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value!r}"
-            )
-
-    return check
-
-
 @attrs.frozen(kw_only=True)
 class RLEpisodesConfig(EpisodesConfig):
     """The RL table of a training recipe's run config (see the module docstring)."""
 
-    steps: int = attrs.field(default=30, validator=_at_least(1))
+    steps: int = attrs.field(default=30, validator=at_least(1))
     """Training steps in all (a resumed run trains the rest)."""
     algorithm: str = "grpo"
     algorithm_kwargs: dict[str, Any] = attrs.field(factory=dict)
     sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
-    eval_episodes: int = attrs.field(default=32, validator=_at_least(1))
+    eval_episodes: int = attrs.field(default=32, validator=at_least(1))
     eval_env_kwargs: dict[str, Any] | None = None
 
 

@@ -24,12 +24,15 @@ __all__ = [
     "EvalConfig",
     "RolloutsConfig",
     "SamplingConfig",
+    "at_least",
 ]
 
 BACKEND_KINDS = ("openai", "local", "vllm", "tinker")
 
 
-def _at_least(minimum: float) -> Any:
+def at_least(minimum: float) -> Any:
+    """An attrs validator: ``value >= minimum`` (``None`` passes), else a ConfigError naming the field."""
+
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is not None and value < minimum:
             raise ConfigError(
@@ -70,9 +73,9 @@ class BackendConfig:
     model: str = ""
     base_url: str = "http://localhost:8000/v1"
     api_key_env: str = "OPENAI_API_KEY"
-    max_concurrency: int = attrs.field(default=32, validator=_at_least(1))
+    max_concurrency: int = attrs.field(default=32, validator=at_least(1))
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
-    max_retries: int = attrs.field(default=4, validator=_at_least(0))
+    max_retries: int = attrs.field(default=4, validator=at_least(0))
     device: str = "cpu"
 
 
@@ -81,8 +84,8 @@ class SamplingConfig:
     """Sampling parameters (see :class:`~ludic_core.inference.SamplingParams`); ``max_tokens`` and
     ``stop`` left unset take the env profile's values."""
 
-    temperature: float = attrs.field(default=0.0, validator=_at_least(0))
-    max_tokens: int | None = attrs.field(default=None, validator=_at_least(1))
+    temperature: float = attrs.field(default=0.0, validator=at_least(0))
+    max_tokens: int | None = attrs.field(default=None, validator=at_least(1))
     top_p: float = attrs.field(default=1.0, validator=_positive)
     stop: tuple[str, ...] | None = None
 
@@ -97,12 +100,12 @@ class EpisodesConfig:
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
     backend: BackendConfig = attrs.field(factory=BackendConfig)
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
-    episodes: int = attrs.field(default=100, validator=_at_least(1))
-    samples_per_prompt: int = attrs.field(default=1, validator=_at_least(1))
+    episodes: int = attrs.field(default=100, validator=at_least(1))
+    samples_per_prompt: int = attrs.field(default=1, validator=at_least(1))
     rollout: RolloutSettings = attrs.field(
         factory=lambda: RolloutSettings(max_steps=20, concurrency=32, episode_timeout_s=1800.0)
     )
-    seed: int = attrs.field(default=0, validator=_at_least(0))
+    seed: int = attrs.field(default=0, validator=at_least(0))
     system_prompt: str | None = None
     run_dir: str = ""
 

@@ -14,11 +14,12 @@ Each setting has one owner, reused rather than re-declared:
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 
 from ludic_core.cli.rl_recipe import RLEpisodesConfig
+from ludic_core.cli.run_config import at_least
 from ludic_core.errors import ConfigError
 from ludic_train.config import TrainerConfig
 
@@ -41,22 +42,12 @@ def default_trainer_config() -> TrainerConfig:
     return TrainerConfig(pad_token_id=FROM_TOKENIZER)
 
 
-def _at_least(minimum: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value < minimum:
-            raise ConfigError(
-                f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value!r}"
-            )
-
-    return check
-
-
 @attrs.frozen(kw_only=True)
 class LoraSettings:
     """LoRA adapters on the model (``rank = 0``: full fine-tuning). ``alpha`` None: ``2 * rank``;
     ``include_lm_head``: adapt the output head too (the random test model learns nothing without it)."""
 
-    rank: int = attrs.field(default=8, validator=_at_least(0))
+    rank: int = attrs.field(default=8, validator=at_least(0))
     alpha: float | None = None
     dropout: float = 0.0
     include_lm_head: bool = False
@@ -71,8 +62,8 @@ class RunSettings:
     kept; ``loggers``: ``print``, ``rich``, ``jsonl`` (``<run_dir>/metrics.jsonl``), ``wandb``;
     ``save_final``: export the trained (merged) model to ``<run_dir>/final``."""
 
-    checkpoint_every: int = attrs.field(default=10, validator=_at_least(0))
-    max_to_keep: int = attrs.field(default=2, validator=_at_least(1))
+    checkpoint_every: int = attrs.field(default=10, validator=at_least(0))
+    max_to_keep: int = attrs.field(default=2, validator=at_least(1))
     loggers: tuple[Literal["print", "rich", "jsonl", "wandb"], ...] = ("print", "jsonl")
     save_final: bool = False
 
@@ -104,9 +95,9 @@ class SFTRunConfig:
     model: str
     data: tuple[str, ...]
     min_reward: float | None = None
-    epochs: int = attrs.field(default=1, validator=_at_least(1))
-    batch_size: int = attrs.field(default=8, validator=_at_least(1))
-    seed: int = attrs.field(default=0, validator=_at_least(0))
+    epochs: int = attrs.field(default=1, validator=at_least(1))
+    batch_size: int = attrs.field(default=8, validator=at_least(1))
+    seed: int = attrs.field(default=0, validator=at_least(0))
     device: str = "cpu"
     length_normalize: bool = True
     trainer: TrainerConfig = attrs.field(
@@ -133,9 +124,9 @@ class PipelineSettings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     queue_key: str = "ludic:pipeline"
     weights_dir: str = "runs/pipeline-weights"
-    max_queue_len: int = attrs.field(default=32, validator=_at_least(1))
+    max_queue_len: int = attrs.field(default=32, validator=at_least(1))
     wait_timeout_s: float = 600.0
-    actor_batches: int = attrs.field(default=0, validator=_at_least(0))
+    actor_batches: int = attrs.field(default=0, validator=at_least(0))
     clear_queue: bool = False
 
     def __attrs_post_init__(self) -> None:
