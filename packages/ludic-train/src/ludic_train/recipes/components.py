@@ -16,7 +16,7 @@ from ludic_train.cli_backend import load_local_model
 from ludic_train.config import TrainerConfig
 from ludic_train.recipes.config import FROM_TOKENIZER, LoraSettings, RunSettings
 
-__all__ = ["build_checkpointer", "build_logger", "build_model", "trainer_config"]
+__all__ = ["build_checkpointer", "build_logger", "build_model", "run_keeping", "trainer_config"]
 
 
 def build_model(
@@ -90,3 +90,26 @@ def build_logger(
         elif name != "none":
             raise ConfigError(f"logger {name!r}: expected one of {', '.join(LOGGERS)} (or none)")
     return TeeLogger(*loggers) if loggers else None
+
+
+def run_keeping(
+    run: RunSettings,
+    run_dir: Path,
+    *,
+    lora: LoraSettings,
+    resume: bool,
+    dry_run: bool,
+    total_steps: int,
+    title: str,
+) -> dict[str, Any]:
+    """The Trainer arguments every local recipe takes from its ``[run]`` table: the checkpointer, a
+    resume from its newest checkpoint on ``--resume``, and the loggers (none in a dry run)."""
+    return {
+        "checkpointer": build_checkpointer(run, run_dir, lora=lora),
+        "resume_from": "latest" if resume else None,
+        "logger": None
+        if dry_run
+        else build_logger(
+            run.loggers, metrics_path=run_dir / "metrics.jsonl", total_steps=total_steps, title=title
+        ),
+    }

@@ -94,7 +94,7 @@ async def _learner(
     config: PipelineRunConfig, run_dir: Path, *, dry_run: bool, resume: bool
 ) -> dict[str, Any]:
     from ludic_core.pipeline import RedisBatchSource
-    from ludic_train.recipes.components import build_checkpointer, build_logger, build_model, trainer_config
+    from ludic_train.recipes.components import build_model, run_keeping, trainer_config
     from ludic_train.recipes.weight_files import DirectoryWeights
     from ludic_train.trainer import Trainer
 
@@ -124,13 +124,12 @@ async def _learner(
             trainer_config(config.trainer, tokenizer), eval_every_steps=None, eval_at_start=False
         ),
         publisher=DirectoryWeights(config.pipeline.weights_dir),
-        checkpointer=build_checkpointer(config.run, run_dir, lora=config.lora),
-        resume_from="latest" if resume else None,
-        logger=None
-        if dry_run
-        else build_logger(
-            config.run.loggers,
-            metrics_path=run_dir / "metrics.jsonl",
+        **run_keeping(
+            config.run,
+            run_dir,
+            lora=config.lora,
+            resume=resume,
+            dry_run=dry_run,
             total_steps=config.steps,
             title="pipeline",
         ),

@@ -46,7 +46,7 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
     from ludic_core.evaluation import run_eval
     from ludic_train.cli_backend import LocalBackend
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.recipes.components import build_checkpointer, build_logger, build_model, trainer_config
+    from ludic_train.recipes.components import build_model, run_keeping, trainer_config
     from ludic_train.trainer import Trainer
 
     profile = resolve_profile(config.env)
@@ -82,13 +82,12 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
         batch_source=source,
         config=trainer_config(config.trainer, tokenizer),
         publisher=client.as_publisher(),
-        checkpointer=build_checkpointer(config.run, run_dir, lora=config.lora),
-        resume_from="latest" if resume else None,
-        logger=None
-        if dry_run
-        else build_logger(
-            config.run.loggers,
-            metrics_path=run_dir / "metrics.jsonl",
+        **run_keeping(
+            config.run,
+            run_dir,
+            lora=config.lora,
+            resume=resume,
+            dry_run=dry_run,
             total_steps=config.steps,
             title=f"{config.env} {algorithm.name}",
         ),

@@ -26,7 +26,7 @@ def check_sft(config: SFTRunConfig) -> None:
 async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
     from ludic_core.algorithms.presets import sft
     from ludic_core.retokenize import TokenizerTemplate
-    from ludic_train.recipes.components import build_checkpointer, build_logger, build_model, trainer_config
+    from ludic_train.recipes.components import build_model, run_keeping, trainer_config
     from ludic_train.sft import sft_batch_source
     from ludic_train.trainer import Trainer
 
@@ -49,12 +49,14 @@ async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bo
         algorithm=algorithm,
         batch_source=source,
         config=trainer_config(config.trainer, tokenizer),
-        checkpointer=build_checkpointer(config.run, run_dir, lora=config.lora),
-        resume_from="latest" if resume else None,
-        logger=None
-        if dry_run
-        else build_logger(
-            config.run.loggers, metrics_path=run_dir / "metrics.jsonl", total_steps=steps, title="sft"
+        **run_keeping(
+            config.run,
+            run_dir,
+            lora=config.lora,
+            resume=resume,
+            dry_run=dry_run,
+            total_steps=steps,
+            title="sft",
         ),
     )
     try:
