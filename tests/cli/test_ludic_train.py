@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -169,26 +170,30 @@ def test_ludic_script_is_installed() -> None:
     assert shutil.which("ludic") or (Path(sys.executable).parent / "ludic").exists()
 
 
-def test_pipeline_learner_trains_on_what_an_actor_pushes_through_redis(tmp_path: Path) -> None:
+@pytest.fixture
+def redis_url() -> Iterator[str]:
     pytest.importorskip("redis")
-    from ludic_core.pipeline.local_server import find_redis_server, local_redis_server
+    from ludic_core.testing.redis import redis_url_for_tests
 
-    if find_redis_server() is None:
-        pytest.skip("no redis-server on PATH (apt-get install redis-server)")
+    yield from redis_url_for_tests()  # a private redis-server; a skip, saying why, where none is installed
+
+
+def test_pipeline_learner_trains_on_what_an_actor_pushes_through_redis(
+    tmp_path: Path, redis_url: str
+) -> None:
     smoke = ROOT / "examples" / "pipeline_rl" / "pipeline_smoke.toml"
-    with local_redis_server() as url:
-        shared = [str(smoke), f"pipeline.redis_url={url}", "pipeline.weights_dir=weights"]
-        dry = ludic("train", "pipeline-actor", *shared, "--dry-run", cwd=tmp_path)
-        assert dry.returncode == 0, dry.stderr
-        assert "\nactor: RedisPipelineActor" in dry.stdout
-        learner = ludic_background("train", "pipeline-learner", *shared, "run_dir=learner", cwd=tmp_path)
-        try:
-            actor = ludic("train", "pipeline-actor", *shared, "run_dir=actor", cwd=tmp_path)
-            assert actor.returncode == 0, actor.stderr
-            _, learner_err = learner.communicate(timeout=TIMEOUT_S)
-        finally:
-            learner.kill()
-        assert learner.returncode == 0, learner_err
+    shared = [str(smoke), f"pipeline.redis_url={redis_url}", "pipeline.weights_dir=weights"]
+    dry = ludic("train", "pipeline-actor", *shared, "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "\nactor: RedisPipelineActor" in dry.stdout
+    learner = ludic_background("train", "pipeline-learner", *shared, "run_dir=learner", cwd=tmp_path)
+    try:
+        actor = ludic("train", "pipeline-actor", *shared, "run_dir=actor", cwd=tmp_path)
+        assert actor.returncode == 0, actor.stderr
+        _, learner_err = learner.communicate(timeout=TIMEOUT_S)
+    finally:
+        learner.kill()
+    assert learner.returncode == 0, learner_err
     actor_summary = json.loads((tmp_path / "actor" / "summary.json").read_text())
     assert actor_summary["batches_pushed"] == 4 and actor_summary["items_pushed"] > 0
     learner_summary = json.loads((tmp_path / "learner" / "summary.json").read_text())
