@@ -6,7 +6,6 @@ the command as the SDK takes them (``TINKER_BASE_URL``, ``TINKER_API_KEY``), or 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -81,9 +80,11 @@ async def test_rollouts_sample_saved_sampler_weights(
         ),
     ],
 )
-def test_bad_settings_are_named_before_any_remote_call(config: BackendConfig, message: str) -> None:
+def test_bad_settings_are_named_before_any_remote_call(
+    config: BackendConfig, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ludic_tinker.cli_backend import TinkerBackend
 
-    os.environ.pop("LUDIC_TEST_UNSET_KEY", None)
+    monkeypatch.delenv("LUDIC_TEST_UNSET_KEY", raising=False)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         TinkerBackend(config)

@@ -38,7 +38,8 @@ def _optional_positive(instance: object, attribute: attrs.Attribute[int | None],
 class TinkerSettings:
     """``base_model`` trained with LoRA ``lora_rank`` on the service at ``base_url`` (None:
     ``TINKER_BASE_URL`` or production; the key from ``TINKER_API_KEY``). ``tokenizer``: a tokenizer
-    directory or hub name (None: the base model's). ``fake_service``: run against ludic-tinker's loopback
+    directory or hub name (None: the base model's; for ``fake/tiny-char-lm``, the model of
+    ``ludic_tinker.testing``'s fake service, its byte tokenizer). ``fake_service``: run against ludic-tinker's loopback
     fake (offline, no key; a tiny byte-level model stands in for ``base_model``). Every
     ``checkpoint_every`` steps weights and Adam state are saved on the service, with a local record in
     ``<run_dir>/checkpoints`` that ``--resume`` continues from; every ``eval_every`` steps the
