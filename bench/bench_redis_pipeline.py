@@ -1,19 +1,26 @@
 """Redis pipeline throughput against raw Redis RPUSH/BLPOP of the same bytes, in the same run.
 
 Both sides move the same number of messages through a private ``redis-server`` (started here on a free
-loopback port) with one producer task and one consumer task running concurrently on one event loop:
+loopback port) with one producer task and one consumer task running concurrently on one event loop, so
+every encode, decode and round trip of both ends is paid on one core, as in a one-process test:
 
-* ``pipeline`` — the library path: ``RedisPipelineActor.push`` (encode a ``BatchMessage`` of SAW items
-  with the binary wire format, RPUSH) and ``RedisBatchSource.next_batch`` (LPOP several messages per
-  round trip, BLPOP when the queue is empty, decode and check every item, batch meta), with a learner
-  batch of ``--learner-items`` items (default: one actor batch);
-* ``raw`` — ``redis.asyncio`` RPUSH/BLPOP, one message per command, of pre-made byte blobs exactly as
-  long as the encoded messages (no encoding, no decoding).
+* ``pipeline`` — the library path: ``RedisPipelineActor.push`` (check and encode a ``BatchMessage`` of
+  SAW items with the binary wire format, RPUSH) and ``RedisBatchSource.next_batch`` (claim whole
+  messages into the learner's processing list: one pipelined BLMOVE + LMOVEs + LLEN round trip per
+  claim, decode and check every item, batch meta), with a learner batch of ``--learner-items`` items
+  (default: one actor batch);
+* ``pipeline_read`` — the same, and the consumer also reads every item's ``input_ids``,
+  ``action_mask`` and ``actor_logps`` as tuples (what a collate that reads the fields pays: decoded
+  items unpack their arrays on first read);
+* ``raw`` — ``redis.asyncio`` with pre-made byte blobs exactly as long as the encoded messages (no
+  encoding, no decoding), with the same batching: one RPUSH per message, and per learner batch one
+  BLPOP (plus, when a learner batch spans several messages, an LPOP of the rest in the same round trip).
 
-The ratio ``pipeline / raw`` is what the wire format and the checks cost on top of Redis itself. The
-JSON also reports the encoded size per token and breaks the pipeline cost down into encode and decode
-time per message, measured in-process (the rest is Redis, asyncio and the batch meta). Prints one JSON
-object (``{"skipped": ...}`` when there is no redis-server binary).
+The ratios ``raw time / pipeline time`` are what the wire format, the checks and the exactly-once
+claims cost on top of Redis itself. Each repeat runs the three sides back to back (in a rotating
+order), and a ratio is taken within each repeat; the JSON gives the median, the range and the ratio of
+the best times. It also reports the encoded size per token and the in-process encode, decode and read
+time per message. Prints one JSON object (``{"skipped": ...}`` when there is no redis-server binary).
 """
 
 from __future__ import annotations
@@ -77,7 +84,19 @@ def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> Batc
     return BatchMessage(items=tuple(out), actor_id="bench", batch_index=index, created_at=time.time())
 
 
-async def run_pipeline(url: str, queue: str, messages: list[BatchMessage], learner_items: int) -> float:
+def read_arrays(items: list[SAWItem]) -> int:
+    """Read every array a trainer collates, as tuples; returns the number of tokens read."""
+    tokens = 0
+    for item in items:
+        tokens += len(item.input_ids) + len(item.action_mask)
+        if item.actor_logps is not None:
+            tokens += len(item.actor_logps)
+    return tokens
+
+
+async def run_pipeline(
+    url: str, queue: str, messages: list[BatchMessage], learner_items: int, *, read: bool
+) -> float:
     never_used = RolloutBatchSource(  # the bench pushes ready-made batches; nothing is generated
         engine=RolloutEngine(),
         requests=lambda step: [],
@@ -99,7 +118,10 @@ async def run_pipeline(url: str, queue: str, messages: list[BatchMessage], learn
         while got < len(messages) * per_message:
             # The last batch may be short of learner_items: ask only for what is left.
             source.min_items = min(learner_items, len(messages) * per_message - got)
-            got += len((await source.next_batch()).items)
+            batch = await source.next_batch()
+            if read:
+                read_arrays(batch.items)
+            got += len(batch.items)
         return got
 
     started = time.perf_counter()
@@ -111,7 +133,7 @@ async def run_pipeline(url: str, queue: str, messages: list[BatchMessage], learn
     return elapsed
 
 
-async def run_raw(url: str, queue: str, blobs: list[bytes]) -> float:
+async def run_raw(url: str, queue: str, blobs: list[bytes], per_pop: int) -> float:
     import redis.asyncio as redis_asyncio
 
     producer = redis_asyncio.Redis.from_url(url)
@@ -121,13 +143,23 @@ async def run_raw(url: str, queue: str, blobs: list[bytes]) -> float:
         for blob in blobs:
             await producer.rpush(queue, blob)
 
+    async def pop(count: int) -> int:
+        if count == 1:
+            popped = await consumer.blpop([queue], timeout=5)
+            rest: list[bytes] | None = []
+        else:  # the learner's batching: wait for one, take the rest in the same round trip
+            pipe = consumer.pipeline(transaction=False)
+            pipe.blpop([queue], timeout=5)
+            pipe.lpop(queue, count - 1)
+            popped, rest = await pipe.execute()
+        if popped is None:
+            raise TimeoutError("raw consumer: nothing to pop for 5 s")
+        return 1 + len(rest or [])
+
     async def consume() -> int:
         got = 0
         while got < len(blobs):
-            popped = await consumer.blpop([queue], timeout=5)
-            if popped is None:
-                raise TimeoutError("raw consumer: nothing to pop for 5 s")
-            got += 1
+            got += await pop(min(per_pop, len(blobs) - got))
         return got
 
     started = time.perf_counter()
@@ -138,16 +170,28 @@ async def run_raw(url: str, queue: str, blobs: list[bytes]) -> float:
     return elapsed
 
 
-def codec_times(messages: list[BatchMessage], payloads: list[bytes]) -> tuple[float, float]:
+def codec_times(messages: list[BatchMessage], payloads: list[bytes]) -> dict[str, float]:
+    """In-process ms per message: encode, decode (checks included), and reading the decoded arrays."""
     started = time.perf_counter()
     for message in messages:
         encode_message(message)
     encode_s = time.perf_counter() - started
     started = time.perf_counter()
-    for payload in payloads:
-        decode_message(payload)
+    decoded = [decode_message(payload) for payload in payloads]
     decode_s = time.perf_counter() - started
-    return encode_s / len(messages), decode_s / len(payloads)
+    started = time.perf_counter()
+    for message in decoded:
+        read_arrays(list(message.items))
+    read_s = time.perf_counter() - started
+    return {
+        "encode_ms_per_message": encode_s / len(messages) * 1e3,
+        "decode_ms_per_message": decode_s / len(payloads) * 1e3,
+        "read_ms_per_message": read_s / len(payloads) * 1e3,
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
@@ -157,45 +201,47 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
     ]
     payloads = [encode_message(m) for m in messages]
     learner_items = args.learner_items or args.items_per_message
+    per_pop = math.ceil(learner_items / args.items_per_message)  # messages per learner batch
     rng = random.Random(args.seed)
     blobs = [rng.randbytes(len(p)) for p in payloads]
-    pipeline_s: list[float] = []
-    raw_s: list[float] = []
+    sides = ("pipeline", "pipeline_read", "raw")
+    times: dict[str, list[float]] = {side: [] for side in sides}
     for repeat in range(args.repeats):
-        # Alternate the order so that neither side always runs on a warmer server.
-        order = ("pipeline", "raw") if repeat % 2 == 0 else ("raw", "pipeline")
-        for side in order:
+        # Rotate the order so that no side always runs on a warmer (or a more loaded) machine.
+        for side in sides[repeat % 3 :] + sides[: repeat % 3]:
             queue = f"bench:{side}:{repeat}"
-            if side == "pipeline":
-                pipeline_s.append(await run_pipeline(url, queue, messages, learner_items))
+            if side == "raw":
+                times[side].append(await run_raw(url, queue, blobs, per_pop))
             else:
-                raw_s.append(await run_raw(url, queue, blobs))
-    encode_s, decode_s = codec_times(messages, payloads)
+                times[side].append(
+                    await run_pipeline(url, queue, messages, learner_items, read=side == "pipeline_read")
+                )
     items = args.messages * args.items_per_message
-    best_pipeline, best_raw = min(pipeline_s), min(raw_s)
+    best = {side: min(values) for side, values in times.items()}
     message_bytes = statistics.fmean(len(p) for p in payloads)
-    return {
+    result: dict[str, Any] = {
         "benchmark": "redis_pipeline",
         "wire_version": WIRE_VERSION,
         "messages": args.messages,
         "items_per_message": args.items_per_message,
         "tokens_per_item": args.tokens,
         "learner_items": learner_items,
+        "messages_per_learner_batch": per_pop,
         "message_bytes_mean": message_bytes,
         "bytes_per_token": message_bytes / (args.items_per_message * args.tokens),
         "repeats": args.repeats,
-        "pipeline_items_per_s": items / best_pipeline,
-        "raw_items_per_s": items / best_raw,
-        "pipeline_vs_raw_throughput": best_raw / best_pipeline,
-        "pipeline_mb_per_s": sum(len(p) for p in payloads) / best_pipeline / 1e6,
-        "raw_mb_per_s": sum(len(b) for b in blobs) / best_raw / 1e6,
-        "pipeline_ms_per_message": best_pipeline / args.messages * 1e3,
-        "raw_ms_per_message": best_raw / args.messages * 1e3,
-        "encode_ms_per_message": encode_s * 1e3,
-        "decode_ms_per_message": decode_s * 1e3,
-        "pipeline_s_all": pipeline_s,
-        "raw_s_all": raw_s,
     }
+    for side in ("pipeline", "pipeline_read"):
+        ratios = [raw / own for raw, own in zip(times["raw"], times[side], strict=True)]
+        result[f"{side}_vs_raw_throughput"] = spread(ratios)
+        result[f"{side}_vs_raw_throughput_best"] = best["raw"] / best[side]
+    for side in sides:
+        result[f"{side}_items_per_s"] = items / best[side]
+        result[f"{side}_mb_per_s"] = sum(len(p) for p in payloads) / best[side] / 1e6
+        result[f"{side}_ms_per_message"] = best[side] / args.messages * 1e3
+    result.update(codec_times(messages, payloads))
+    result.update({f"{side}_s_all": values for side, values in times.items()})
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the learner's min_items (default: --items-per-message, one actor batch per learner batch)",
     )
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     try:
