@@ -28,7 +28,7 @@ __all__ = ["PackedArrays", "PackedSAWItem"]
 T = TypeVar("T")
 
 
-@attrs.frozen
+@attrs.define  # not frozen: a message builds one per item, and nothing changes one after that
 class PackedArrays:
     """Where one item's arrays sit in its message's checked columns.
 
