@@ -29,11 +29,16 @@ import argparse
 import asyncio
 import json
 import math
+import multiprocessing
+import os
 import random
 import statistics
 import sys
 import time
+from multiprocessing.connection import Connection
 from typing import Any
+
+import attrs
 
 from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.credit import ConstantCredit
@@ -84,6 +89,195 @@ def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> Batc
     return BatchMessage(items=tuple(out), actor_id="bench", batch_index=index, created_at=time.time())
 
 
+class PipelineProducer:
+    """The actor side: ``RedisPipelineActor.push``, one message per actor batch."""
+
+    def __init__(self, url: str, queue: str, messages: list[BatchMessage]) -> None:
+        never_used = RolloutBatchSource(  # the bench pushes ready-made batches; nothing is generated
+            engine=RolloutEngine(),
+            requests=lambda step: [],
+            credit_assigner=ConstantCredit(),
+            settings=RolloutSettings(max_steps=1),
+        )
+        self.actor = RedisPipelineActor(never_used, redis_url=url, queue_key=queue, max_queue_len=None)
+        self.messages = messages
+
+    async def connect(self) -> None:
+        await self.actor.connect()
+
+    async def run(self) -> None:
+        for message in self.messages:
+            await self.actor.push(message)
+
+    async def close(self) -> None:
+        await self.actor.aclose()
+
+
+class PipelineConsumer:
+    """The learner side: ``RedisBatchSource.next_batch`` until every item arrived."""
+
+    def __init__(self, url: str, queue: str, total_items: int, learner_items: int, *, read: bool) -> None:
+        self.source = RedisBatchSource(url, queue_key=queue, min_items=learner_items, wait_timeout_s=60)
+        self.total_items, self.learner_items, self.read = total_items, learner_items, read
+
+    async def connect(self) -> None:
+        await self.source.connect()
+
+    async def run(self) -> None:
+        got = 0
+        while got < self.total_items:
+            # The last batch may be short of learner_items: ask only for what is left.
+            self.source.min_items = min(self.learner_items, self.total_items - got)
+            batch = await self.source.next_batch()
+            if self.read:
+                read_arrays(batch.items)
+            got += len(batch.items)
+        assert got == self.total_items, got
+
+    async def close(self) -> None:
+        await self.source.aclose()
+
+
+class RawProducer:
+    """``RPUSH`` of pre-made blobs, one per message."""
+
+    def __init__(self, url: str, queue: str, blobs: list[bytes]) -> None:
+        import redis.asyncio as redis_asyncio
+
+        self.redis = redis_asyncio.Redis.from_url(url)
+        self.queue, self.blobs = queue, blobs
+
+    async def connect(self) -> None:
+        await self.redis.ping()
+
+    async def run(self) -> None:
+        for blob in self.blobs:
+            await self.redis.rpush(self.queue, blob)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+class RawConsumer:
+    """``BLPOP`` with the learner's batching: per learner batch, wait for one message and (when a batch
+    spans several) take the rest with an ``LPOP`` in the same round trip."""
+
+    def __init__(self, url: str, queue: str, count: int, per_pop: int) -> None:
+        import redis.asyncio as redis_asyncio
+
+        self.redis = redis_asyncio.Redis.from_url(url)
+        self.queue, self.count, self.per_pop = queue, count, per_pop
+
+    async def connect(self) -> None:
+        await self.redis.ping()
+
+    async def pop(self, count: int) -> int:
+        rest: list[bytes] | None = []
+        if count == 1:
+            popped = await self.redis.blpop([self.queue], timeout=5)
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.blpop([self.queue], timeout=5)
+            pipe.lpop(self.queue, count - 1)
+            popped, rest = await pipe.execute()
+        if popped is None:
+            raise TimeoutError("raw consumer: nothing to pop for 5 s")
+        return 1 + len(rest or [])
+
+    async def run(self) -> None:
+        got = 0
+        while got < self.count:
+            got += await self.pop(min(self.per_pop, self.count - got))
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+Producer = PipelineProducer | RawProducer
+Consumer = PipelineConsumer | RawConsumer
+
+
+@attrs.frozen
+class Workload:
+    """What every side moves: the messages, blobs as long as their encodings, the learner's batching."""
+
+    messages: list[BatchMessage]
+    payloads: list[bytes]
+    blobs: list[bytes]
+    learner_items: int
+
+    @classmethod
+    def build(cls, args: argparse.Namespace) -> Workload:
+        messages = [
+            synthetic_message(i, items=args.items_per_message, tokens=args.tokens, seed=args.seed)
+            for i in range(args.messages)
+        ]
+        payloads = [encode_message(m) for m in messages]
+        rng = random.Random(args.seed)
+        blobs = [rng.randbytes(len(p)) for p in payloads]
+        return cls(messages, payloads, blobs, args.learner_items or args.items_per_message)
+
+    @property
+    def per_pop(self) -> int:
+        """Messages per learner batch."""
+        return math.ceil(self.learner_items / len(self.messages[0].items))
+
+    def producer(self, side: str, url: str, queue: str) -> Producer:
+        if side == "raw":
+            return RawProducer(url, queue, self.blobs)
+        return PipelineProducer(url, queue, self.messages)
+
+    def consumer(self, side: str, url: str, queue: str) -> Consumer:
+        if side == "raw":
+            return RawConsumer(url, queue, len(self.blobs), self.per_pop)
+        total = len(self.messages) * len(self.messages[0].items)
+        return PipelineConsumer(url, queue, total, self.learner_items, read=side == "pipeline_read")
+
+
+async def run_same_loop(work: Workload, side: str, url: str, queue: str) -> float:
+    producer, consumer = work.producer(side, url, queue), work.consumer(side, url, queue)
+    await producer.connect()
+    await consumer.connect()
+    started = time.perf_counter()
+    await asyncio.gather(producer.run(), consumer.run())
+    elapsed = time.perf_counter() - started
+    await producer.close()
+    await consumer.close()
+    return elapsed
+
+
+def producer_process(conn: Connection, args: argparse.Namespace, url: str) -> None:
+    """A producer in its own process (as an actor runs): builds the same workload, then per request
+    ``(side, queue)`` connects, says ``ready``, pushes everything on ``go`` and says ``done``."""
+    work = Workload.build(args)
+
+    async def serve(side: str, queue: str) -> None:
+        producer = work.producer(side, url, queue)
+        await producer.connect()
+        conn.send("ready")
+        assert conn.recv() == "go"
+        await producer.run()
+        await producer.close()
+        conn.send("done")
+
+    while (request := conn.recv()) is not None:
+        asyncio.run(serve(*request))
+
+
+async def run_other_process(work: Workload, side: str, url: str, queue: str, conn: Connection) -> float:
+    consumer = work.consumer(side, url, queue)
+    await consumer.connect()
+    conn.send((side, queue))
+    assert conn.recv() == "ready"
+    started = time.perf_counter()
+    conn.send("go")
+    await consumer.run()
+    elapsed = time.perf_counter() - started
+    assert conn.recv() == "done"
+    await consumer.close()
+    return elapsed
+
+
 def read_arrays(items: list[SAWItem]) -> int:
     """Read every array a trainer collates, as tuples; returns the number of tokens read."""
     tokens = 0
@@ -92,82 +286,6 @@ def read_arrays(items: list[SAWItem]) -> int:
         if item.actor_logps is not None:
             tokens += len(item.actor_logps)
     return tokens
-
-
-async def run_pipeline(
-    url: str, queue: str, messages: list[BatchMessage], learner_items: int, *, read: bool
-) -> float:
-    never_used = RolloutBatchSource(  # the bench pushes ready-made batches; nothing is generated
-        engine=RolloutEngine(),
-        requests=lambda step: [],
-        credit_assigner=ConstantCredit(),
-        settings=RolloutSettings(max_steps=1),
-    )
-    actor = RedisPipelineActor(never_used, redis_url=url, queue_key=queue, max_queue_len=None)
-    per_message = len(messages[0].items)
-    source = RedisBatchSource(url, queue_key=queue, min_items=learner_items, wait_timeout_s=60)
-    await actor.connect()
-    await source.connect()
-
-    async def produce() -> None:
-        for message in messages:
-            await actor.push(message)
-
-    async def consume() -> int:
-        got = 0
-        while got < len(messages) * per_message:
-            # The last batch may be short of learner_items: ask only for what is left.
-            source.min_items = min(learner_items, len(messages) * per_message - got)
-            batch = await source.next_batch()
-            if read:
-                read_arrays(batch.items)
-            got += len(batch.items)
-        return got
-
-    started = time.perf_counter()
-    _, received = await asyncio.gather(produce(), consume())
-    elapsed = time.perf_counter() - started
-    assert received == len(messages) * per_message, received
-    await actor.aclose()
-    await source.aclose()
-    return elapsed
-
-
-async def run_raw(url: str, queue: str, blobs: list[bytes], per_pop: int) -> float:
-    import redis.asyncio as redis_asyncio
-
-    producer = redis_asyncio.Redis.from_url(url)
-    consumer = redis_asyncio.Redis.from_url(url)
-
-    async def produce() -> None:
-        for blob in blobs:
-            await producer.rpush(queue, blob)
-
-    async def pop(count: int) -> int:
-        if count == 1:
-            popped = await consumer.blpop([queue], timeout=5)
-            rest: list[bytes] | None = []
-        else:  # the learner's batching: wait for one, take the rest in the same round trip
-            pipe = consumer.pipeline(transaction=False)
-            pipe.blpop([queue], timeout=5)
-            pipe.lpop(queue, count - 1)
-            popped, rest = await pipe.execute()
-        if popped is None:
-            raise TimeoutError("raw consumer: nothing to pop for 5 s")
-        return 1 + len(rest or [])
-
-    async def consume() -> int:
-        got = 0
-        while got < len(blobs):
-            got += await pop(min(per_pop, len(blobs) - got))
-        return got
-
-    started = time.perf_counter()
-    await asyncio.gather(produce(), consume())
-    elapsed = time.perf_counter() - started
-    await producer.aclose()
-    await consumer.aclose()
-    return elapsed
 
 
 def codec_times(messages: list[BatchMessage], payloads: list[bytes]) -> dict[str, float]:
@@ -194,42 +312,34 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
-    messages = [
-        synthetic_message(i, items=args.items_per_message, tokens=args.tokens, seed=args.seed)
-        for i in range(args.messages)
-    ]
-    payloads = [encode_message(m) for m in messages]
-    learner_items = args.learner_items or args.items_per_message
-    per_pop = math.ceil(learner_items / args.items_per_message)  # messages per learner batch
-    rng = random.Random(args.seed)
-    blobs = [rng.randbytes(len(p)) for p in payloads]
+async def measure(args: argparse.Namespace, url: str, conn: Connection | None) -> dict[str, Any]:
+    work = Workload.build(args)
     sides = ("pipeline", "pipeline_read", "raw")
     times: dict[str, list[float]] = {side: [] for side in sides}
     for repeat in range(args.repeats):
         # Rotate the order so that no side always runs on a warmer (or a more loaded) machine.
         for side in sides[repeat % 3 :] + sides[: repeat % 3]:
             queue = f"bench:{side}:{repeat}"
-            if side == "raw":
-                times[side].append(await run_raw(url, queue, blobs, per_pop))
+            if conn is None:
+                times[side].append(await run_same_loop(work, side, url, queue))
             else:
-                times[side].append(
-                    await run_pipeline(url, queue, messages, learner_items, read=side == "pipeline_read")
-                )
+                times[side].append(await run_other_process(work, side, url, queue, conn))
     items = args.messages * args.items_per_message
     best = {side: min(values) for side, values in times.items()}
-    message_bytes = statistics.fmean(len(p) for p in payloads)
+    message_bytes = statistics.fmean(len(p) for p in work.payloads)
     result: dict[str, Any] = {
         "benchmark": "redis_pipeline",
         "wire_version": WIRE_VERSION,
+        "producer": "process" if conn is not None else "same_loop",
         "messages": args.messages,
         "items_per_message": args.items_per_message,
         "tokens_per_item": args.tokens,
-        "learner_items": learner_items,
-        "messages_per_learner_batch": per_pop,
+        "learner_items": work.learner_items,
+        "messages_per_learner_batch": work.per_pop,
         "message_bytes_mean": message_bytes,
         "bytes_per_token": message_bytes / (args.items_per_message * args.tokens),
         "repeats": args.repeats,
+        "load_average_1min": os.getloadavg()[0],
     }
     for side in ("pipeline", "pipeline_read"):
         ratios = [raw / own for raw, own in zip(times["raw"], times[side], strict=True)]
@@ -237,9 +347,9 @@ async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
         result[f"{side}_vs_raw_throughput_best"] = best["raw"] / best[side]
     for side in sides:
         result[f"{side}_items_per_s"] = items / best[side]
-        result[f"{side}_mb_per_s"] = sum(len(p) for p in payloads) / best[side] / 1e6
+        result[f"{side}_mb_per_s"] = sum(len(p) for p in work.payloads) / best[side] / 1e6
         result[f"{side}_ms_per_message"] = best[side] / args.messages * 1e3
-    result.update(codec_times(messages, payloads))
+    result.update(codec_times(work.messages, work.payloads))
     result.update({f"{side}_s_all": values for side, values in times.items()})
     return result
 
@@ -257,10 +367,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--producer-process",
+        action="store_true",
+        help="push from a second process, as actors do (default: producer and consumer on one event loop)",
+    )
     args = p.parse_args(argv)
     try:
         with local_redis_server() as url:
-            result = asyncio.run(measure(args, url))
+            if not args.producer_process:
+                result = asyncio.run(measure(args, url, None))
+            else:
+                ours, theirs = multiprocessing.get_context("spawn").Pipe()
+                child = multiprocessing.get_context("spawn").Process(
+                    target=producer_process, args=(theirs, args, url)
+                )
+                child.start()
+                try:
+                    result = asyncio.run(measure(args, url, ours))
+                finally:
+                    ours.send(None)
+                    child.join(timeout=30)
     except RedisServerNotFound as exc:
         result = {"benchmark": "redis_pipeline", "skipped": str(exc)}
     json.dump(result, sys.stdout)

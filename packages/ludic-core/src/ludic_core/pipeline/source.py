@@ -228,12 +228,7 @@ class RedisBatchSource:
 
     async def connect(self) -> None:
         if self._redis is None:
-            # The socket timeout must outlast one BLMOVE, or redis-py would abort the wait itself.
-            self._redis = await connect_redis(
-                self.redis_url,
-                connect_timeout_s=self.connect_timeout_s,
-                command_timeout_s=self.poll_timeout_s + self.connect_timeout_s,
-            )
+            self._redis = await connect_redis(self.redis_url, connect_timeout_s=self.connect_timeout_s)
 
     async def aclose(self) -> None:
         """Acknowledge a committed checkpoint not yet acknowledged, then close the connection.
