@@ -1,8 +1,10 @@
 """Redis pipeline throughput against raw Redis RPUSH/BLPOP of the same bytes, in the same run.
 
-Both sides move the same number of messages through a private ``redis-server`` (started here on a free
-loopback port) with one producer task and one consumer task running concurrently on one event loop, so
-every encode, decode and round trip of both ends is paid on one core, as in a one-process test:
+Every side moves the same number of messages through a private ``redis-server`` (started here on a
+free loopback port) with one producer and one consumer running concurrently: by default as two tasks
+of one event loop, so every encode, decode and round trip of both ends is paid on one core; with
+``--producer-process`` the producer runs in a second process, as an actor does (it builds the same
+messages from the same seed, and the consumer times from its go signal to the last item):
 
 * ``pipeline`` — the library path: ``RedisPipelineActor.push`` (check and encode a ``BatchMessage`` of
   SAW items with the binary wire format, RPUSH) and ``RedisBatchSource.next_batch`` (claim whole
