@@ -112,7 +112,8 @@ def data_parallel() -> Iterator[Ranks]:
     import torch.distributed as dist
 
     backend = "gloo"
-    if torch.cuda.is_available():
+    # CPU training with more ranks per node than GPUs (or none) stays on gloo alone.
+    if torch.cuda.is_available() and ranks.local_rank < torch.cuda.device_count():
         torch.cuda.set_device(ranks.local_rank)
         backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend, timeout=timedelta(seconds=_process_group_timeout_s()))
