@@ -112,8 +112,10 @@ def data_parallel() -> Iterator[Ranks]:
     import torch.distributed as dist
 
     backend = "gloo"
-    # CPU training with more ranks per node than GPUs (or none) stays on gloo alone.
-    if torch.cuda.is_available() and ranks.local_rank < torch.cuda.device_count():
+    # A node with fewer GPUs than ranks (or none) trains on CPUs, over gloo alone; every rank of the
+    # node decides alike, so they agree on the backend.
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
         torch.cuda.set_device(ranks.local_rank)
         backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend, timeout=timedelta(seconds=_process_group_timeout_s()))
