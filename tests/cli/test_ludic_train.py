@@ -321,6 +321,7 @@ def test_on_policy_recipe_under_torchrun_is_refused_naming_the_pipeline(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.redis
 @pytest.mark.slow
 def test_two_learner_ranks_claim_two_actors_batches_exactly_once(tmp_path: Path, redis_url: str) -> None:
     import redis
