@@ -1,6 +1,6 @@
 """The learning tests run in CI: the ``tests`` and ``examples`` nox sessions' marker expression must
 select tests marked ``slow`` (the learning tests in ``packages/ludic-train/tests/test_learning.py``)
-and ``slow`` + ``redis`` (the pipeline example's learning run). Deselecting them would let a training
+and ``slow`` + ``redis`` (the pipeline's learning run in ``test_pipeline_learner.py``). Deselecting them would let a training
 change that stops learning pass CI unnoticed."""
 
 from __future__ import annotations

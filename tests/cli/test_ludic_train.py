@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
+import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -248,3 +251,110 @@ def test_tinker_recipe_refuses_what_it_cannot_honour(tmp_path: Path, override: s
     done = ludic("train", "tictactoe-grpo-tinker", str(smoke), override, cwd=tmp_path)
     assert done.returncode == 2 and reason in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+# --- data-parallel runs under torchrun (2 gloo CPU ranks) ---------------------------------------------
+
+
+def torchrun(*args: str, cwd: Path, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    """``torchrun --nproc-per-node N -m ludic_core.cli ...`` on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", f"--nproc-per-node={nproc}",
+        "--master-addr", "127.0.0.1", f"--master-port={port}", "-m", "ludic_core.cli",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [*launcher, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+
+
+def _sft_items(path: Path, count: int) -> None:
+    from ludic_core.saw import SAWItem
+    from ludic_core.saw_io import write_saw_jsonl
+
+    rng = random.Random(0)
+    write_saw_jsonl(
+        path,
+        [
+            SAWItem(
+                input_ids=[rng.randrange(5, 400) for _ in range(9)], action_mask=[0] * 5 + [1] * 4, weight=1.0
+            )
+            for _ in range(count)
+        ],
+    )
+
+
+@pytest.mark.slow
+def test_sft_under_torchrun_shards_each_batch_and_resumes_each_ranks_position(tmp_path: Path) -> None:
+    _sft_items(tmp_path / "items.jsonl", 8)
+    common = [str(TTT_SFT), "data=['items.jsonl']", "batch_size=4", "run.checkpoint_every=1"]
+    done = torchrun("train", "tictactoe-sft", *common, "run_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    run = tmp_path / "run"
+    assert json.loads((run / "summary.json").read_text())["steps"] == 2  # 8 items in global batches of 4
+    assert done.stderr.count("run directory: run") == 1  # rank 0 alone prints and writes
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert all(m.get("stats", m)["train/num_samples"] == 4 for m in metrics)  # both ranks' halves
+    import torch
+
+    state = torch.load(run / "checkpoints" / "step_000002" / "state.pt", weights_only=True)
+    assert [s["position"] for s in state["batch_source_by_rank"]] == [4, 4]  # each rank's 2 x 2 items
+    resumed = torchrun("train", "--resume", "run", "epochs=2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    # A checkpoint of two ranks' positions does not resume in one process.
+    single = ludic("train", "--resume", "run", "epochs=3", cwd=tmp_path)
+    assert single.returncode != 0 and "resume with 2 rank(s)" in single.stderr
+
+
+@pytest.mark.slow
+def test_on_policy_recipe_under_torchrun_is_refused_naming_the_pipeline(tmp_path: Path) -> None:
+    done = torchrun("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
+    assert done.returncode != 0
+    assert (
+        "samples its episodes from the model it trains" in done.stderr and "pipeline-learner" in done.stderr
+    )
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_two_learner_ranks_claim_two_actors_batches_exactly_once(tmp_path: Path, redis_url: str) -> None:
+    import redis
+
+    smoke = ROOT / "examples" / "pipeline_rl" / "pipeline_smoke.toml"
+    queue = f"ludic-test:{uuid.uuid4().hex[:12]}"
+    shared = [
+        str(smoke), f"pipeline.redis_url={redis_url}", f"pipeline.queue_key={queue}",
+        "pipeline.weights_dir=weights", "run.checkpoint_every=1",
+    ]  # fmt: skip
+    actors = [
+        ludic_background("train", "pipeline-actor", *shared, f"run_dir=actor-{i}", cwd=tmp_path)
+        for i in (0, 1)
+    ]
+    try:
+        learner = torchrun("train", "pipeline-learner", *shared, "run_dir=learner", cwd=tmp_path)
+        assert learner.returncode == 0, learner.stderr[-4000:]
+        for actor in actors:
+            _, err = actor.communicate(timeout=TIMEOUT_S)
+            assert actor.returncode == 0, err[-4000:]
+        # Each rank trained one actor batch per step: 2 steps, 2 batches per rank, each batch once.
+        assert json.loads((tmp_path / "learner" / "summary.json").read_text())["steps"] == 2
+        client = redis.Redis.from_url(redis_url)
+        trained = [client.lrange(f"{queue}:trained:learner-{rank}", 0, -1) for rank in (0, 1)]
+        assert [len(t) for t in trained] == [2, 2] and not set(trained[0]) & set(trained[1])
+        assert client.llen(queue) == 8 - 4  # two actors x 4 batches pushed, 4 trained
+        assert json.loads((tmp_path / "weights" / "latest.json").read_text())["version"] == 2
+        # Resuming both ranks continues each one's claims: a third step takes one new batch per rank.
+        resumed = torchrun("train", "--resume", "learner", "steps=3", cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr[-4000:]
+        assert [client.llen(f"{queue}:trained:learner-{rank}") for rank in (0, 1)] == [3, 3]
+        assert client.llen(queue) == 2
+    finally:
+        for actor in actors:
+            if actor.poll() is None:
+                actor.kill()

@@ -68,6 +68,11 @@ def test_a_partial_nested_table_keeps_the_rest_of_the_commands_default() -> None
         (["episodes=0"], "EvalConfig.episodes must be >= 1, got 0"),
         (["pass_k=[2]"], "pass_k must list ks in [1, samples_per_prompt=1], got [2]"),
         (["novalue"], "override 'novalue' must look like key=value"),
+        (["backend.base_url=http://h/v1"], "did you mean 'backend.base_urls'?"),
+        (["backend.base_urls=[]"], "BackendConfig.base_urls must list at least one server URL"),
+        (["backend.base_urls=['http://a/v1', 5]"], "backend.base_urls = ['http://a/v1', 5]: expected"),
+        (["backend.base_urls=localhost:8000"], "'localhost:8000' is not an http(s) URL"),
+        (["backend.base_urls=['http://a/v1', 'http://a/v1']"], "lists 'http://a/v1' more than once"),
     ],
 )
 def test_config_errors_name_what_is_wrong(overrides: list[str], expected: str) -> None:
@@ -86,13 +91,14 @@ def test_every_problem_is_reported_at_once_and_required_fields_are_named() -> No
 
 def test_toml_file_then_flags_then_overrides(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
-    path.write_text('env = "a"\nepisodes = 7\n[backend]\nmodel = "from-file"\nbase_url = "http://h/v1"\n')
+    # A lone URL is a list of one.
+    path.write_text('env = "a"\nepisodes = 7\n[backend]\nmodel = "from-file"\nbase_urls = "http://h/v1"\n')
     config = load_config(EvalConfig, files=[path], flags={"backend": {"model": "flag"}}, overrides=["env=b"])
-    assert (config.env, config.episodes, config.backend.model, config.backend.base_url) == (
+    assert (config.env, config.episodes, config.backend.model, config.backend.base_urls) == (
         "b",
         7,
         "flag",
-        "http://h/v1",
+        ("http://h/v1",),
     )
 
 

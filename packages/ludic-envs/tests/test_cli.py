@@ -106,6 +106,21 @@ async def test_eval_openai_backend_plays_legal_games(tmp_path: Path) -> None:
         build_saw_items(rollouts[:1], {(rollouts[0].id, s.index): 1.0 for s in rollouts[0].steps})
 
 
+async def test_eval_spreads_episodes_over_several_servers(tmp_path: Path) -> None:
+    async with serve_openai() as first, serve_openai() as second:
+        status, _out, err = await ludic(
+            "eval", "tictactoe", "--backend", "openai", "--model", "first-legal", "-n", "8",
+            "--base-url", first.base_url, "--base-url", second.base_url, "--run-dir", "run",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert status == 0, err
+        assert first.requests and second.requests  # both servers answered
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["num_rollouts"] == 8 and metrics["num_failed_episodes"] == 0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["backend"]["base_urls"] == [first.base_url, second.base_url]
+
+
 async def test_eval_counts_parse_errors_and_illegal_moves(tmp_path: Path) -> None:
     garbage, _, _ = await _eval(tmp_path, "garbage")
     assert garbage["parse_error_rate"] == 1.0 and garbage["accuracy"] == 0.0

@@ -267,3 +267,72 @@ async def test_a_restarted_trainer_retrains_exactly_the_discarded_steps_and_neve
     await client.aclose()
     assert "newer than the learner's version 4" in decode_message(dead).meta["dead_letter_reason"]
     assert left == 0
+
+
+# The learning run through the pipeline: the toy digits task (toy_rl), GRPO at lr 1e-2, the actor on its
+# own copy of the model loading the learner's published weights between batches (DirectoryWeights, as
+# the pipeline recipes do). Learner's mean batch reward, last 5 of 20 steps minus the first 5, must
+# exceed the margin that test_learning.py's zero-credit control stays well below.
+LEARN_STEPS = 20
+LEARN_WINDOW = 5
+LEARN_MARGIN = 0.2
+
+
+@pytest.mark.redis
+@pytest.mark.slow  # ~20 s: 20 steps of sampling and training on 2 CPU cores
+async def test_pipeline_actor_and_learner_raise_the_reward(
+    redis_url: str, queue_key: str, tmp_path: Path
+) -> None:
+    from toy_rl import make_online_source
+
+    from ludic_train.local_client import LocalPolicyClient
+    from ludic_train.recipes.weight_files import DirectoryWeights
+
+    tokenizer = bpe_tokenizer()
+    algorithm = make_grpo(group_size=8)
+    actor_model = tiny_causal_lm(tokenizer, seed=0)
+    sampler = LocalPolicyClient(
+        actor_model, tokenizer, batch_window_s=0.02, max_batch_size=256, initial_version=0
+    )
+    weights = DirectoryWeights(tmp_path / "weights")
+
+    async def load_new_weights(_step: int) -> None:
+        await weights.apply_latest(actor_model, sampler)
+
+    actor = RedisPipelineActor(
+        make_online_source(tokenizer, sampler, algorithm, group_size=8, groups_per_step=4),
+        redis_url=redis_url,
+        queue_key=queue_key,
+        client=sampler,
+        max_queue_len=2,
+        before_batch=load_new_weights,
+    )
+    stop = asyncio.Event()
+    actor_task = asyncio.create_task(actor.run(stop_event=stop))
+    source = RedisBatchSource(
+        redis_url, queue_key=queue_key, min_items=32, wait_timeout_s=60, current_version=lambda: trainer.step
+    )
+    trainer = Trainer(
+        model=tiny_causal_lm(tokenizer, seed=0),
+        algorithm=algorithm,
+        batch_source=source,
+        config=TrainerConfig(
+            pad_token_id=tokenizer, device="cpu", lr=1e-2, max_lag=1, max_seq_len=128, micro_token_budget=4096
+        ),
+        publisher=weights,
+    )
+    try:
+        await trainer.publish()
+        results = await asyncio.wait_for(trainer.train(LEARN_STEPS), 240)
+    finally:
+        stop.set()
+        await asyncio.wait_for(actor_task, 60)
+        await source.aclose()
+        await sampler.aclose()
+    rewards = [r["train/avg_total_reward"] for r in results]
+    before = sum(rewards[:LEARN_WINDOW]) / LEARN_WINDOW
+    after = sum(rewards[-LEARN_WINDOW:]) / LEARN_WINDOW
+    print(f"pipeline digits: mean reward {before:.3f} -> {after:.3f}")
+    assert after - before >= LEARN_MARGIN, [round(r, 3) for r in rewards]
+    assert all(r["train/policy_lag_max"] <= 1 for r in results)
+    assert weights.applied  # the actor sampled from the learner's weights

@@ -14,7 +14,7 @@ field means here:
   The tokenizer and chat template are the base model's, from the Hugging Face Hub or its cache.
   ``fake/tiny-char-lm``, the model of ``ludic_tinker.testing``'s loopback fake service, samples with
   the fake's byte tokenizer and plain-text template instead (offline dry runs and tests).
-* ``base_url`` — the service. Left at its default (the ``openai`` backend's local server) it is the
+* ``base_urls`` — the service (one). Left at its default (the ``openai`` backend's local server) it is the
   SDK's own: ``TINKER_BASE_URL``, else production.
 * ``api_key_env`` — the variable holding the key. Left at its default (``OPENAI_API_KEY``) it is the
   SDK's own: ``TINKER_API_KEY``, ``TINKER_CREDENTIAL_CMD`` or a ``tinker auth login``.
@@ -95,10 +95,19 @@ class TinkerBackend:
         return None
 
 
-def _sdk_default(config: BackendConfig, field: str) -> str | None:
+def _sdk_default(config: BackendConfig, field: str) -> Any:
     """``config.<field>``, or None (the SDK's own default) when it is left at BackendConfig's default."""
-    value: str = getattr(config, field)
+    value = getattr(config, field)
     return None if value == getattr(attrs.fields(type(config)), field).default else value
+
+
+def _service_url(config: BackendConfig) -> str | None:
+    urls = _sdk_default(config, "base_urls")
+    if urls is None:
+        return None
+    if len(urls) != 1:
+        raise ConfigError(f"backend 'tinker' samples on one service; backend.base_urls lists {list(urls)}")
+    return urls[0]
 
 
 def _api_key(config: BackendConfig) -> str | None:
@@ -123,7 +132,7 @@ def _open_sampler(config: BackendConfig) -> tuple[TinkerChatClient, Any]:
             f"{CHECKPOINT_SCHEME} path of saved sampler weights"
         )
     timeouts = TinkerTimeouts(create_client_s=config.request_timeout_s, sample_s=config.request_timeout_s)
-    service = connect(base_url=_sdk_default(config, "base_url"), api_key=_api_key(config), timeouts=timeouts)
+    service = connect(base_url=_service_url(config), api_key=_api_key(config), timeouts=timeouts)
     saved_weights = model.startswith(CHECKPOINT_SCHEME)
 
     def open_sampler() -> tuple[Any, str]:

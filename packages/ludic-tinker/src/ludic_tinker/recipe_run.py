@@ -26,7 +26,7 @@ def check_tinker_rl(config: TinkerRLRunConfig) -> None:
     if config.backend.kind != "tinker":
         raise ConfigError(f"backend.kind = {config.backend.kind!r}: this recipe samples on Tinker ('tinker')")
     # One owner per setting: what Tinker trains, and where, is the [tinker] table's.
-    for field, owner in (("model", "base_model"), ("base_url", "base_url")):
+    for field, owner in (("model", "base_model"), ("base_urls", "base_url")):
         value = getattr(config.backend, field)
         if value != getattr(attrs.fields(type(config.backend)), field).default:
             raise ConfigError(

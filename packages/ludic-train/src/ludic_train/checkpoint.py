@@ -25,7 +25,10 @@ an older one. ``latest.json`` follows the line that saved last, and only moves f
 checkpoints of an abandoned continuation are never picked as "latest" (and are the first pruned).
 
 Under FSDP2, full state dicts are gathered with ``torch.distributed.checkpoint.state_dict`` (every rank
-joins), rank 0 writes, and loading broadcasts from rank 0.
+joins), rank 0 writes, and loading broadcasts from rank 0. Each data-parallel rank reads its own data
+(its shard of a dataset, its own claims on a Redis queue), so ``state.pt`` keeps every rank's
+batch-source position (``batch_source_by_rank``) and each rank resumes its own; such a checkpoint
+resumes only with as many ranks as wrote it.
 """
 
 from __future__ import annotations
@@ -129,6 +132,34 @@ def _barrier() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _gather_on_rank0(value: Any) -> list[Any] | None:
+    """Every rank's ``value``, in rank order, on rank 0 (None elsewhere); ``[value]`` in one process."""
+    if _world_size() == 1:
+        return [value]
+    import torch.distributed as dist
+
+    gathered: list[Any] | None = [None] * _world_size() if _rank() == 0 else None
+    dist.gather_object(value, gathered, dst=0)
+    return gathered
+
+
+def _rank_source_state(state: Mapping[str, Any], path: Path) -> Any:
+    """This rank's batch-source position in a checkpoint's ``state``."""
+    by_rank = state.get("batch_source_by_rank", [state["batch_source"]])
+    if len(by_rank) != _world_size():
+        raise DataError(
+            f"{path} holds the batch-source positions of {len(by_rank)} data-parallel rank(s) but this run "
+            f"has {_world_size()}: each rank resumes its own data, so resume with {len(by_rank)} rank(s)"
+        )
+    return by_rank[_rank()]
 
 
 # --- RNG states ------------------------------------------------------------------------------------------
@@ -329,6 +360,8 @@ class CheckpointManager:
         if _rank() == 0:
             cfg.output_dir.mkdir(parents=True, exist_ok=True)
             self._recover()
+        # The other ranks read the directory (resume) only once rank 0 has put it in order.
+        _barrier()
 
     def _recover(self) -> None:
         """Undo what a kill in the middle of a save left behind."""
@@ -459,9 +492,13 @@ class CheckpointManager:
         optim_state = (
             self._optimizer_state(model, optimizer) if self.cfg.save_optimizer and optimizer else None
         )
+        source_states = _gather_on_rank0(
+            batch_source.state_dict() if isinstance(batch_source, StatefulBatchSource) else None
+        )
         if _rank() != 0:
             _barrier()
             return None
+        assert source_states is not None
         state: dict[str, Any] = {
             "step": step,
             "time": time.time(),
@@ -470,7 +507,9 @@ class CheckpointManager:
             "rng": capture_rng_states(rngs),
         }
         if isinstance(batch_source, StatefulBatchSource):
-            state["batch_source"] = batch_source.state_dict()
+            state["batch_source"] = source_states[0]
+            if len(source_states) > 1:
+                state["batch_source_by_rank"] = source_states
 
         final = self.cfg.output_dir / f"step_{step:06d}"
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step_{step:06d}-", dir=self.cfg.output_dir))
@@ -598,7 +637,7 @@ class CheckpointManager:
                 raise DataError(
                     f"{path} has no batch-source state but {type(batch_source).__name__} expects one"
                 )
-            batch_source.load_state_dict(state["batch_source"])
+            batch_source.load_state_dict(_rank_source_state(state, path))
         restore_rng_states(state["rng"], rngs)
         self._adopt(path)
         log.info("checkpoint.loaded", step=state["step"], path=str(path))

@@ -10,6 +10,10 @@ package versions), ``recipe.json`` (the recipe's name); then checkpoints, metric
 ``--resume RUN_DIR`` reads the recipe and the config back from it (overrides still apply, e.g.
 ``steps=60`` to train further) and continues from its newest checkpoint; the earlier leg's
 ``config.json``, ``versions.json`` and ``summary.json`` move to ``history/<n>/``.
+
+Under ``torchrun`` (``torchrun --nproc-per-node N -m ludic_core.cli train <recipe> ...``) every rank
+resolves the same config, joins one process group (:func:`~ludic_train.recipes.components.data_parallel`)
+and runs the recipe; rank 0 alone chooses and writes the run directory, prints, and writes the summary.
 """
 
 from __future__ import annotations
@@ -124,30 +128,51 @@ def _keep_history(run_dir: Path) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ludic_train.recipes.components import data_parallel
+
     name, recipe, config = resolve(args)
-    if args.dry_run:
+    # Every rank has read the config (from the run directory too, on --resume) before the process
+    # group forms, so rank 0 may write the run directory from here on.
+    with data_parallel() as ranks:
+        if args.dry_run:
+            return _dry_run(name, recipe, config, main=ranks.main)
+        return _train(name, recipe, config, resume=args.resume is not None, main=ranks.main)
+
+
+def _dry_run(name: str, recipe: Recipe, config: Any, *, main: bool) -> int:
+    if main:
         print(json.dumps({"recipe": name, "config": to_json(config)}, indent=2))
-        runner = recipe.load_runner()
-        with tempfile.TemporaryDirectory(prefix="ludic-dry-run-") as scratch:
-            components = runner(config, Path(scratch), dry_run=True, resume=False)
+    runner = recipe.load_runner()
+    with tempfile.TemporaryDirectory(prefix="ludic-dry-run-") as scratch:
+        components = runner(config, Path(scratch), dry_run=True, resume=False)
+    if main:
         for component, description in components.items():
             print(f"{component}: {description}")
         print(f"dry run of {name!r}: every component built; nothing trained", file=sys.stderr)
-        return 0
-    resume = args.resume is not None
-    run_dir = Path(config.run_dir) if resume else _new_run_dir(name, config)
-    config = attrs.evolve(config, run_dir=str(run_dir))
+    return 0
+
+
+def _train(name: str, recipe: Recipe, config: Any, *, resume: bool, main: bool) -> int:
+    from ludic_train.recipes.components import on_main_rank
+
+    def prepare_run_dir() -> str:
+        run_dir = Path(config.run_dir) if resume else _new_run_dir(name, config)
+        if resume:
+            _keep_history(run_dir)
+        create_run_dir("train", name, attrs.evolve(config, run_dir=str(run_dir)), str(run_dir))
+        recipe_path(run_dir).write_text(json.dumps({"recipe": name}) + "\n")
+        print(f"run directory: {run_dir}", file=sys.stderr)
+        return str(run_dir)
+
     runner = recipe.load_runner()
-    if resume:
-        _keep_history(run_dir)
-    create_run_dir("train", name, config, str(run_dir))
-    recipe_path(run_dir).write_text(json.dumps({"recipe": name}) + "\n")
-    print(f"run directory: {run_dir}", file=sys.stderr)
+    run_dir = Path(on_main_rank(prepare_run_dir))
+    config = attrs.evolve(config, run_dir=str(run_dir))
     summary = runner(config, run_dir, dry_run=False, resume=resume)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    steps = summary.get("steps")
-    reached = f"trained to step {steps}" if steps is not None else "finished"
-    print(f"{name}: {reached}; run directory {run_dir}", file=sys.stderr)
+    if main:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        steps = summary.get("steps")
+        reached = f"trained to step {steps}" if steps is not None else "finished"
+        print(f"{name}: {reached}; run directory {run_dir}", file=sys.stderr)
     return 0
 
 

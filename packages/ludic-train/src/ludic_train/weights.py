@@ -96,9 +96,15 @@ def merged_state_dict(
 
 
 def export_pretrained(model: Any, out_dir: str | os.PathLike[str], *, tokenizer: Any = None) -> None:
-    """Write a plain HF directory of the merged model (``from_pretrained`` loads it with no PEFT)."""
+    """Write a plain HF directory of the merged model (``from_pretrained`` loads it with no PEFT).
+
+    Under FSDP2 every rank must call this (the shards are gathered); rank 0 writes."""
+    import torch.distributed as dist
+
     base = model.get_base_model() if is_peft_model(model) else model
     state = merged_state_dict(model)
+    if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+        return
     base.save_pretrained(str(out_dir), state_dict=state)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(out_dir))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from ludic_core.cli.run_config import BackendConfig
+from ludic_core.client_pool import ClientPool
 from ludic_core.errors import ConfigError
 from ludic_core.harness import AgentHarness
 from ludic_core.message_agent import MessageAgent
@@ -39,24 +40,30 @@ class Backend(Protocol):
 
 
 class OpenAIBackend:
-    """An OpenAI-compatible server (vLLM, SGLang, a hosted API) through :class:`OpenAIChatClient`."""
+    """OpenAI-compatible servers (vLLM, SGLang, a hosted API) through :class:`OpenAIChatClient`: one
+    client per URL in ``base_urls``, several spread over a :class:`~ludic_core.client_pool.ClientPool`
+    (each request to the least busy server)."""
 
     token_level = False
 
     def __init__(self, config: BackendConfig) -> None:
         if not config.model:
             raise ConfigError(
-                f"backend {config.kind!r} needs backend.model (--model): the model name the server at "
-                f"{config.base_url} serves"
+                f"backend {config.kind!r} needs backend.model (--model): the model name the servers at "
+                f"{', '.join(config.base_urls)} serve"
             )
-        self.client = OpenAIChatClient(
-            config.base_url,
-            config.model,
-            api_key_env=config.api_key_env,
-            max_concurrency=config.max_concurrency,
-            request_timeout_s=config.request_timeout_s,
-            max_retries=config.max_retries,
-        )
+        clients = [
+            OpenAIChatClient(
+                url,
+                config.model,
+                api_key_env=config.api_key_env,
+                max_concurrency=config.max_concurrency,
+                request_timeout_s=config.request_timeout_s,
+                max_retries=config.max_retries,
+            )
+            for url in config.base_urls
+        ]
+        self.client: OpenAIChatClient | ClientPool = clients[0] if len(clients) == 1 else ClientPool(clients)
 
     def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
         client = self.client

@@ -52,13 +52,27 @@ def _strict(tp: type, accepts: tuple[type, ...]) -> Any:
     return structure
 
 
+def _strings(value: Any, _tp: Any) -> tuple[str, ...]:
+    # A lone string is a list of one (`--base-url URL`, `data=run.jsonl`), never a list of characters.
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"got {type(value).__name__}")
+    wrong = [f"[{i}] is {type(v).__name__}" for i, v in enumerate(value) if not isinstance(v, str)]
+    if wrong:
+        raise TypeError(f"every item must be a str; {', '.join(wrong)}")
+    return tuple(value)
+
+
 def make_converter() -> cattrs.Converter:
-    """A converter that refuses unknown keys and never coerces between types (ints widen to floats)."""
+    """A converter that refuses unknown keys and never coerces between types (ints widen to floats; a
+    lone string where a list of strings is expected is a list of one)."""
     converter = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     converter.register_structure_hook(int, _strict(int, (int,)))
     converter.register_structure_hook(float, _strict(float, (int, float)))
     converter.register_structure_hook(str, _strict(str, (str,)))
     converter.register_structure_hook(bool, _strict(bool, (bool,)))
+    converter.register_structure_hook_func(lambda tp: tp == tuple[str, ...], _strings)
     return converter
 
 

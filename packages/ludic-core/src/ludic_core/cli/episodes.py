@@ -43,7 +43,7 @@ _FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "env": ("env",),
     "model": ("backend", "model"),
     "backend": ("backend", "kind"),
-    "base_url": ("backend", "base_url"),
+    "base_url": ("backend", "base_urls"),
     "episodes": ("episodes",),
     "samples_per_prompt": ("samples_per_prompt",),
     "seed": ("seed",),
@@ -70,7 +70,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "OpenAI API; `ludic serve` starts one); local: in-process model (ludic-train); tinker (ludic-tinker)",
     )
     parser.add_argument("--model", help="served model name (openai), model dir or `tiny` (local)")
-    parser.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1")
+    parser.add_argument(
+        "--base-url",
+        action="append",
+        help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; repeat it for several servers "
+        "serving the same model (each request goes to the least busy one)",
+    )
     parser.add_argument("-n", "--episodes", type=int, help="number of prompts (env seeds)")
     parser.add_argument("-k", "--samples-per-prompt", type=int, help="samples per prompt (pass@k groups)")
     parser.add_argument("--seed", type=int)

@@ -56,12 +56,27 @@ def _ks(instance: Any, attribute: attrs.Attribute[Any], value: tuple[int, ...]) 
         )
 
 
+def _server_urls(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    where = f"{type(instance).__name__}.{attribute.name}"
+    if not value:
+        raise ConfigError(f"{where} must list at least one server URL, got []")
+    for url in value:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{where}: {url!r} is not an http(s) URL such as http://localhost:8000/v1")
+    repeated = sorted({url for url in value if value.count(url) > 1})
+    if repeated:
+        raise ConfigError(f"{where} lists {repeated[0]!r} more than once")
+
+
 @attrs.frozen(kw_only=True)
 class BackendConfig:
     """Where completions come from.
 
-    * ``openai``: any OpenAI-compatible server at ``base_url`` (vLLM, SGLang, a hosted API), ``model``
-      being the served model's name; the API key is read from the variable ``api_key_env``;
+    * ``openai``: any OpenAI-compatible servers at ``base_urls`` (vLLM, SGLang, a hosted API), ``model``
+      being the served model's name; with several servers (each serving the same weights) every
+      request goes to the least busy one (:class:`~ludic_core.client_pool.ClientPool`), and
+      ``max_concurrency`` bounds the requests in flight per server; the API key is read from the
+      variable ``api_key_env``;
     * ``local``: an in-process transformers model (ludic-train), ``model`` a model directory or hub id,
       or ``tiny`` for the test model;
     * ``vllm``: a vLLM server is OpenAI-compatible, so this is the ``openai`` backend (``ludic serve``
@@ -71,7 +86,8 @@ class BackendConfig:
 
     kind: Literal["openai", "local", "vllm", "tinker"] = "openai"
     model: str = ""
-    base_url: str = "http://localhost:8000/v1"
+    base_urls: tuple[str, ...] = attrs.field(default=("http://localhost:8000/v1",), validator=_server_urls)
+    """One URL or a list (``base_urls = ["http://node-1:8000/v1", "http://node-2:8000/v1"]``)."""
     api_key_env: str = "OPENAI_API_KEY"
     max_concurrency: int = attrs.field(default=32, validator=at_least(1))
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)

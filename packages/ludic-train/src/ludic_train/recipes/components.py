@@ -1,31 +1,193 @@
-"""The pieces every local recipe builds the same way: the model (with LoRA), the loggers, the
-checkpoint manager, and the Trainer config with the tokenizer's pad id."""
+"""The pieces every local recipe builds the same way: the model (with LoRA, sharded with FSDP2 under
+``torchrun``), the loggers, the checkpoint manager, and the Trainer config with the tokenizer's pad id;
+and the data-parallel launch they run in.
+
+``torchrun --nproc-per-node N -m ludic_core.cli train <recipe> ...`` starts N copies of ``ludic train``
+with ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` set. :func:`data_parallel` then joins them in one
+process group (gloo for CPU tensors, NCCL for CUDA ones), :func:`build_model` shards the model across
+them, rank 0 alone writes the run directory and the logs, and checkpoints are gathered collectively
+(rank 0 writes). Each recipe splits its data by rank (:func:`launched_ranks`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
-from ludic_core.errors import ConfigError
+from ludic_core.errors import ConfigError, LudicError
 from ludic_core.loggers.base import TrainingLogger
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.cli_backend import load_local_model
 from ludic_train.config import TrainerConfig
 from ludic_train.recipes.config import FROM_TOKENIZER, LoraSettings, RunSettings
 
-__all__ = ["build_checkpointer", "build_logger", "build_model", "run_keeping", "trainer_config"]
+__all__ = [
+    "Ranks",
+    "build_checkpointer",
+    "build_logger",
+    "build_model",
+    "check_ranks_agree",
+    "data_parallel",
+    "launched_ranks",
+    "on_main_rank",
+    "rank_device",
+    "run_keeping",
+    "trainer_config",
+]
+
+T = TypeVar("T")
+
+PROCESS_GROUP_TIMEOUT_ENV = "LUDIC_DIST_TIMEOUT_S"
+"""Seconds a rank waits in a collective for the others (default 1800): it must outlast the longest
+thing one rank does alone, e.g. a pipeline learner waiting for actor batches, or rank 0 writing a
+checkpoint."""
+
+
+@attrs.frozen
+class Ranks:
+    """This process's place in a ``torchrun`` launch; a plain run is rank 0 of 1."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def launched_ranks(environ: Mapping[str, str] | None = None) -> Ranks:
+    """The ranks ``torchrun`` set in the environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``)."""
+    env = os.environ if environ is None else environ
+    values: dict[str, int] = {}
+    for name, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)):
+        raw = env.get(name)
+        try:
+            values[name] = default if raw is None else int(raw)
+        except ValueError:
+            raise ConfigError(
+                f"environment variable {name}={raw!r}: expected an int (torchrun sets it)"
+            ) from None
+    ranks = Ranks(values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"])
+    if ranks.world_size < 1 or not 0 <= ranks.rank < ranks.world_size or ranks.local_rank < 0:
+        raise ConfigError(
+            f"RANK={ranks.rank}, WORLD_SIZE={ranks.world_size}, LOCAL_RANK={ranks.local_rank}: expected "
+            "0 <= RANK < WORLD_SIZE (set by torchrun)"
+        )
+    return ranks
+
+
+def _process_group_timeout_s() -> float:
+    raw = os.environ.get(PROCESS_GROUP_TIMEOUT_ENV, "1800")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"{PROCESS_GROUP_TIMEOUT_ENV}={raw!r}: expected seconds > 0")
+    return value
+
+
+@contextlib.contextmanager
+def data_parallel() -> Iterator[Ranks]:
+    """Under ``torchrun`` (``WORLD_SIZE > 1``): join the process group for the block, gloo for CPU
+    tensors and NCCL for CUDA ones (each rank on GPU ``LOCAL_RANK``), with a timeout on every collective
+    (``LUDIC_DIST_TIMEOUT_S``); a plain run does nothing. Yields the ranks."""
+    ranks = launched_ranks()
+    if not ranks.distributed:
+        yield ranks
+        return
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    backend = "gloo"
+    # A node with fewer GPUs than ranks (or none) trains on CPUs, over gloo alone; every rank of the
+    # node decides alike, so they agree on the backend.
+    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world_size))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
+        torch.cuda.set_device(ranks.local_rank)
+        backend = "cpu:gloo,cuda:nccl"
+    dist.init_process_group(backend, timeout=timedelta(seconds=_process_group_timeout_s()))
+    try:
+        yield ranks
+    finally:
+        dist.destroy_process_group()
+
+
+def rank_device(device: str) -> str:
+    """Where this rank trains: ``cuda`` becomes this rank's GPU (``cuda:LOCAL_RANK``) under torchrun."""
+    ranks = launched_ranks()
+    if ranks.distributed and device.split(":")[0] == "cuda":
+        return f"cuda:{ranks.local_rank}"
+    return device
+
+
+def on_main_rank(compute: Callable[[], T]) -> T:
+    """``compute()`` on rank 0, its result handed to every rank; when it raises, rank 0 raises that
+    error and the other ranks a :class:`LudicError` quoting it, so no rank waits for the others until
+    the process group's timeout."""
+    ranks = launched_ranks()
+    if not ranks.distributed:
+        return compute()
+    import torch.distributed as dist
+
+    box: list[Any] = [None]
+    failure: Exception | None = None
+    if ranks.main:
+        try:
+            box[0] = ("ok", compute())
+        except Exception as exc:
+            failure = exc
+            box[0] = ("error", f"{type(exc).__name__}: {exc}")
+    dist.broadcast_object_list(box, src=0)
+    if failure is not None:
+        raise failure
+    status, value = box[0]
+    if status == "error":
+        raise (ConfigError if value.startswith("ConfigError") else LudicError)(f"rank 0 failed: {value}")
+    return value
+
+
+def check_ranks_agree(value: Any, what: str) -> None:
+    """Raise on every rank unless all ranks hold the same ``value`` (e.g. the step they resumed at: a
+    run directory that some ranks cannot see would have them train different numbers of steps)."""
+    ranks = launched_ranks()
+    if not ranks.distributed:
+        return
+    import torch.distributed as dist
+
+    values: list[Any] = [None] * ranks.world_size
+    dist.all_gather_object(values, value)
+    if len(set(map(repr, values))) > 1:
+        raise ConfigError(
+            f"the data-parallel ranks disagree on {what}: {values} (rank by rank); every rank must see "
+            "the same run directory (a shared file system across the learner's nodes)"
+        )
 
 
 def build_model(
     name: str, *, device: str, lora: LoraSettings, chat_template: str | None = None
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)``: the local backend's model (a directory, ``smollm2`` or ``tiny``), with
-    LoRA adapters unless ``lora.rank`` is 0."""
+    LoRA adapters unless ``lora.rank`` is 0; under ``torchrun``, on this rank's device and sharded
+    with FSDP2 (inside :func:`data_parallel`).
+
+    Every rank builds the same full model before sharding it: the same directory or seeded config,
+    and LoRA's initial adapters drawn from torch's default generator, which every process starts with
+    the same seed."""
     # Training wants float32 master weights whatever dtype the directory was saved in.
-    model, tokenizer = load_local_model(name, device=device, dtype="float32")
+    model, tokenizer = load_local_model(name, device=rank_device(device), dtype="float32")
     if chat_template is not None:
         tokenizer.chat_template = Path(chat_template).read_text()
     if lora.rank:
@@ -38,12 +200,20 @@ def build_model(
             dropout=lora.dropout,
             include_lm_head=lora.include_lm_head,
         )
+    if launched_ranks().distributed:
+        from ludic_train.fsdp import shard_model
+
+        model = shard_model(model)
     return model, tokenizer
 
 
-def trainer_config(config: TrainerConfig, tokenizer: Any) -> TrainerConfig:
+def trainer_config(config: TrainerConfig, tokenizer: Any, *, device: str | None = None) -> TrainerConfig:
+    """``config`` with the tokenizer's pad id where it says :data:`FROM_TOKENIZER`, and on ``device``
+    (where :func:`build_model` put the model) unless it names a device itself."""
     if config.pad_token_id == FROM_TOKENIZER:
-        return attrs.evolve(config, pad_token_id=tokenizer)
+        config = attrs.evolve(config, pad_token_id=tokenizer)
+    if device is not None and config.device is None:
+        config = attrs.evolve(config, device=rank_device(device))
     return config
 
 
@@ -103,12 +273,13 @@ def run_keeping(
     title: str,
 ) -> dict[str, Any]:
     """The Trainer arguments every local recipe takes from its ``[run]`` table: the checkpointer, a
-    resume from its newest checkpoint on ``--resume``, and the loggers (none in a dry run)."""
+    resume from its newest checkpoint on ``--resume``, and the loggers (none in a dry run, and only
+    on rank 0 under torchrun: the Trainer logs the whole batch's metrics there)."""
     return {
         "checkpointer": build_checkpointer(run, run_dir, lora=lora),
         "resume_from": "latest" if resume else None,
         "logger": None
-        if dry_run
+        if dry_run or not launched_ranks().main
         else build_logger(
             run.loggers, metrics_path=run_dir / "metrics.jsonl", total_steps=total_steps, title=title
         ),

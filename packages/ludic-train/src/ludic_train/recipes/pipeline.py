@@ -8,6 +8,16 @@ that reach the same Redis and weights directory.
 An actor samples with its own copy of the base model (the learner publishes merged weights, LoRA
 included, under the base model's names) and stops after ``pipeline.actor_batches`` batches or on
 Ctrl-C / SIGTERM, after pushing the batch in flight.
+
+The learner runs data-parallel under ``torchrun`` (FSDP2)::
+
+    torchrun --nnodes 1 --nproc-per-node 2 -m ludic_core.cli train pipeline-learner run.toml run_dir=runs/learner
+
+Each rank claims its own actor batches from the queue as consumer ``learner-<rank>`` (exactly once:
+a batch goes to one rank, and each rank's checkpointed position is kept and resumed separately), so a
+step trains on one actor batch per rank; the ranks take the same steps. Rank 0 publishes the
+weights, which every rank gathers, and alone clears the queue (``pipeline.clear_queue``) before any
+rank claims from it.
 """
 
 from __future__ import annotations
@@ -94,10 +104,18 @@ async def _learner(
     config: PipelineRunConfig, run_dir: Path, *, dry_run: bool, resume: bool
 ) -> dict[str, Any]:
     from ludic_core.pipeline import RedisBatchSource
-    from ludic_train.recipes.components import build_model, run_keeping, trainer_config
+    from ludic_train.recipes.components import (
+        build_model,
+        check_ranks_agree,
+        launched_ranks,
+        on_main_rank,
+        run_keeping,
+        trainer_config,
+    )
     from ludic_train.recipes.weight_files import DirectoryWeights
     from ludic_train.trainer import Trainer
 
+    ranks = launched_ranks()
     algorithm = build_algorithm(config)
     model, tokenizer = build_model(
         config.backend.model,
@@ -106,10 +124,12 @@ async def _learner(
         chat_template=config.chat_template,
     )
     if config.pipeline.clear_queue and not dry_run:
-        await _clear_queue(config.pipeline.redis_url, config.pipeline.queue_key)
+        # Before any rank claims: on_main_rank returns on every rank once rank 0 is done.
+        on_main_rank(lambda: _clear_queue(config.pipeline.redis_url, config.pipeline.queue_key))
     source = RedisBatchSource(
         config.pipeline.redis_url,
         queue_key=config.pipeline.queue_key,
+        consumer=f"learner-{ranks.rank}",
         min_items=config.episodes * config.samples_per_prompt,
         wait_timeout_s=config.pipeline.wait_timeout_s,
         # Data sampled by weights newer than the learner's (left by a run it cannot continue) is
@@ -121,7 +141,9 @@ async def _learner(
         algorithm=algorithm,
         batch_source=source,
         config=attrs.evolve(
-            trainer_config(config.trainer, tokenizer), eval_every_steps=None, eval_at_start=False
+            trainer_config(config.trainer, tokenizer, device=config.backend.device),
+            eval_every_steps=None,
+            eval_at_start=False,
         ),
         publisher=DirectoryWeights(config.pipeline.weights_dir),
         **run_keeping(
@@ -144,6 +166,7 @@ async def _learner(
                 "algorithm": f"{algorithm.name} (loss {type(algorithm.loss).__name__})",
                 "trainer": f"{type(trainer).__name__} on {trainer.device}, max_lag {config.trainer.max_lag}",
             }
+        check_ranks_agree(trainer.step, "the step to resume from")
         # Actors start from the learner's weights (a resumed learner's too).
         await trainer.publish()
         results = await trainer.train(max(0, config.steps - trainer.step))
@@ -157,20 +180,27 @@ async def _learner(
     }
 
 
-async def _clear_queue(redis_url: str, queue_key: str) -> None:
-    import redis.asyncio as redis_asyncio
+def _clear_queue(redis_url: str, queue_key: str) -> None:
+    import redis
 
-    client = redis_asyncio.Redis.from_url(redis_url, socket_connect_timeout=10, socket_timeout=10)
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=10, socket_timeout=10)
     try:
         # The queue, its dead letters and every learner's claims (<queue_key>:processing:<consumer>, ...).
-        claims = [key async for key in client.scan_iter(f"{queue_key}:*")]
-        await client.delete(queue_key, *claims)
+        claims = list(client.scan_iter(f"{queue_key}:*"))
+        client.delete(queue_key, *claims)
     finally:
-        await client.aclose()
+        client.close()
 
 
 def run_actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
     """An actor has no state to resume: ``--resume`` starts it again with the run's config."""
+    from ludic_train.recipes.components import launched_ranks
+
+    if launched_ranks().distributed:
+        raise ConfigError(
+            "pipeline-actor does not run under torchrun (its ranks would share one run directory): "
+            "start one `ludic train pipeline-actor` process per sampler, each with its own run_dir"
+        )
     return asyncio.run(_actor(config, run_dir, dry_run=dry_run))
 
 

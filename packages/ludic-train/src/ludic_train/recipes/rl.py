@@ -26,6 +26,18 @@ __all__ = ["check_rl", "run_rl"]
 
 def check_rl(config: RLRunConfig) -> None:
     """Everything refusable without a model: the backend, the env, the algorithm and its options."""
+    from ludic_train.recipes.components import launched_ranks
+    from ludic_train.recipes.config import PipelineRunConfig
+
+    if launched_ranks().distributed and not isinstance(config, PipelineRunConfig):
+        # Sampling from a sharded model is a collective per forward pass, and each rank's episodes
+        # take a different number of them, so the ranks would wait on each other forever.
+        raise ConfigError(
+            "this recipe samples its episodes from the model it trains, in this process, which a model "
+            "sharded over torchrun ranks cannot do; for data-parallel RL run `ludic train "
+            "pipeline-learner` under torchrun and `ludic train pipeline-actor` processes to sample "
+            "(docs/multi-node.md)"
+        )
     if config.backend.kind != "local":
         raise ConfigError(
             f"backend.kind = {config.backend.kind!r}: this recipe trains a model in this process, so it samples "

@@ -1,6 +1,11 @@
 """The SFT recipe (``tictactoe-sft``): masked cross-entropy on the model's own actions in rollout or SAW
 JSONL files (``ludic rollouts tictactoe --keep ... -o winners.jsonl`` writes them), the same Trainer
-with the ``sft`` preset over an offline, resumable batch source; nothing is published."""
+with the ``sft`` preset over an offline, resumable batch source; nothing is published.
+
+Under ``torchrun`` with N ranks, ``batch_size`` stays the batch of one optimiser step: rank ``r``
+trains on items ``r, r + N, ...`` of each batch (``batch_size / N`` of them), so the run takes the
+same steps over the same data as one process would (less an epoch's last ``len(data) % N`` items,
+left out so that every rank takes the same number of steps)."""
 
 from __future__ import annotations
 
@@ -16,6 +21,14 @@ __all__ = ["check_sft", "run_sft"]
 
 
 def check_sft(config: SFTRunConfig) -> None:
+    from ludic_train.recipes.components import launched_ranks
+
+    world_size = launched_ranks().world_size
+    if config.batch_size % world_size:
+        raise ConfigError(
+            f"batch_size = {config.batch_size} does not split over the {world_size} torchrun ranks: "
+            "each rank trains on batch_size / ranks items of every batch"
+        )
     missing = [path for path in config.data if not Path(path).is_file()]
     if missing:
         raise ConfigError(
@@ -26,29 +39,39 @@ def check_sft(config: SFTRunConfig) -> None:
 async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
     from ludic_core.algorithms.presets import sft
     from ludic_core.retokenize import TokenizerTemplate
-    from ludic_train.recipes.components import build_model, run_keeping, trainer_config
+    from ludic_train.recipes.components import (
+        build_model,
+        check_ranks_agree,
+        launched_ranks,
+        run_keeping,
+        trainer_config,
+    )
     from ludic_train.sft import sft_batch_source
     from ludic_train.trainer import Trainer
 
+    ranks = launched_ranks()
     model, tokenizer = build_model(config.model, device=config.device, lora=config.lora)
     # Message-level rollouts (`ludic rollouts --backend openai`) carry no token ids: they are rendered
     # in the student's own chat template. Token-level ones train on the tokens they were sampled as.
     source = sft_batch_source(
         list(config.data),
-        batch_size=config.batch_size,
+        batch_size=config.batch_size // ranks.world_size,
         min_reward=config.min_reward,
         seed=config.seed,
         chat_template=TokenizerTemplate(tokenizer),
+        rank=ranks.rank,
+        world_size=ranks.world_size,
     )
     if source.items_per_epoch == 0:
         raise ConfigError(f"data: no trainable items in {list(config.data)} (min_reward={config.min_reward})")
-    steps = config.epochs * math.ceil(source.items_per_epoch / config.batch_size)
+    # items_per_epoch and the batch size are this rank's: every rank counts the same steps.
+    steps = config.epochs * math.ceil(source.items_per_epoch / source.batch_size)
     algorithm = sft(length_normalize=config.length_normalize)
     trainer = Trainer(
         model=model,
         algorithm=algorithm,
         batch_source=source,
-        config=trainer_config(config.trainer, tokenizer),
+        config=trainer_config(config.trainer, tokenizer, device=config.device),
         **run_keeping(
             config.run,
             run_dir,
@@ -65,10 +88,11 @@ async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bo
             return {
                 "model": f"{type(model).__name__} ({config.model}): {trainable:,} trainable parameters",
                 "tokenizer": f"{type(tokenizer).__name__}: {len(tokenizer):,} tokens",
-                "data": f"{source.items_per_epoch} items, {steps} steps of {config.batch_size}",
+                "data": f"{source.items_per_epoch * ranks.world_size} items, {steps} steps of {config.batch_size}",
                 "algorithm": f"{algorithm.name} (loss {type(algorithm.loss).__name__})",
                 "trainer": f"{type(trainer).__name__} on {trainer.device}, lr {config.trainer.lr}",
             }
+        check_ranks_agree(trainer.step, "the step to resume from")
         results = await trainer.train(max(0, steps - trainer.step))
     finally:
         await trainer.aclose()
