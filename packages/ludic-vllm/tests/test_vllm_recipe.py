@@ -1,0 +1,91 @@
+"""``ludic train tictactoe-grpo-vllm examples/tic_tac_toe/grpo_vllm_smoke.toml`` against the session's
+real vLLM (CPU) server.
+
+The installed ``ludic`` command runs the smoke config unmodified but for where the server and its model
+are (the session server's URL and model directory): it trains a LoRA on the served tiny model with
+ludic-train's Trainer, samples every episode from the server through the token-level client and
+publishes the merged weights over Gloo after every step. Afterwards every training rollout carries token
+ids and behaviour logprobs, and the server holds exactly the weights the run saved (greedy vLLM ==
+greedy transformers on ``<run_dir>/final``) at version 2, the last trainer step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+ROOT = Path(__file__).resolve().parents[3]
+SMOKE = ROOT / "examples" / "tic_tac_toe" / "grpo_vllm_smoke.toml"
+TEMPLATE = ROOT / "examples" / "tic_tac_toe" / "plain_chat_template.jinja"
+
+
+def test_vllm_recipe_samples_from_the_server_and_publishes_every_step(
+    vllm_server: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("peft")
+    pytest.importorskip("ludic_train")
+    pytest.importorskip("ludic_envs")
+    pytest.importorskip("ludic_agents")
+    from ludic_core.inference import SamplingParams, TokenCompletionRequest
+    from ludic_vllm.client import VLLMClient
+    from ludic_vllm.testing import char_ids, hf_greedy, load_hf_model
+
+    run_dir = tmp_path / "run"
+    script = Path(sys.executable).parent / "ludic"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
+    done = subprocess.run(
+        [
+            *command,
+            "train",
+            "tictactoe-grpo-vllm",
+            str(SMOKE),
+            f"backend.model={vllm_server.model_dir}",
+            f"vllm.url={vllm_server.url}",
+            f"chat_template={TEMPLATE}",
+            f"run_dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged if "train/loss" in row] == [1, 2]
+    assert any("eval/win_rate" in row for row in logged)
+    rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 2 * 2 * 2  # steps x prompts x samples, one turn each
+    for rollout in rollouts:
+        trace = rollout["steps"][0]["trace"]
+        assert trace["prompt_token_ids"] and trace["completion_token_ids"]
+        assert len(trace["completion_logprobs"]) == len(trace["completion_token_ids"])
+    # The step-2 rollouts were sampled by the weights published after step 1.
+    versions = {rollout["steps"][0]["info"]["policy_version_start"] for rollout in rollouts}
+    assert versions == {0, 1}
+
+    prompt = char_ids("<|user|>Your move. <|assistant|>")
+
+    async def served() -> tuple[int, Any]:
+        async with VLLMClient(base_url=vllm_server.url, model="tiny") as client:
+            version = await client.get_policy_version()
+            greedy = await client.complete_tokens(
+                TokenCompletionRequest(
+                    prompt_token_ids=prompt, sampling=SamplingParams(temperature=0.0, max_tokens=12)
+                )
+            )
+        return version, greedy
+
+    version, greedy = asyncio.run(served())
+    assert version == 2 and greedy.policy_version == 2
+    assert list(greedy.completion_token_ids) == hf_greedy(load_hf_model(run_dir / "final"), prompt, 12)
