@@ -355,5 +355,5 @@ def test_without_ludic_train_the_vllm_recipes_say_what_to_install(tmp_path: Path
     )
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("tictactoe-grpo-vllm "))
-    assert 'cannot be loaded: the *-vllm recipes train with ludic-train' in line
+    assert "cannot be loaded: the *-vllm recipes train with ludic-train" in line
     assert 'pip install ludic-train "ludic-vllm[publisher]"' in line
