@@ -101,9 +101,10 @@ def test_an_unknown_recipe_lists_the_installed_ones(tmp_path: Path) -> None:
 
 
 def test_grpo_run_writes_its_run_dir_and_resume_continues_from_the_latest_checkpoint(tmp_path: Path) -> None:
-    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", "run.save_final=true", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     run = tmp_path / "run"
+    assert (run / "final" / "config.json").is_file()  # the trained model, merged
     config = json.loads((run / "config.json").read_text())
     assert config["steps"] == 2 and config["run_dir"] == "run"
     versions = json.loads((run / "versions.json").read_text())["packages"]
@@ -357,3 +358,22 @@ def test_without_ludic_train_the_vllm_recipes_say_what_to_install(tmp_path: Path
     line = next(line for line in done.stdout.splitlines() if line.startswith("tictactoe-grpo-vllm "))
     assert "cannot be loaded: the *-vllm recipes train with ludic-train" in line
     assert 'pip install ludic-train "ludic-vllm[publisher]"' in line
+
+
+@needs_ludic_vllm
+@pytest.mark.parametrize(
+    ("recipe", "config"),
+    [
+        ("tictactoe-grpo", "tic_tac_toe/grpo.toml"),
+        ("tictactoe-grpo-vllm", "tic_tac_toe/grpo_vllm.toml"),
+        ("gsm8k-grpo", "gsm8k/grpo.toml"),
+        ("gsm8k-grpo-vllm", "gsm8k/grpo_vllm.toml"),
+    ],
+)
+def test_the_full_size_example_configs_validate_and_build(tmp_path: Path, recipe: str, config: str) -> None:
+    # The documented full runs, on the tiny model: every key is known, every value valid, nothing started.
+    done = ludic(
+        "train", recipe, str(ROOT / "examples" / config), "backend.model=tiny", "--dry-run", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"dry run of {recipe!r}: every component built" in done.stdout
