@@ -376,4 +376,4 @@ def test_the_full_size_example_configs_validate_and_build(tmp_path: Path, recipe
         "train", recipe, str(ROOT / "examples" / config), "backend.model=tiny", "--dry-run", cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
-    assert f"dry run of {recipe!r}: every component built" in done.stdout
+    assert f"dry run of {recipe!r}: every component built" in done.stderr

@@ -65,14 +65,22 @@ def test_vllm_recipe_samples_from_the_server_and_publishes_every_step(
     assert [row["step"] for row in logged if "train/loss" in row] == [1, 2]
     assert any("eval/win_rate" in row for row in logged)
     rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
-    assert len(rollouts) == 2 * 2 * 2  # steps x prompts x samples, one turn each
-    for rollout in rollouts:
+    sampled_for_training = [
+        r for r in rollouts if r["meta"]["engine"]["return_spec"]["return_chosen_logprobs"]
+    ]
+    evaluated = [r for r in rollouts if r not in sampled_for_training]
+    assert (len(sampled_for_training), len(evaluated)) == (2 * 2 * 2, 2)  # steps x prompts x samples; eval
+    for rollout in sampled_for_training:
         trace = rollout["steps"][0]["trace"]
         assert trace["prompt_token_ids"] and trace["completion_token_ids"]
         assert len(trace["completion_logprobs"]) == len(trace["completion_token_ids"])
-    # The step-2 rollouts were sampled by the weights published after step 1.
-    versions = {rollout["steps"][0]["info"]["policy_version_start"] for rollout in rollouts}
-    assert versions == {0, 1}
+
+    def versions(group: list[dict[str, Any]]) -> set[int]:
+        return {r["steps"][0]["info"]["policy_version_start"] for r in group}
+
+    # Step 1 sampled the weights published at the start (version 0), step 2 those after step 1; the
+    # evaluation after step 2 those after step 2.
+    assert versions(sampled_for_training) == {0, 1} and versions(evaluated) == {2}
 
     prompt = char_ids("<|user|>Your move. <|assistant|>")
 
