@@ -6,7 +6,8 @@ are (the session server's URL and model directory): it trains a LoRA on the serv
 ludic-train's Trainer, samples every episode from the server through the token-level client and
 publishes the merged weights over Gloo after every step. Afterwards every training rollout carries token
 ids and behaviour logprobs, and the server holds exactly the weights the run saved (greedy vLLM ==
-greedy transformers on ``<run_dir>/final``) at version 2, the last trainer step.
+greedy transformers on ``<run_dir>/final``) at version 2, the last trainer step. With
+``vllm.start_server`` the run serves an exported copy of its model instead.
 """
 
 from __future__ import annotations
@@ -14,18 +15,35 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import tiny_server_args
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[3]
 SMOKE = ROOT / "examples" / "tic_tac_toe" / "grpo_vllm_smoke.toml"
 TEMPLATE = ROOT / "examples" / "tic_tac_toe" / "plain_chat_template.jinja"
+
+
+def _ludic_train(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """``ludic train tictactoe-grpo-vllm <smoke config> <overrides>``, as a user types it."""
+    script = Path(sys.executable).parent / "ludic"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
+    return subprocess.run(
+        [*command, "train", "tictactoe-grpo-vllm", str(SMOKE), f"chat_template={TEMPLATE}", *overrides],
+        cwd=cwd,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
 
 
 def test_vllm_recipe_samples_from_the_server_and_publishes_every_step(
@@ -40,24 +58,11 @@ def test_vllm_recipe_samples_from_the_server_and_publishes_every_step(
     from ludic_vllm.testing import char_ids, hf_greedy, load_hf_model
 
     run_dir = tmp_path / "run"
-    script = Path(sys.executable).parent / "ludic"
-    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
-    done = subprocess.run(
-        [
-            *command,
-            "train",
-            "tictactoe-grpo-vllm",
-            str(SMOKE),
-            f"backend.model={vllm_server.model_dir}",
-            f"vllm.url={vllm_server.url}",
-            f"chat_template={TEMPLATE}",
-            f"run_dir={run_dir}",
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-        capture_output=True,
-        text=True,
-        timeout=540,
+    done = _ludic_train(
+        tmp_path,
+        f"backend.model={vllm_server.model_dir}",
+        f"vllm.url={vllm_server.url}",
+        f"run_dir={run_dir}",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -97,3 +102,29 @@ def test_vllm_recipe_samples_from_the_server_and_publishes_every_step(
     version, greedy = asyncio.run(served())
     assert version == 2 and greedy.policy_version == 2
     assert list(greedy.completion_token_ids) == hf_greedy(load_hf_model(run_dir / "final"), prompt, 12)
+
+
+def test_start_server_serves_an_export_of_the_trainers_model_then_removes_it(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """``vllm.start_server``: the run exports the model it trains, starts ``ludic-vllm serve`` on the copy
+    (logging into the run directory), trains against it, and removes the copy at the end."""
+    pytest.importorskip("vllm")
+    pytest.importorskip("peft")
+    run_dir = tmp_path / "run"
+    done = _ludic_train(
+        tmp_path,
+        f"backend.model={tiny_model_dir}",
+        "vllm.start_server=true",
+        f"vllm.server_args={json.dumps(shlex.join(tiny_server_args()))}",
+        "steps=1",
+        "trainer.eval_every_steps=1",
+        f"run_dir={run_dir}",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged if "train/loss" in row] == [1]
+    log = (run_dir / "vllm-server.log").read_text()
+    served = re.search(r"/[^\s'\"]*ludic-served-model-[^\s'\"/]+", log)
+    assert served is not None, log[-3000:]  # it served the export, not the directory it was given
+    assert not Path(served.group(0)).exists()  # and removed the export when the run ended
