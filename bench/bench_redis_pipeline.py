@@ -1,19 +1,28 @@
 """Redis pipeline throughput against raw Redis RPUSH/BLPOP of the same bytes, in the same run.
 
-Both sides move the same number of messages through a private ``redis-server`` (started here on a free
-loopback port) with one producer task and one consumer task running concurrently on one event loop:
+Every side moves the same number of messages through a private ``redis-server`` (started here on a
+free loopback port) with one producer and one consumer running concurrently: by default as two tasks
+of one event loop, so every encode, decode and round trip of both ends is paid on one core; with
+``--producer-process`` the producer runs in a second process, as an actor does (it builds the same
+messages from the same seed, and the consumer times from its go signal to the last item):
 
-* ``pipeline`` — the library path: ``RedisPipelineActor.push`` (encode a ``BatchMessage`` of SAW items
-  with the binary wire format, RPUSH) and ``RedisBatchSource.next_batch`` (LPOP several messages per
-  round trip, BLPOP when the queue is empty, decode and check every item, batch meta), with a learner
-  batch of ``--learner-items`` items (default: one actor batch);
-* ``raw`` — ``redis.asyncio`` RPUSH/BLPOP, one message per command, of pre-made byte blobs exactly as
-  long as the encoded messages (no encoding, no decoding).
+* ``pipeline`` — the library path: ``RedisPipelineActor.push`` (check and encode a ``BatchMessage`` of
+  SAW items with the binary wire format, RPUSH) and ``RedisBatchSource.next_batch`` (claim whole
+  messages into the learner's processing list: one pipelined BLMOVE + LMOVEs + LLEN round trip per
+  claim, decode and check every item, batch meta), with a learner batch of ``--learner-items`` items
+  (default: one actor batch);
+* ``pipeline_read`` — the same, and the consumer also reads every item's ``input_ids``,
+  ``action_mask`` and ``actor_logps`` as tuples (what a collate that reads the fields pays: decoded
+  items unpack their arrays on first read);
+* ``raw`` — ``redis.asyncio`` with pre-made byte blobs exactly as long as the encoded messages (no
+  encoding, no decoding), with the same batching: one RPUSH per message, and per learner batch one
+  BLPOP (plus, when a learner batch spans several messages, an LPOP of the rest in the same round trip).
 
-The ratio ``pipeline / raw`` is what the wire format and the checks cost on top of Redis itself. The
-JSON also reports the encoded size per token and breaks the pipeline cost down into encode and decode
-time per message, measured in-process (the rest is Redis, asyncio and the batch meta). Prints one JSON
-object (``{"skipped": ...}`` when there is no redis-server binary).
+The ratios ``raw time / pipeline time`` are what the wire format, the checks and the exactly-once
+claims cost on top of Redis itself. Each repeat runs the three sides back to back (in a rotating
+order), and a ratio is taken within each repeat; the JSON gives the median, the range and the ratio of
+the best times. It also reports the encoded size per token and the in-process encode, decode and read
+time per message. Prints one JSON object (``{"skipped": ...}`` when there is no redis-server binary).
 """
 
 from __future__ import annotations
@@ -22,11 +31,16 @@ import argparse
 import asyncio
 import json
 import math
+import multiprocessing
+import os
 import random
 import statistics
 import sys
 import time
+from multiprocessing.connection import Connection
 from typing import Any
+
+import attrs
 
 from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.credit import ConstantCredit
@@ -77,125 +91,269 @@ def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> Batc
     return BatchMessage(items=tuple(out), actor_id="bench", batch_index=index, created_at=time.time())
 
 
-async def run_pipeline(url: str, queue: str, messages: list[BatchMessage], learner_items: int) -> float:
-    never_used = RolloutBatchSource(  # the bench pushes ready-made batches; nothing is generated
-        engine=RolloutEngine(),
-        requests=lambda step: [],
-        credit_assigner=ConstantCredit(),
-        settings=RolloutSettings(max_steps=1),
-    )
-    actor = RedisPipelineActor(never_used, redis_url=url, queue_key=queue, max_queue_len=None)
-    per_message = len(messages[0].items)
-    source = RedisBatchSource(url, queue_key=queue, min_items=learner_items, wait_timeout_s=60)
-    await actor.connect()
-    await source.connect()
+class PipelineProducer:
+    """The actor side: ``RedisPipelineActor.push``, one message per actor batch."""
 
-    async def produce() -> None:
-        for message in messages:
-            await actor.push(message)
+    def __init__(self, url: str, queue: str, messages: list[BatchMessage]) -> None:
+        never_used = RolloutBatchSource(  # the bench pushes ready-made batches; nothing is generated
+            engine=RolloutEngine(),
+            requests=lambda step: [],
+            credit_assigner=ConstantCredit(),
+            settings=RolloutSettings(max_steps=1),
+        )
+        self.actor = RedisPipelineActor(never_used, redis_url=url, queue_key=queue, max_queue_len=None)
+        self.messages = messages
 
-    async def consume() -> int:
+    async def connect(self) -> None:
+        await self.actor.connect()
+
+    async def run(self) -> None:
+        for message in self.messages:
+            await self.actor.push(message)
+
+    async def close(self) -> None:
+        await self.actor.aclose()
+
+
+class PipelineConsumer:
+    """The learner side: ``RedisBatchSource.next_batch`` until every item arrived."""
+
+    def __init__(self, url: str, queue: str, total_items: int, learner_items: int, *, read: bool) -> None:
+        self.source = RedisBatchSource(url, queue_key=queue, min_items=learner_items, wait_timeout_s=60)
+        self.total_items, self.learner_items, self.read = total_items, learner_items, read
+
+    async def connect(self) -> None:
+        await self.source.connect()
+
+    async def run(self) -> None:
         got = 0
-        while got < len(messages) * per_message:
+        while got < self.total_items:
             # The last batch may be short of learner_items: ask only for what is left.
-            source.min_items = min(learner_items, len(messages) * per_message - got)
-            got += len((await source.next_batch()).items)
-        return got
+            self.source.min_items = min(self.learner_items, self.total_items - got)
+            batch = await self.source.next_batch()
+            if self.read:
+                read_arrays(batch.items)
+            got += len(batch.items)
+        assert got == self.total_items, got
 
-    started = time.perf_counter()
-    _, received = await asyncio.gather(produce(), consume())
-    elapsed = time.perf_counter() - started
-    assert received == len(messages) * per_message, received
-    await actor.aclose()
-    await source.aclose()
-    return elapsed
+    async def close(self) -> None:
+        await self.source.aclose()
 
 
-async def run_raw(url: str, queue: str, blobs: list[bytes]) -> float:
-    import redis.asyncio as redis_asyncio
+class RawProducer:
+    """``RPUSH`` of pre-made blobs, one per message."""
 
-    producer = redis_asyncio.Redis.from_url(url)
-    consumer = redis_asyncio.Redis.from_url(url)
+    def __init__(self, url: str, queue: str, blobs: list[bytes]) -> None:
+        import redis.asyncio as redis_asyncio
 
-    async def produce() -> None:
-        for blob in blobs:
-            await producer.rpush(queue, blob)
+        self.redis = redis_asyncio.Redis.from_url(url)
+        self.queue, self.blobs = queue, blobs
 
-    async def consume() -> int:
+    async def connect(self) -> None:
+        await self.redis.ping()
+
+    async def run(self) -> None:
+        for blob in self.blobs:
+            await self.redis.rpush(self.queue, blob)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+class RawConsumer:
+    """``BLPOP`` with the learner's batching: per learner batch, wait for one message and (when a batch
+    spans several) take the rest with an ``LPOP`` in the same round trip."""
+
+    def __init__(self, url: str, queue: str, count: int, per_pop: int) -> None:
+        import redis.asyncio as redis_asyncio
+
+        self.redis = redis_asyncio.Redis.from_url(url)
+        self.queue, self.count, self.per_pop = queue, count, per_pop
+
+    async def connect(self) -> None:
+        await self.redis.ping()
+
+    async def pop(self, count: int) -> int:
+        rest: list[bytes] | None = []
+        if count == 1:
+            popped = await self.redis.blpop([self.queue], timeout=5)
+        else:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.blpop([self.queue], timeout=5)
+            pipe.lpop(self.queue, count - 1)
+            popped, rest = await pipe.execute()
+        if popped is None:
+            raise TimeoutError("raw consumer: nothing to pop for 5 s")
+        return 1 + len(rest or [])
+
+    async def run(self) -> None:
         got = 0
-        while got < len(blobs):
-            popped = await consumer.blpop([queue], timeout=5)
-            if popped is None:
-                raise TimeoutError("raw consumer: nothing to pop for 5 s")
-            got += 1
-        return got
+        while got < self.count:
+            got += await self.pop(min(self.per_pop, self.count - got))
 
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+Producer = PipelineProducer | RawProducer
+Consumer = PipelineConsumer | RawConsumer
+
+
+@attrs.frozen
+class Workload:
+    """What every side moves: the messages, blobs as long as their encodings, the learner's batching."""
+
+    messages: list[BatchMessage]
+    payloads: list[bytes]
+    blobs: list[bytes]
+    learner_items: int
+
+    @classmethod
+    def build(cls, args: argparse.Namespace) -> Workload:
+        messages = [
+            synthetic_message(i, items=args.items_per_message, tokens=args.tokens, seed=args.seed)
+            for i in range(args.messages)
+        ]
+        payloads = [encode_message(m) for m in messages]
+        rng = random.Random(args.seed)
+        blobs = [rng.randbytes(len(p)) for p in payloads]
+        return cls(messages, payloads, blobs, args.learner_items or args.items_per_message)
+
+    @property
+    def per_pop(self) -> int:
+        """Messages per learner batch."""
+        return math.ceil(self.learner_items / len(self.messages[0].items))
+
+    def producer(self, side: str, url: str, queue: str) -> Producer:
+        if side == "raw":
+            return RawProducer(url, queue, self.blobs)
+        return PipelineProducer(url, queue, self.messages)
+
+    def consumer(self, side: str, url: str, queue: str) -> Consumer:
+        if side == "raw":
+            return RawConsumer(url, queue, len(self.blobs), self.per_pop)
+        total = len(self.messages) * len(self.messages[0].items)
+        return PipelineConsumer(url, queue, total, self.learner_items, read=side == "pipeline_read")
+
+
+async def run_same_loop(work: Workload, side: str, url: str, queue: str) -> float:
+    producer, consumer = work.producer(side, url, queue), work.consumer(side, url, queue)
+    await producer.connect()
+    await consumer.connect()
     started = time.perf_counter()
-    await asyncio.gather(produce(), consume())
+    await asyncio.gather(producer.run(), consumer.run())
     elapsed = time.perf_counter() - started
-    await producer.aclose()
-    await consumer.aclose()
+    await producer.close()
+    await consumer.close()
     return elapsed
 
 
-def codec_times(messages: list[BatchMessage], payloads: list[bytes]) -> tuple[float, float]:
+def producer_process(conn: Connection, args: argparse.Namespace, url: str) -> None:
+    """A producer in its own process (as an actor runs): builds the same workload, then per request
+    ``(side, queue)`` connects, says ``ready``, pushes everything on ``go`` and says ``done``."""
+    work = Workload.build(args)
+
+    async def serve(side: str, queue: str) -> None:
+        producer = work.producer(side, url, queue)
+        await producer.connect()
+        conn.send("ready")
+        assert conn.recv() == "go"
+        await producer.run()
+        await producer.close()
+        conn.send("done")
+
+    while (request := conn.recv()) is not None:
+        asyncio.run(serve(*request))
+
+
+async def run_other_process(work: Workload, side: str, url: str, queue: str, conn: Connection) -> float:
+    consumer = work.consumer(side, url, queue)
+    await consumer.connect()
+    conn.send((side, queue))
+    assert conn.recv() == "ready"
+    started = time.perf_counter()
+    conn.send("go")
+    await consumer.run()
+    elapsed = time.perf_counter() - started
+    assert conn.recv() == "done"
+    await consumer.close()
+    return elapsed
+
+
+def read_arrays(items: list[SAWItem]) -> int:
+    """Read every array a trainer collates, as tuples; returns the number of tokens read."""
+    tokens = 0
+    for item in items:
+        tokens += len(item.input_ids) + len(item.action_mask)
+        if item.actor_logps is not None:
+            tokens += len(item.actor_logps)
+    return tokens
+
+
+def codec_times(messages: list[BatchMessage], payloads: list[bytes]) -> dict[str, float]:
+    """In-process ms per message: encode, decode (checks included), and reading the decoded arrays."""
     started = time.perf_counter()
     for message in messages:
         encode_message(message)
     encode_s = time.perf_counter() - started
     started = time.perf_counter()
-    for payload in payloads:
-        decode_message(payload)
+    decoded = [decode_message(payload) for payload in payloads]
     decode_s = time.perf_counter() - started
-    return encode_s / len(messages), decode_s / len(payloads)
-
-
-async def measure(args: argparse.Namespace, url: str) -> dict[str, Any]:
-    messages = [
-        synthetic_message(i, items=args.items_per_message, tokens=args.tokens, seed=args.seed)
-        for i in range(args.messages)
-    ]
-    payloads = [encode_message(m) for m in messages]
-    learner_items = args.learner_items or args.items_per_message
-    rng = random.Random(args.seed)
-    blobs = [rng.randbytes(len(p)) for p in payloads]
-    pipeline_s: list[float] = []
-    raw_s: list[float] = []
-    for repeat in range(args.repeats):
-        # Alternate the order so that neither side always runs on a warmer server.
-        order = ("pipeline", "raw") if repeat % 2 == 0 else ("raw", "pipeline")
-        for side in order:
-            queue = f"bench:{side}:{repeat}"
-            if side == "pipeline":
-                pipeline_s.append(await run_pipeline(url, queue, messages, learner_items))
-            else:
-                raw_s.append(await run_raw(url, queue, blobs))
-    encode_s, decode_s = codec_times(messages, payloads)
-    items = args.messages * args.items_per_message
-    best_pipeline, best_raw = min(pipeline_s), min(raw_s)
-    message_bytes = statistics.fmean(len(p) for p in payloads)
+    started = time.perf_counter()
+    for message in decoded:
+        read_arrays(list(message.items))
+    read_s = time.perf_counter() - started
     return {
+        "encode_ms_per_message": encode_s / len(messages) * 1e3,
+        "decode_ms_per_message": decode_s / len(payloads) * 1e3,
+        "read_ms_per_message": read_s / len(payloads) * 1e3,
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+async def measure(args: argparse.Namespace, url: str, conn: Connection | None) -> dict[str, Any]:
+    work = Workload.build(args)
+    sides = ("pipeline", "pipeline_read", "raw")
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    for repeat in range(args.repeats):
+        # Rotate the order so that no side always runs on a warmer (or a more loaded) machine.
+        for side in sides[repeat % 3 :] + sides[: repeat % 3]:
+            queue = f"bench:{side}:{repeat}"
+            if conn is None:
+                times[side].append(await run_same_loop(work, side, url, queue))
+            else:
+                times[side].append(await run_other_process(work, side, url, queue, conn))
+    items = args.messages * args.items_per_message
+    best = {side: min(values) for side, values in times.items()}
+    message_bytes = statistics.fmean(len(p) for p in work.payloads)
+    result: dict[str, Any] = {
         "benchmark": "redis_pipeline",
         "wire_version": WIRE_VERSION,
+        "producer": "process" if conn is not None else "same_loop",
         "messages": args.messages,
         "items_per_message": args.items_per_message,
         "tokens_per_item": args.tokens,
-        "learner_items": learner_items,
+        "learner_items": work.learner_items,
+        "messages_per_learner_batch": work.per_pop,
         "message_bytes_mean": message_bytes,
         "bytes_per_token": message_bytes / (args.items_per_message * args.tokens),
         "repeats": args.repeats,
-        "pipeline_items_per_s": items / best_pipeline,
-        "raw_items_per_s": items / best_raw,
-        "pipeline_vs_raw_throughput": best_raw / best_pipeline,
-        "pipeline_mb_per_s": sum(len(p) for p in payloads) / best_pipeline / 1e6,
-        "raw_mb_per_s": sum(len(b) for b in blobs) / best_raw / 1e6,
-        "pipeline_ms_per_message": best_pipeline / args.messages * 1e3,
-        "raw_ms_per_message": best_raw / args.messages * 1e3,
-        "encode_ms_per_message": encode_s * 1e3,
-        "decode_ms_per_message": decode_s * 1e3,
-        "pipeline_s_all": pipeline_s,
-        "raw_s_all": raw_s,
+        "load_average_1min": os.getloadavg()[0],
     }
+    for side in ("pipeline", "pipeline_read"):
+        ratios = [raw / own for raw, own in zip(times["raw"], times[side], strict=True)]
+        result[f"{side}_vs_raw_throughput"] = spread(ratios)
+        result[f"{side}_vs_raw_throughput_best"] = best["raw"] / best[side]
+    for side in sides:
+        result[f"{side}_items_per_s"] = items / best[side]
+        result[f"{side}_mb_per_s"] = sum(len(p) for p in work.payloads) / best[side] / 1e6
+        result[f"{side}_ms_per_message"] = best[side] / args.messages * 1e3
+    result.update(codec_times(work.messages, work.payloads))
+    result.update({f"{side}_s_all": values for side, values in times.items()})
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,12 +367,29 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the learner's min_items (default: --items-per-message, one actor batch per learner batch)",
     )
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--producer-process",
+        action="store_true",
+        help="push from a second process, as actors do (default: producer and consumer on one event loop)",
+    )
     args = p.parse_args(argv)
     try:
         with local_redis_server() as url:
-            result = asyncio.run(measure(args, url))
+            if not args.producer_process:
+                result = asyncio.run(measure(args, url, None))
+            else:
+                ours, theirs = multiprocessing.get_context("spawn").Pipe()
+                child = multiprocessing.get_context("spawn").Process(
+                    target=producer_process, args=(theirs, args, url)
+                )
+                child.start()
+                try:
+                    result = asyncio.run(measure(args, url, ours))
+                finally:
+                    ours.send(None)
+                    child.join(timeout=30)
     except RedisServerNotFound as exc:
         result = {"benchmark": "redis_pipeline", "skipped": str(exc)}
     json.dump(result, sys.stdout)

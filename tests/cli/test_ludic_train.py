@@ -241,6 +241,7 @@ def test_tinker_recipe_dry_runs_and_trains_against_the_fake_service(tmp_path: Pa
         ("tinker.base_url=http://127.0.0.1:1", "a loopback port of its own"),
         ("tinker.tokenizer=some/tokenizer", "vocabulary is bytes"),
         ("algorithm=sapo", "Tinker cannot run the loss spec SAPO"),
+        ("backend.model=Qwen/Qwen3-4B-Instruct-2507", "this recipe takes it from tinker.base_model"),
     ],
 )
 def test_tinker_recipe_refuses_what_it_cannot_honour(tmp_path: Path, override: str, reason: str) -> None:

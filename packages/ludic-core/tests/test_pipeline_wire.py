@@ -3,12 +3,14 @@ the item, the field and the value."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import pickle
 import random
 from typing import Any
 
+import attrs
 import msgpack
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from pipeline_messages import make_item, message
 from ludic_core.errors import DataError
 from ludic_core.pipeline import BatchMessage, decode_message, encode_message
 from ludic_core.pipeline.dump import describe
+from ludic_core.pipeline.packed_item import PackedSAWItem
 from ludic_core.saw import SAWItem
 
 # --- round trips -------------------------------------------------------------------------------------
@@ -179,6 +182,61 @@ def test_round_trip_property(items: list[SAWItem], batch_meta: dict[str, Any], c
         assert SAWItem.from_dict(item.to_dict()) == item
         assert all(type(v) is int for v in item.input_ids + item.action_mask)
         assert item.actor_logps is None or all(type(v) is float for v in item.actor_logps)
+
+
+# --- decoded items: arrays unpacked on first read -----------------------------------------------------
+
+
+def _unread(item: SAWItem, field: str) -> bool:
+    """Whether ``field`` is still packed: SAWItem's own slot for it is empty."""
+    try:
+        SAWItem.__dict__[field].__get__(item, SAWItem)
+    except AttributeError:
+        return True
+    return False
+
+
+def test_decoded_items_unpack_each_array_on_its_first_read() -> None:
+    sent = message(3)
+    item = decode_message(encode_message(sent)).items[1]
+    arrays = ("input_ids", "action_mask", "actor_logps")
+    assert isinstance(item, PackedSAWItem) and all(_unread(item, field) for field in arrays)
+    # The counts a batcher asks for come from the packed lengths and runs, without unpacking.
+    assert len(item) == 4 and item.num_action_tokens == 2
+    assert all(_unread(item, field) for field in arrays) and item.teacher_logps is None
+    ids = item.input_ids
+    assert ids == (5, 6, 8, 8) and type(ids) is tuple and all(type(v) is int for v in ids)
+    assert item.input_ids is ids  # kept: unpacked once
+    assert not _unread(item, "input_ids") and _unread(item, "action_mask")
+    assert item.action_mask == (0, 0, 1, 1) and item.actor_logps == (-0.5, -1.375)
+
+
+def test_decoded_items_behave_as_the_items_sent() -> None:
+    sent = message(3)
+    received = decode_message(encode_message(sent)).items
+    for original, item in zip(sent.items, received, strict=True):
+        # Equal in both directions (attrs' own __eq__ compares one class only), unequal when a field is.
+        assert item == original and original == item
+        assert (item != original, original != item) == (False, False)
+        assert item != attrs.evolve(original, weight=original.weight + 1)
+        assert repr(item).endswith(repr(original).removeprefix("SAWItem"))
+        assert item.to_dict() == original.to_dict()
+    fresh = decode_message(encode_message(sent)).items[2]
+    # evolve, copy and pickle set every field, as SAWItem.__init__ does (with its validators).
+    evolved = attrs.evolve(fresh, meta={**fresh.meta, "tag": 1})
+    assert evolved.input_ids == (5, 6, 9, 8) and evolved.meta["tag"] == 1 and len(evolved) == 4
+    with pytest.raises(DataError, match="action_mask has length 3"):
+        attrs.evolve(fresh, action_mask=(0, 1, 1))
+    assert copy.copy(fresh) == sent.items[2] and copy.deepcopy(fresh) == sent.items[2]
+    assert pickle.loads(pickle.dumps(decode_message(encode_message(sent)).items[2])) == sent.items[2]
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fresh.weight = 2.0  # type: ignore[misc]
+
+
+def test_a_decoded_message_encodes_to_the_same_bytes() -> None:
+    # The learner re-encodes a message it dead-letters; untouched decoded items pack as they came.
+    payload = encode_message(message(3, version=2))
+    assert encode_message(decode_message(payload)) == payload
 
 
 # --- refusals ---------------------------------------------------------------------------------------

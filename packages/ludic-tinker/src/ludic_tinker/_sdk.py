@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import threading
 import typing
 from collections.abc import Callable
 from importlib import metadata
@@ -34,6 +35,7 @@ T = TypeVar("T")
 __all__ = [
     "TinkerRequestError",
     "call_for_client",
+    "call_for_client_blocking",
     "sdk_has_field",
     "sdk_version",
     "supported_loss_fns",
@@ -128,15 +130,10 @@ async def call_for_client(fn: Callable[[], Any], *, timeout_s: float, what: str)
     the SDK's background retries (minutes) before the process could exit.
     """
 
-    def call_and_unwrap() -> Any:
-        result = fn()
-        if isinstance(result, tinker.APIFuture):
-            result = result.result(timeout=timeout_s)
-        return result
-
     try:
         return await asyncio.wait_for(
-            run_in_daemon_thread(call_and_unwrap, name="ludic-tinker-create-client"), timeout=timeout_s
+            run_in_daemon_thread(lambda: _client_of(fn, timeout_s), name="ludic-tinker-create-client"),
+            timeout=timeout_s,
         )
     except TimeoutError as exc:
         raise LudicTimeoutError(
@@ -145,3 +142,36 @@ async def call_for_client(fn: Callable[[], Any], *, timeout_s: float, what: str)
         ) from exc
     except Exception as exc:
         raise translate_error(exc, what) from exc
+
+
+def call_for_client_blocking(fn: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
+    """:func:`call_for_client` for a synchronous caller (a constructor), with the same timeout, daemon
+    thread and errors: the caller blocks, but never longer than ``timeout_s``."""
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            outcome.append(_client_of(fn, timeout_s))
+        except BaseException as exc:  # re-raised in the caller below
+            failure.append(exc)
+
+    thread = threading.Thread(target=work, name="ludic-tinker-create-client", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise LudicTimeoutError(
+            f"waited {timeout_s:g} s for Tinker {what}; the service did not answer in time "
+            "(the SDK keeps retrying in the background until it gives up)"
+        )
+    if failure:
+        raise translate_error(failure[0], what) from failure[0]
+    return outcome[0]
+
+
+def _client_of(fn: Callable[[], Any], timeout_s: float) -> Any:
+    """``fn()``'s client: the call's result, or the result of the future it returned (SDK 0.38)."""
+    result = fn()
+    if isinstance(result, tinker.APIFuture):
+        result = result.result(timeout=timeout_s)
+    return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +14,10 @@ import attrs
 
 from ludic_core.cli.rl_recipe import build_algorithm, check_rl_episodes
 from ludic_core.errors import ConfigError
-from ludic_core.harness import AgentHarness
-from ludic_core.parsing import Parser
-from ludic_core.registry import make_agent
+from ludic_tinker.cli_backend import TinkerBackend, fake_model_tokenizer
 from ludic_tinker.recipes import TinkerRLRunConfig
 
 __all__ = ["check_tinker_rl", "run_tinker_rl"]
-
-CHAT_AGENT = "chat"
 
 
 def check_tinker_rl(config: TinkerRLRunConfig) -> None:
@@ -29,6 +25,13 @@ def check_tinker_rl(config: TinkerRLRunConfig) -> None:
 
     if config.backend.kind != "tinker":
         raise ConfigError(f"backend.kind = {config.backend.kind!r}: this recipe samples on Tinker ('tinker')")
+    # One owner per setting: what Tinker trains, and where, is the [tinker] table's.
+    for field, owner in (("model", "base_model"), ("base_url", "base_url")):
+        value = getattr(config.backend, field)
+        if value != getattr(attrs.fields(type(config.backend)), field).default:
+            raise ConfigError(
+                f"backend.{field} = {value!r}: this recipe takes it from tinker.{owner}; set that instead"
+            )
     settings = config.tinker
     if settings.fake_service:
         # The fake cannot honour these; ignoring one would run something other than what was asked.
@@ -58,41 +61,20 @@ def _service(config: TinkerRLRunConfig) -> Iterator[_Wiring]:
     settings = config.tinker
     if not settings.fake_service:
         tokenizer: Any = None
+        chat_template: Any = None
         if settings.tokenizer is not None:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(settings.tokenizer)
-        yield _Wiring(settings.base_url, None, tokenizer, None)
+        else:  # the fake's model on a fake service of the caller's (tests): its byte tokenizer
+            tokenizer, chat_template = fake_model_tokenizer(settings.base_model) or (None, None)
+        yield _Wiring(settings.base_url, None, tokenizer, chat_template)
         return
     from ludic_tinker.testing import ByteChatTemplate, FakeTokenizer, fake_tinker_service
 
     with fake_tinker_service(seed=config.seed, base_models=(settings.base_model,), set_env=False) as service:
         fake = FakeTokenizer()
         yield _Wiring(service.base_url, service.api_key, fake, ByteChatTemplate(fake))
-
-
-class _TinkerBackend:
-    """The agents of the recipe's engine: the registered chat agent over the Tinker sampling client."""
-
-    token_level = True
-
-    def __init__(self, client: Any, chat_template: Any) -> None:
-        self.client = client
-        self.chat_template = chat_template
-
-    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
-        options = {} if self.chat_template is None else {"chat_template": self.chat_template}
-
-        def make() -> AgentHarness:
-            agent: AgentHarness = make_agent(
-                CHAT_AGENT, client=self.client, parser=parser, system_prompt=system_prompt, **options
-            )
-            return agent
-
-        return make
-
-    async def aclose(self) -> None:
-        return None
 
 
 async def _run(
@@ -147,7 +129,7 @@ async def _run(
         tokenizer = await asyncio.to_thread(training_client.get_tokenizer)
     # The first sampler comes from the trainer (its weights at its step) when training starts.
     client = TinkerChatClient(None, tokenizer, timeout_s=settings.timeouts.sample_s)
-    backend = _TinkerBackend(client, wiring.chat_template)
+    backend = TinkerBackend(config.backend, client=client, chat_template=wiring.chat_template)
     source = rollout_source(
         config,
         profile=profile,

@@ -1,4 +1,6 @@
-"""The Tinker recipe of ``ludic train``: ``tictactoe-grpo-tinker`` (entry-point group ``ludic.recipes``).
+"""The Tinker recipes of ``ludic train``: ``tictactoe-grpo-tinker`` and ``gsm8k-grpo-tinker``
+(entry-point group ``ludic.recipes``). Both run :func:`~ludic_tinker.recipe_run.run_tinker_rl`; they
+differ only in their defaults (the env's, shared with the local recipes, and the sampling budget).
 
 The RL table is ludic-core's :class:`~ludic_core.cli.rl_recipe.RLEpisodesConfig`, the same as the
 local recipe's (env, sampling, prompts x group per step, steps, algorithm, evaluation), so a run
@@ -6,6 +8,7 @@ switches backend by switching recipe; the ``[tinker]`` table says where and what
 
     ludic train tictactoe-grpo-tinker tinker.base_model=Qwen/Qwen3-4B-Instruct-2507 steps=20
     ludic train tictactoe-grpo-tinker tinker.fake_service=true --dry-run   # offline, no key
+    ludic train gsm8k-grpo-tinker algorithm=gspo                           # GSPO (SDK 0.34 or newer)
 
 ``[tinker.adam]`` is :class:`~ludic_tinker.AdamConfig` and ``[tinker.timeouts]``
 :class:`~ludic_tinker.TinkerTimeouts`, as the library takes them.
@@ -13,15 +16,17 @@ switches backend by switching recipe; the ``[tinker]`` table says where and what
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from ludic_core.cli.recipes import Recipe
-from ludic_core.cli.rl_recipe import TICTACTOE_RL_DEFAULTS, RLEpisodesConfig
+from ludic_core.cli.rl_recipe import GSM8K_RL_DEFAULTS, TICTACTOE_RL_DEFAULTS, RLEpisodesConfig
 from ludic_core.errors import ConfigError
 from ludic_tinker.connect import TinkerTimeouts
 from ludic_tinker.trainer import AdamConfig
 
-__all__ = ["TinkerRLRunConfig", "TinkerSettings", "tictactoe_grpo_tinker"]
+__all__ = ["TinkerRLRunConfig", "TinkerSettings", "gsm8k_grpo_tinker", "tictactoe_grpo_tinker"]
 
 
 def _optional_positive(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
@@ -33,7 +38,8 @@ def _optional_positive(instance: object, attribute: attrs.Attribute[int | None],
 class TinkerSettings:
     """``base_model`` trained with LoRA ``lora_rank`` on the service at ``base_url`` (None:
     ``TINKER_BASE_URL`` or production; the key from ``TINKER_API_KEY``). ``tokenizer``: a tokenizer
-    directory or hub name (None: the base model's). ``fake_service``: run against ludic-tinker's loopback
+    directory or hub name (None: the base model's; for ``fake/tiny-char-lm``, the model of
+    ``ludic_tinker.testing``'s fake service, its byte tokenizer). ``fake_service``: run against ludic-tinker's loopback
     fake (offline, no key; a tiny byte-level model stands in for ``base_model``). Every
     ``checkpoint_every`` steps weights and Adam state are saved on the service, with a local record in
     ``<run_dir>/checkpoints`` that ``--resume`` continues from; every ``eval_every`` steps the
@@ -57,11 +63,30 @@ class TinkerRLRunConfig(RLEpisodesConfig):
     tinker: TinkerSettings = attrs.field(factory=TinkerSettings)
 
 
-def tictactoe_grpo_tinker() -> Recipe:
+def _tinker_recipe(summary: str, defaults: dict[str, Any]) -> Recipe:
     return Recipe(
-        summary="GRPO + LoRA on Tic-Tac-Toe on the Tinker service (no local GPU; tinker.fake_service for a dry run)",
+        summary=summary,
         config_class=TinkerRLRunConfig,
         runner="ludic_tinker.recipe_run:run_tinker_rl",
         check="ludic_tinker.recipe_run:check_tinker_rl",
-        defaults={**TICTACTOE_RL_DEFAULTS, "backend": {"kind": "tinker"}, "tinker": {"eval_every": 10}},
+        defaults={**defaults, "backend": {"kind": "tinker"}},
+    )
+
+
+def tictactoe_grpo_tinker() -> Recipe:
+    return _tinker_recipe(
+        "GRPO + LoRA on Tic-Tac-Toe on the Tinker service (no local GPU; tinker.fake_service for a dry run)",
+        {**TICTACTOE_RL_DEFAULTS, "tinker": {"eval_every": 10}},
+    )
+
+
+def gsm8k_grpo_tinker() -> Recipe:
+    return _tinker_recipe(
+        "GRPO + LoRA on GSM8K on the Tinker service (algorithm=gspo for GSPO; tinker.fake_service for a dry run)",
+        {
+            **GSM8K_RL_DEFAULTS,
+            "sampling": {"max_tokens": 512},
+            "eval_episodes": 200,
+            "tinker": {"eval_every": 10},
+        },
     )

@@ -35,6 +35,7 @@ from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 
 __all__ = [
+    "GSM8K_RL_DEFAULTS",
     "TICTACTOE_RL_DEFAULTS",
     "TICTACTOE_SYSTEM_PROMPT",
     "RLEpisodesConfig",
@@ -68,6 +69,20 @@ TICTACTOE_RL_DEFAULTS: dict[str, Any] = {
     "episodes": 4,
     "samples_per_prompt": 8,
     "rollout": {"max_steps": 5},
+    "algorithm": "grpo",
+}
+
+
+# The GSM8K RL recipes' shared settings: one-shot answers graded by the registered env "gsm8k", trained
+# on its train split and evaluated on its test split; each backend's recipe adds its model's sampling
+# budget and evaluation size.
+GSM8K_RL_DEFAULTS: dict[str, Any] = {
+    "env": "gsm8k",
+    "env_kwargs": {"split": "train"},
+    "eval_env_kwargs": {"split": "test"},
+    "episodes": 4,
+    "samples_per_prompt": 8,
+    "rollout": {"max_steps": 1},
     "algorithm": "grpo",
 }
 

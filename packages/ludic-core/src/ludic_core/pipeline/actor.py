@@ -183,11 +183,7 @@ class RedisPipelineActor:
     async def connect(self) -> None:
         """Open the Redis connection (PING within ``connect_timeout_s``); a no-op when open."""
         if self._redis is None:
-            self._redis = await connect_redis(
-                self.redis_url,
-                connect_timeout_s=self.connect_timeout_s,
-                command_timeout_s=self.command_timeout_s,
-            )
+            self._redis = await connect_redis(self.redis_url, connect_timeout_s=self.connect_timeout_s)
 
     async def aclose(self) -> None:
         if self._redis is not None:

@@ -4,8 +4,9 @@ Every learner has a *consumer* name (one per data-parallel rank, the same across
 three keys of its own next to the queue:
 
 * ``<queue>:processing:<consumer>`` — the messages it claimed and has not acknowledged, in the order
-  it claimed them. A claim is one ``LMOVE`` from the queue's head to this list's tail: atomic, so a
-  message is on exactly one list at any time and two learners never claim the same message.
+  it claimed them. A claim is one ``LMOVE`` (``BLMOVE`` for a learner that waits) from the queue's
+  head to this list's tail: atomic, so a message is on exactly one list at any time and two learners
+  never claim the same message.
 * ``<queue>:trained:<consumer>`` — the last ``keep_trained`` acknowledged messages, in order: what a
   resume from an older checkpoint re-delivers.
 * ``<queue>:acked:<consumer>`` — how many messages this consumer has acknowledged in all.
@@ -72,12 +73,18 @@ class ClaimKeys:
         acked, processing, trained = await pipe.execute()
         return int(acked or 0), int(processing), int(trained)
 
-    async def claim(self, redis: object, count: int) -> tuple[list[bytes], int]:
-        """Move up to ``count`` messages from the queue to the processing list; returns them, in order,
-        and the queue length after the claim. Each ``LMOVE`` is atomic on its own: a kill part-way
-        leaves the moved ones on the processing list, where a restart re-delivers them."""
+    async def claim(self, redis: object, count: int, wait_s: float) -> tuple[list[bytes], int]:
+        """Move up to ``count`` messages from the queue to the processing list, waiting up to ``wait_s``
+        for the first; returns them, in order, and the queue length after the claim.
+
+        One round trip: a ``BLMOVE`` then ``count - 1`` ``LMOVE`` s and an ``LLEN``, pipelined. Redis
+        runs one client's commands in order, so the others run once the ``BLMOVE`` has returned (at
+        once when the queue holds a message). Each move is atomic on its own: a kill part-way leaves
+        the moved ones on the processing list, where a restart re-delivers them.
+        """
         pipe = cast(_Pipelined, redis).pipeline(transaction=False)
-        for _ in range(count):
+        pipe.blmove(self.queue, self.processing, wait_s, "LEFT", "RIGHT")
+        for _ in range(count - 1):
             pipe.lmove(self.queue, self.processing, "LEFT", "RIGHT")
         pipe.llen(self.queue)
         *moved, length = await pipe.execute()

@@ -33,22 +33,27 @@ when 40% of the tokens are actions, 3.2 instead of 6.4 with teacher logprobs).
 **Checks.** :func:`unpack_items` checks every column before building an item: lengths and run sums
 consistent, buffer sizes exact, logprobs finite and <= ``LOGP_TOLERANCE`` (as the trainer's guards
 require), weights finite, temperatures ``None`` or finite >= 0, metas maps. Integer ids, 0/1 masks and
-float logprobs hold by construction (they are decoded from unsigned buffers, run lengths and float32
-buffers), so an item is assembled without re-running ``SAWItem``'s per-element validators, which cost
-~200 µs per 1k-token item, several times the rest of decoding. :func:`pack_items` runs the same checks,
-so an actor never pushes what a learner would refuse. Errors name the item, the field and the value.
+float logprobs hold by construction (they are read from unsigned buffers, run lengths and float32
+buffers), so an item is built without re-running ``SAWItem``'s per-element validators, which cost
+~200 µs per 1k-token item, several times the rest of decoding; and it keeps its arrays packed until
+they are read (:class:`~ludic_core.pipeline.packed_item.PackedSAWItem`), so decoding creates no Python
+object per token. Every check runs before the first item is built: a learner never holds an item of a
+message it refuses. :func:`pack_items` runs the same checks, so an actor never pushes what a learner
+would refuse. Errors name the item, the field and the value.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from ludic_core.errors import DataError, missing_extra
+from ludic_core.pipeline.packed_item import PackedArrays, PackedSAWItem
 from ludic_core.saw import LOGP_TOLERANCE, SAW_SCHEMA_VERSION, SAWItem
 
 try:
@@ -58,10 +63,11 @@ except ImportError as exc:  # pragma: no cover - the redis extra installs it
 
 __all__ = ["check_finite_meta", "pack_items", "unpack_items"]
 
-# Token id width in bytes -> struct code of an unsigned int of that width.
+# Token id width in bytes -> struct code (and numpy dtype) of a little-endian unsigned int that wide.
 _ID_CODES = {1: "B", 2: "H", 4: "I"}
+_ID_DTYPES = {1: "<u1", 2: "<u2", 4: "<u4"}
 
-# Every SAWItem field, in order: _assemble sets exactly these. A new field must be added to the wire
+# Every SAWItem field, in order: the wire carries exactly these. A new field must be added to the wire
 # (or it would be dropped on the way to the learner), so a mismatch fails at import, loudly.
 _ITEM_FIELDS = (
     "input_ids",
@@ -132,22 +138,33 @@ def _mask_runs(mask: Sequence[int], field: str) -> list[int]:
     return runs
 
 
+def _uint32_code() -> str:
+    for code in ("I", "L"):
+        if array(code).itemsize == 4:
+            return code
+    raise ImportError("this platform's array module has no 4-byte unsigned int")  # pragma: no cover
+
+
+_UINT32 = _uint32_code()
+
+
 def _pack_ids(items: Sequence[SAWItem]) -> tuple[int, bytes]:
-    """``(width, bytes)``: the narrowest width that packs every id. A width that is too narrow fails
-    at the first id it cannot hold, which in real data is near the start (chat templates open with
-    high special-token ids), so the failed tries cost little."""
-    for width, code in _ID_CODES.items():
-        try:
-            return width, b"".join(struct.pack(f"<{len(i.input_ids)}{code}", *i.input_ids) for i in items)
-        except struct.error:
-            continue
+    """``(width, bytes)``: every item's ids in the narrowest width that holds the largest. ``array``
+    converts a tuple of ints in C and refuses negative, too large and non-int values; numpy finds the
+    largest and narrows the whole column in one call each."""
+    parts: list[array[int]] = []
     for index, item in enumerate(items):
-        bad = next((v for v in item.input_ids if not isinstance(v, int) or not 0 <= v < 2**32), None)
-        if bad is not None:
+        try:
+            parts.append(array(_UINT32, item.input_ids))
+        except (OverflowError, TypeError):
+            bad = next(v for v in item.input_ids if not isinstance(v, int) or not 0 <= v < 2**32)
             raise DataError(
                 f"{_label(index, item.meta)}: input_ids holds {bad!r}; token ids are ints in [0, 2**32)"
-            )
-    raise AssertionError("struct.pack refused ids that are all ints in [0, 2**32)")  # pragma: no cover
+            ) from None
+    ids = np.frombuffer(b"".join(parts), dtype=np.uint32)  # native byte order, as array wrote them
+    largest = int(ids.max())
+    width = next(w for w, limit in ((1, 2**8), (2, 2**16), (4, 2**32)) if largest < limit)
+    return width, ids.astype(_ID_DTYPES[width], copy=False).tobytes()
 
 
 def _pack_logps(items: Sequence[SAWItem], field: str, action_counts: list[int]) -> LogpColumn:
@@ -387,55 +404,36 @@ def _check_columns(columns: ItemColumns) -> list[int]:
 # --- columns -> items ------------------------------------------------------------------------------
 
 
-def _mask(runs: list[int]) -> tuple[int, ...]:
-    if len(runs) <= 3:  # prompt, completion (and a tail): concatenating the spans is quickest
-        mask: tuple[int, ...] = ()
-        for position, run in enumerate(runs):
-            mask += (position & 1,) * run
-        return mask
-    values: list[int] = []  # many spans: a list avoids copying the tuple once per span
-    for position, run in enumerate(runs):
-        values += (position & 1,) * run
-    return tuple(values)
-
-
-def _assemble(values: tuple[Any, ...]) -> SAWItem:
-    """A SAWItem from values :func:`_check_columns` proved valid, set as attrs' own ``__init__`` sets
-    them (``object.__setattr__`` on the frozen slots), without re-running per-element validators."""
-    item = object.__new__(SAWItem)
-    for name, value in zip(_ITEM_FIELDS, values, strict=True):
-        object.__setattr__(item, name, value)
-    return item
-
-
 def _items_from_columns(columns: ItemColumns, action_counts: list[int]) -> list[SAWItem]:
+    """Items that hold their arrays as slices of the checked columns (unpacked when first read)."""
     code = _ID_CODES[columns.token_bytes]
     offsets = dict.fromkeys(_LOGP_FIELDS, 0)
     id_offset = 0
     items: list[SAWItem] = []
     for index, length in enumerate(columns.lengths):
-        input_ids = struct.unpack_from(f"<{length}{code}", columns.input_ids, id_offset)
-        id_offset += length * columns.token_bytes
-        temperature = columns.temperatures[index]
         count = action_counts[index]
-        logps: list[tuple[float, ...] | None] = []
+        logps: dict[str, tuple[bytes, int, int]] = {}
         for field in _LOGP_FIELDS:
             column = columns.logps[field]
             if column.present[index]:
-                logps.append(struct.unpack_from(f"<{count}f", column.values, offsets[field]))
+                logps[field] = (column.values, offsets[field], count)
                 offsets[field] += 4 * count
-            else:
-                logps.append(None)
+        packed = PackedArrays(
+            ids=columns.input_ids,
+            id_code=code,
+            ids_offset=id_offset,
+            length=length,
+            mask_runs=columns.action_runs[index],
+            logps=logps,
+        )
+        id_offset += length * columns.token_bytes
+        temperature = columns.temperatures[index]
         items.append(
-            _assemble(
-                (
-                    input_ids,
-                    _mask(columns.action_runs[index]),
-                    float(columns.weights[index]),  # a writer may send 1 for 1.0, as SAWItem allows
-                    columns.metas[index],
-                    *logps,
-                    None if temperature is None else float(temperature),
-                )
+            PackedSAWItem.from_checked(
+                packed,
+                weight=float(columns.weights[index]),  # a writer may send 1 for 1.0, as SAWItem allows
+                meta=columns.metas[index],
+                sampling_temperature=None if temperature is None else float(temperature),
             )
         )
     return items

@@ -2,10 +2,10 @@
 from Redis, exactly once.
 
 ``next_batch`` takes whole actor messages until it holds at least ``min_items`` items; a message is
-never split, so GRPO groups arrive whole. Several messages come per round trip (as many as the largest
+never split, so GRPO groups arrive whole. One round trip claims several messages (as many as the largest
 message seen so far says are still missing, so a batch is made of the same messages as when taking one
-at a time). Only when the queue is empty does it wait, with an async ``BLMOVE`` bounded by
-``poll_timeout_s`` (the event loop is never blocked). If not enough data arrives within
+at a time); it waits, with an async ``BLMOVE`` bounded by ``poll_timeout_s`` (the event loop is never
+blocked), only when the queue is empty. If not enough data arrives within
 ``wait_timeout_s`` it raises :class:`~ludic_core.errors.LudicTimeoutError` naming the queue; messages
 taken so far are kept and served by the next call, in order, so a caller that retries loses nothing.
 
@@ -228,12 +228,7 @@ class RedisBatchSource:
 
     async def connect(self) -> None:
         if self._redis is None:
-            # The socket timeout must outlast one BLMOVE, or redis-py would abort the wait itself.
-            self._redis = await connect_redis(
-                self.redis_url,
-                connect_timeout_s=self.connect_timeout_s,
-                command_timeout_s=self.poll_timeout_s + self.connect_timeout_s,
-            )
+            self._redis = await connect_redis(self.redis_url, connect_timeout_s=self.connect_timeout_s)
 
     async def aclose(self) -> None:
         """Acknowledge a committed checkpoint not yet acknowledged, then close the connection.
@@ -437,25 +432,17 @@ class RedisBatchSource:
             self.num_redelivered += count
             self._keep_fetched(raws)
             return None
-        raws, length = await self._call(
-            self.keys.claim(redis, wanted),
-            f"LMOVE {self.queue_key!r} -> {self.keys.processing!r} x{wanted} + LLEN",
-        )
-        if raws:
-            self._claimed += len(raws)
-            self._keep_fetched(raws)
-            return length
-        # The queue is empty: wait for the next message, at most one poll interval.
+        # One round trip: claim what the queue holds, waiting (at most one poll interval) only when
+        # it is empty.
         poll = min(self.poll_timeout_s, remaining_s)
-        raw = await self._call(
-            redis.blmove(self.queue_key, self.keys.processing, poll, "LEFT", "RIGHT"),
-            f"BLMOVE {self.queue_key!r} -> {self.keys.processing!r}",
+        raws, length = await self._call(
+            self.keys.claim(redis, wanted, poll),
+            f"BLMOVE {self.queue_key!r} -> {self.keys.processing!r} + LMOVE x{wanted - 1} + LLEN",
             timeout_s=poll + self.connect_timeout_s,
         )
-        if raw is not None:
-            self._claimed += 1
-            self._keep_fetched([raw])
-        return None
+        self._claimed += len(raws)
+        self._keep_fetched(raws)
+        return length
 
     def _keep_fetched(self, raws: list[bytes]) -> None:
         for raw in raws:

@@ -1,0 +1,168 @@
+"""The ``tinker`` backend of ``ludic eval`` / ``ludic rollouts``: completions sampled on the Tinker service.
+
+    export TINKER_API_KEY=tml-...
+    ludic eval tictactoe --backend tinker --model Qwen/Qwen3-4B-Instruct-2507 -n 100
+    ludic eval tictactoe --backend tinker --model tinker://RUN/sampler_weights/NAME -n 100
+
+The registered ``"chat"`` agent (ludic-agents' ``Agent`` on the model's chat template) renders each
+prompt and :class:`~ludic_tinker.TinkerChatClient` samples it, so rollouts carry token ids and behaviour
+logprobs (trainable, like the ``local`` backend's). What each :class:`~ludic_core.cli.run_config.BackendConfig`
+field means here:
+
+* ``model`` — a Tinker base model name, or the ``tinker://`` path of saved sampler weights
+  (``save_weights_for_sampler``; a :class:`~ludic_tinker.TinkerTrainer` run's sampler checkpoints).
+  The tokenizer and chat template are the base model's, from the Hugging Face Hub or its cache.
+  ``fake/tiny-char-lm``, the model of ``ludic_tinker.testing``'s loopback fake service, samples with
+  the fake's byte tokenizer and plain-text template instead (offline dry runs and tests).
+* ``base_url`` — the service. Left at its default (the ``openai`` backend's local server) it is the
+  SDK's own: ``TINKER_BASE_URL``, else production.
+* ``api_key_env`` — the variable holding the key. Left at its default (``OPENAI_API_KEY``) it is the
+  SDK's own: ``TINKER_API_KEY``, ``TINKER_CREDENTIAL_CMD`` or a ``tinker auth login``.
+* ``request_timeout_s`` — the longest wait for one sample, and for creating the sampling client.
+
+``max_concurrency``, ``max_retries`` and ``device`` do not apply (``rollout.concurrency`` bounds the
+requests in flight; the SDK retries; the model runs on the service). Registered as the
+``ludic.backends`` entry point ``tinker`` of ludic-tinker; the agent comes through the registry, so
+ludic-agents must be installed (``pip install "ludic-agents[hf]"``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import tinker
+
+from ludic_core.errors import ConfigError, RegistryError
+from ludic_core.harness import AgentHarness
+from ludic_core.parsing import Parser
+from ludic_core.registry import AGENTS, make_agent
+from ludic_tinker._sdk import call_for_client_blocking
+from ludic_tinker.client import TinkerChatClient
+from ludic_tinker.connect import TinkerTimeouts, connect
+
+if TYPE_CHECKING:
+    from ludic_core.cli.run_config import BackendConfig
+
+__all__ = ["TinkerBackend", "fake_model_tokenizer"]
+
+CHAT_AGENT = "chat"
+"""The registered agent the backend builds (ludic-agents: an ``Agent`` on the client's chat template)."""
+CHECKPOINT_SCHEME = "tinker://"
+
+
+class TinkerBackend:
+    """Tinker sampling for the ``ludic`` commands (``token_level``: its rollouts are trainable)."""
+
+    token_level = True
+
+    def __init__(
+        self,
+        config: BackendConfig,
+        *,
+        client: TinkerChatClient | None = None,
+        chat_template: Any = None,
+    ) -> None:
+        """``client``: sample through this client (a recipe's, whose sampler the trainer refreshes)
+        instead of opening ``config.model`` on the service; ``chat_template``: the agents' template
+        (None: the one of the client's tokenizer)."""
+        if CHAT_AGENT not in AGENTS:
+            raise RegistryError(
+                f"backend 'tinker' builds its agents as the registered agent {CHAT_AGENT!r}, which "
+                'ludic-agents provides: pip install "ludic-agents[hf]"'
+            )
+        if client is None:
+            client, chat_template = _open_sampler(config)
+        self.client = client
+        self.chat_template = chat_template
+
+    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
+        client = self.client
+        options = {} if self.chat_template is None else {"chat_template": self.chat_template}
+
+        def make() -> AgentHarness:
+            agent: AgentHarness = make_agent(
+                CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt, **options
+            )
+            return agent
+
+        return make
+
+    async def aclose(self) -> None:
+        # The SDK's session ends with the process; there is nothing local to release.
+        return None
+
+
+def _sdk_default(config: BackendConfig, field: str) -> str | None:
+    """``config.<field>``, or None (the SDK's own default) when it is left at BackendConfig's default."""
+    value: str = getattr(config, field)
+    return None if value == getattr(attrs.fields(type(config)), field).default else value
+
+
+def _api_key(config: BackendConfig) -> str | None:
+    variable = _sdk_default(config, "api_key_env")
+    if variable is None:
+        return None
+    key = os.environ.get(variable)
+    if not key:
+        raise ConfigError(
+            f"backend.api_key_env = {variable!r}, but that environment variable is not set (leave "
+            "backend.api_key_env unset to use the SDK's TINKER_API_KEY or stored login)"
+        )
+    return key
+
+
+def _open_sampler(config: BackendConfig) -> tuple[TinkerChatClient, Any]:
+    """A client sampling ``config.model`` on the service, and the chat template its agents use."""
+    model = config.model
+    if not model:
+        raise ConfigError(
+            "backend 'tinker' needs backend.model (--model): a Tinker base model name, or the "
+            f"{CHECKPOINT_SCHEME} path of saved sampler weights"
+        )
+    timeouts = TinkerTimeouts(create_client_s=config.request_timeout_s, sample_s=config.request_timeout_s)
+    service = connect(base_url=_sdk_default(config, "base_url"), api_key=_api_key(config), timeouts=timeouts)
+    saved_weights = model.startswith(CHECKPOINT_SCHEME)
+
+    def open_sampler() -> tuple[Any, str]:
+        created: Any = (
+            service.create_sampling_client(model_path=model)
+            if saved_weights
+            else service.create_sampling_client(base_model=model)
+        )
+        if isinstance(created, tinker.APIFuture):  # SDK 0.38: a future of the client
+            created = created.result(timeout=timeouts.create_client_s)
+        # Saved weights: the tokenizer is that of the base model they were trained from.
+        return created, str(created.get_base_model()) if saved_weights else model
+
+    sampler, base_model = call_for_client_blocking(
+        open_sampler, timeout_s=timeouts.create_client_s, what=f"create_sampling_client({model!r})"
+    )
+    tokenizer, chat_template = _tokenizer_for(sampler, base_model, timeout_s=timeouts.create_client_s)
+    return TinkerChatClient(sampler, tokenizer, timeout_s=timeouts.sample_s), chat_template
+
+
+def fake_model_tokenizer(base_model: str) -> tuple[Any, Any] | None:
+    """``(tokenizer, chat_template)`` of ``ludic_tinker.testing``'s fake service when ``base_model`` is
+    its model (the fake's vocabulary is bytes, and no Hub tokenizer exists for it), else None."""
+    from ludic_tinker.testing import FAKE_BASE_MODEL
+
+    if base_model != FAKE_BASE_MODEL:
+        return None
+    from ludic_tinker.testing import ByteChatTemplate, FakeTokenizer
+
+    fake = FakeTokenizer()
+    return fake, ByteChatTemplate(fake)
+
+
+def _tokenizer_for(sampler: Any, base_model: str, *, timeout_s: float) -> tuple[Any, Any]:
+    """The base model's tokenizer (and None: the agent's template over it), or the fake's pair."""
+    fake = fake_model_tokenizer(base_model)
+    if fake is not None:
+        return fake
+    tokenizer = call_for_client_blocking(
+        sampler.get_tokenizer, timeout_s=timeout_s, what=f"the tokenizer of {base_model!r}"
+    )
+    return tokenizer, None
