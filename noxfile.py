@@ -511,7 +511,7 @@ def vllm(session: nox.Session) -> None:
     """ludic-vllm's `vllm`-marked tests and the docs' `vllm` blocks, against real vLLM servers on CPU."""
     _prepare(session)
     session.env.update(VLLM_ENV)
-    # ludic-envs, ludic-agents and peft: the Tic-Tac-Toe example's `--backend vllm` smoke test.
+    # ludic-envs, ludic-agents and peft: the `ludic train tictactoe-grpo-vllm` smoke run (test_vllm_recipe.py).
     _install_local(
         session,
         ("ludic-core", "ludic-envs", "ludic-agents[hf]", "ludic-train[lora]", "ludic-vllm[publisher,test]"),

@@ -4,6 +4,7 @@ runs, config errors and resume."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -103,9 +104,10 @@ def test_an_unknown_recipe_lists_the_installed_ones(tmp_path: Path) -> None:
 
 
 def test_grpo_run_writes_its_run_dir_and_resume_continues_from_the_latest_checkpoint(tmp_path: Path) -> None:
-    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", "run.save_final=true", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     run = tmp_path / "run"
+    assert (run / "final" / "config.json").is_file()  # the trained model, merged
     config = json.loads((run / "config.json").read_text())
     assert config["steps"] == 2 and config["run_dir"] == "run"
     versions = json.loads((run / "versions.json").read_text())["packages"]
@@ -358,3 +360,131 @@ def test_two_learner_ranks_claim_two_actors_batches_exactly_once(tmp_path: Path,
         for actor in actors:
             if actor.poll() is None:
                 actor.kill()
+
+
+# --- ludic-vllm's *-vllm recipes without a vLLM server: listing, dry runs (which build the client and the
+# publisher but contact nothing), the config errors refused before anything is built, and the message
+# when ludic-train is missing. The run against a real vLLM server is ludic-vllm's test_vllm_recipe.py.
+
+needs_ludic_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("ludic_vllm") is None, reason="ludic-vllm is not installed"
+)
+TTT_GRPO_VLLM = ROOT / "examples" / "tic_tac_toe" / "grpo_vllm_smoke.toml"
+# The smoke config's model is a tiny Llama served by vLLM; a dry run builds the local random "tiny" (with
+# the config's chat template, found from any working directory).
+TINY = (
+    "backend.model=tiny",
+    f"chat_template={ROOT / 'examples' / 'tic_tac_toe' / 'plain_chat_template.jinja'}",
+)
+
+
+@needs_ludic_vllm
+def test_recipes_lists_the_vllm_recipes(tmp_path: Path) -> None:
+    done = ludic("recipes", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    names = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
+    assert {"tictactoe-grpo-vllm", "gsm8k-grpo-vllm"} <= names
+
+
+@needs_ludic_vllm
+def test_dry_run_builds_client_and_publisher_and_says_it_contacted_no_server(tmp_path: Path) -> None:
+    # Nothing listens on this port: a dry run that tried to connect would fail or wait.
+    done = ludic(
+        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.url=http://127.0.0.1:9",
+        "--dry-run", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = json.loads(done.stdout[: done.stdout.rindex("}") + 1])["config"]
+    assert config["vllm"]["transport"] == "gloo" and config["backend"]["kind"] == "vllm"
+    assert config["env"] == "tictactoe" and config["trainer"]["max_grad_norm"] == 0.5  # tictactoe-grpo's
+    sampler = next(line for line in done.stdout.splitlines() if line.startswith("sampler: "))
+    assert "http://127.0.0.1:9 (not contacted: dry run)" in sampler and "GlooPublisher" in sampler
+    assert not (tmp_path / "runs").exists()
+
+
+@needs_ludic_vllm
+def test_dry_run_with_start_server_starts_nothing(tmp_path: Path) -> None:
+    done = ludic(
+        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.start_server=true",
+        "vllm.url=http://127.0.0.1:8000", "vllm.transport=upload", "--dry-run", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "an export of the model (not started: dry run)" in done.stdout
+    assert "FilePublisher" in done.stdout
+
+
+@needs_ludic_vllm
+def test_gsm8k_recipe_takes_the_local_recipes_defaults(tmp_path: Path) -> None:
+    done = ludic("train", "gsm8k-grpo-vllm", *TINY, "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    config = json.loads(done.stdout[: done.stdout.rindex("}") + 1])["config"]
+    assert config["env"] == "gsm8k" and config["samples_per_prompt"] == 8
+    assert config["sampling"]["max_tokens"] == 256 and config["backend"]["kind"] == "vllm"
+
+
+@needs_ludic_vllm
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("backend.kind=local", "backend.kind = 'local': the *-vllm recipes sample from a vLLM server"),
+        ("backend.base_urls=http://h:1/v1", "the server is configured by vllm.url"),
+        ("backend.max_concurrency=8", "the server is configured by vllm.max_concurrency"),
+        ("backend.request_timeout_s=5", "the server is configured by vllm.timeout_s"),
+        ("vllm.transport=smoke-signals", "vllm.transport = 'smoke-signals': expected Literal"),
+        ("vllm.transport=files", "transport='files' needs weights_dir"),
+        ("vllm.transport=nccl", "NCCL broadcasts from a CUDA device"),
+        ("vllm.max_concurrency=0", "VLLMBackendConfig.max_concurrency must be >= 1, got 0"),
+        ("vllm.timeout_s=0", "VLLMBackendConfig.timeout_s must be a finite number > 0"),
+        (
+            "vllm.start_server=true vllm.url=http://gpu1:8000",
+            "with vllm.start_server = true: a started server gets a free local port",
+        ),
+        ("vllm.server_args=--enforce-eager", "without vllm.start_server"),
+        ("vllm.url_typo=x", "unknown key 'vllm.url_typo'"),
+    ],
+)
+def test_config_errors_are_refused_before_anything_is_built(
+    tmp_path: Path, override: str, expected: str
+) -> None:
+    done = ludic("train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *override.split(), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@needs_ludic_vllm
+def test_without_ludic_train_the_vllm_recipes_say_what_to_install(tmp_path: Path) -> None:
+    # An interpreter in which ludic_train cannot be imported, as if it were not installed (then
+    # `ludic train` itself is missing, so it is `ludic recipes` that shows the recipe's message).
+    program = (
+        "import sys; sys.modules['ludic_train'] = None\n"
+        "from ludic_core.cli.main import main\n"
+        "sys.exit(main(['recipes']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("tictactoe-grpo-vllm "))
+    assert "cannot be loaded: the *-vllm recipes train with ludic-train" in line
+    assert 'pip install ludic-train "ludic-vllm[publisher]"' in line
+
+
+@needs_ludic_vllm
+@pytest.mark.parametrize(
+    ("recipe", "config"),
+    [
+        ("tictactoe-grpo", "tic_tac_toe/grpo.toml"),
+        ("tictactoe-grpo-vllm", "tic_tac_toe/grpo_vllm.toml"),
+        ("gsm8k-grpo", "gsm8k/grpo.toml"),
+        ("gsm8k-grpo-vllm", "gsm8k/grpo_vllm.toml"),
+    ],
+)
+def test_the_full_size_example_configs_validate_and_build(tmp_path: Path, recipe: str, config: str) -> None:
+    # The documented full runs, on the tiny model: every key is known, every value valid, nothing started.
+    done = ludic(
+        "train", recipe, str(ROOT / "examples" / config), "backend.model=tiny", "--dry-run", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"dry run of {recipe!r}: every component built" in done.stderr

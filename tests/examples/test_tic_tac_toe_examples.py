@@ -1,4 +1,5 @@
-"""CPU smoke runs of the Tic-Tac-Toe examples with a tiny random model."""
+"""CPU smoke runs of the Tic-Tac-Toe examples with a tiny random model (GRPO training is the
+``ludic train tictactoe-grpo`` recipe, run on its smoke config by tests/cli)."""
 
 from __future__ import annotations
 
@@ -30,49 +31,6 @@ def _load(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def test_train_smoke_with_checkpoint_resume_and_export(tmp_path: Path) -> None:
-    train = _load("train")
-    argv = [
-        "--model",
-        "tiny",
-        "--train-steps",
-        "2",
-        "--group-size",
-        "2",
-        "--rollouts-per-update",
-        "4",
-        "--max-steps-per-episode",
-        "2",
-        "--max-completion-tokens",
-        "6",
-        "--eval-every",
-        "2",
-        "--eval-episodes",
-        "2",
-        "--checkpoint-dir",
-        str(tmp_path / "ckpt"),
-        "--checkpoint-every",
-        "1",
-        "--logger",
-        "jsonl",
-        "--metrics",
-        str(tmp_path / "metrics.jsonl"),
-        "--final-save",
-        str(tmp_path / "final"),
-        "--micro-token-budget",
-        "4096",
-    ]
-    results = asyncio.run(train.main(train.parse_args(argv)))
-    assert [r["train/step"] for r in results] == [1.0, 2.0]
-    assert (tmp_path / "ckpt" / "step_000002" / "state.pt").is_file()
-    assert (tmp_path / "final" / "config.json").is_file()
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert any('"eval/win_rate"' in line for line in lines)
-    # --resume continues from the newest checkpoint: nothing left to do for 2 steps, one more for 3.
-    resumed = asyncio.run(train.main(train.parse_args([*argv, "--resume", "--train-steps", "3"])))
-    assert [r["train/step"] for r in resumed] == [3.0]
 
 
 def test_rejection_sampling_then_sft_smoke(tmp_path: Path) -> None:

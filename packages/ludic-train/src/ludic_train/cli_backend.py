@@ -30,7 +30,7 @@ from ludic_train.local_client import LocalPolicyClient
 if TYPE_CHECKING:
     from ludic_core.cli.run_config import BackendConfig
 
-__all__ = ["LocalBackend", "load_local_model"]
+__all__ = ["LocalBackend", "chat_agent_factory", "load_local_model", "require_chat_agent"]
 
 NAMED_MODELS = ("tiny", "smollm2")
 CHAT_AGENT = "chat"
@@ -68,6 +68,30 @@ def load_local_model(
     return model.to(device), tokenizer
 
 
+def require_chat_agent() -> None:
+    """Refuse early when the registered ``"chat"`` agent (ludic-agents) is not installed."""
+    if CHAT_AGENT not in AGENTS:
+        raise RegistryError(
+            f"the token-level backends build their agents as the registered agent {CHAT_AGENT!r}, which "
+            'ludic-agents provides: pip install "ludic-agents[hf]"'
+        )
+
+
+def chat_agent_factory(
+    client: Any, *, parser: Parser, system_prompt: str | None
+) -> Callable[[], AgentHarness]:
+    """A fresh registered ``"chat"`` agent per episode over ``client`` (which carries the tokenizer
+    whose chat template renders the prompts)."""
+
+    def make() -> AgentHarness:
+        agent: AgentHarness = make_agent(
+            CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt
+        )
+        return agent
+
+    return make
+
+
 class LocalBackend:
     """An in-process model for the ``ludic`` commands (``token_level``: its rollouts are trainable)."""
 
@@ -80,26 +104,14 @@ class LocalBackend:
             raise ConfigError(
                 f"backend 'local' needs backend.model (--model): a model directory or one of {list(NAMED_MODELS)}"
             )
-        if CHAT_AGENT not in AGENTS:
-            raise RegistryError(
-                f"backend 'local' builds its agents as the registered agent {CHAT_AGENT!r}, which ludic-agents "
-                'provides: pip install "ludic-agents[hf]"'
-            )
+        require_chat_agent()
         if client is None:
             model, tokenizer = load_local_model(config.model, device=config.device)
             client = LocalPolicyClient(model, tokenizer, max_batch_size=config.max_concurrency)
         self.client = client
 
     def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
-        client = self.client
-
-        def make() -> AgentHarness:
-            agent: AgentHarness = make_agent(
-                CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt
-            )
-            return agent
-
-        return make
+        return chat_agent_factory(self.client, parser=parser, system_prompt=system_prompt)
 
     async def aclose(self) -> None:
         await self.client.aclose()

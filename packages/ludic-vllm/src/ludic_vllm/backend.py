@@ -10,8 +10,8 @@ stopped when the backend is closed::
     ...
     await backend.aclose()
 
-Command-line parsing stays in the scripts (``examples/backends.py`` maps ``--vllm-*`` flags onto this
-config), so the library never depends on how an application reads its settings.
+The ``[vllm]`` table of ludic-vllm's ``ludic train *-vllm`` recipes is this config (see
+:mod:`ludic_vllm.rl_recipe`), so the library never depends on how an application reads its settings.
 """
 
 from __future__ import annotations
@@ -27,7 +27,14 @@ from ludic_core.errors import ConfigError
 from ludic_vllm.client import VLLMClient
 from ludic_vllm.launch import VLLMServer
 
-__all__ = ["TRANSPORT_CHOICES", "VLLMBackend", "VLLMBackendConfig", "open_vllm_backend"]
+__all__ = [
+    "TRANSPORT_CHOICES",
+    "VLLMBackend",
+    "VLLMBackendConfig",
+    "make_publisher",
+    "make_vllm_client",
+    "open_vllm_backend",
+]
 
 Transport = Literal["gloo", "nccl", "files", "upload"]
 TRANSPORT_CHOICES: tuple[str, ...] = ("gloo", "nccl", "files", "upload")
@@ -70,8 +77,7 @@ class VLLMBackendConfig:
     def __attrs_post_init__(self) -> None:
         if self.transport == "files" and not self.weights_dir:
             raise ConfigError(
-                "VLLMBackendConfig.transport='files' needs weights_dir (a directory the server can read; "
-                "--vllm-weights-dir on the command line)"
+                "VLLMBackendConfig.transport='files' needs weights_dir (a directory the server can read)"
             )
         if isinstance(self.max_concurrency, bool) or not isinstance(self.max_concurrency, int):
             raise ConfigError(
@@ -96,7 +102,8 @@ class VLLMBackend:
                 await asyncio.to_thread(self.server.stop)
 
 
-def _make_publisher(config: VLLMBackendConfig, url: str) -> Any:
+def make_publisher(config: VLLMBackendConfig, url: str) -> Any:
+    """The publisher of ``config.transport`` for the server at ``url``; it connects on first publish."""
     from ludic_vllm.publisher import FilePublisher, GlooPublisher, NcclPublisher
 
     token, timeout_s = config.api_token, config.timeout_s
@@ -113,8 +120,22 @@ def _make_publisher(config: VLLMBackendConfig, url: str) -> Any:
     return FilePublisher(url, mode="upload", api_token=token, timeout_s=timeout_s, allow_version_reset=reset)
 
 
-async def open_vllm_backend(config: VLLMBackendConfig, *, model_dir: str | None = None) -> VLLMBackend:
-    """Build the client and publisher (and start a server if asked); waits until the server is ready."""
+def make_vllm_client(config: VLLMBackendConfig, url: str) -> VLLMClient:
+    """The client for the server at ``url`` (it connects on first request)."""
+    return VLLMClient(
+        base_url=url,
+        model=config.model_name,
+        api_token=config.api_token,
+        max_concurrency=config.max_concurrency,
+        request_timeout_s=config.timeout_s,
+    )
+
+
+async def open_vllm_backend(
+    config: VLLMBackendConfig, *, model_dir: str | None = None, server_log: str | None = None
+) -> VLLMBackend:
+    """Build the client and publisher (and start a server if asked, logging to ``server_log``, default
+    a temporary file); waits until the server is ready."""
     if not isinstance(config, VLLMBackendConfig):
         raise ConfigError(f"open_vllm_backend needs a VLLMBackendConfig, got {type(config).__name__}")
     server = None
@@ -127,20 +148,18 @@ async def open_vllm_backend(config: VLLMBackendConfig, *, model_dir: str | None 
         # A files transport hands the server paths in the shared directory: the only place it may load from.
         load_dirs = [config.weights_dir] if config.transport == "files" and config.weights_dir else []
         server = VLLMServer(
-            model_dir, shlex.split(config.server_args), api_token=config.api_token, load_dirs=load_dirs
+            model_dir,
+            shlex.split(config.server_args),
+            api_token=config.api_token,
+            load_dirs=load_dirs,
+            log_path=server_log,
         )
         await asyncio.to_thread(server.start)
         url = server.url
-    client = VLLMClient(
-        base_url=url,
-        model=config.model_name,
-        api_token=config.api_token,
-        max_concurrency=config.max_concurrency,
-        request_timeout_s=config.timeout_s,
-    )
+    client = make_vllm_client(config, url)
     try:
         await client.wait_until_ready(timeout_s=config.timeout_s)
-        publisher = _make_publisher(config, url)
+        publisher = make_publisher(config, url)
     except BaseException:
         await client.aclose()
         if server is not None:

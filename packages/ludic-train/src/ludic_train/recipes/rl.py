@@ -1,7 +1,9 @@
-"""The on-policy RL recipes (``tictactoe-grpo``, ``gsm8k-grpo``, ``gsm8k-gspo``): a local model samples
-its own episodes through the ``local`` backend of ``ludic eval`` (same env profile, same agent), and the
-Trainer updates it with a registered algorithm preset. The requests, the algorithm and the evaluation
-episodes come from :mod:`ludic_core.cli.rl_recipe`, as for every backend's RL recipe."""
+"""The on-policy RL recipes (``tictactoe-grpo``, ``gsm8k-grpo``, ``gsm8k-gspo``): the Trainer updates a
+local model with a registered algorithm preset on episodes sampled through a :class:`~.sampling.Sampler`
+(same env profile, same ``"chat"`` agent as ``ludic eval``). By default the model samples its own
+episodes in-process (:func:`~.sampling.open_local_sampler`); ludic-vllm's recipes pass an opener that
+samples from a vLLM server instead. The requests, the algorithm and the evaluation episodes come from
+:mod:`ludic_core.cli.rl_recipe`, as for every backend's RL recipe."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ from ludic_core.cli.rl_recipe import (
 from ludic_core.cli.run_config import EvalConfig
 from ludic_core.errors import ConfigError
 from ludic_train.recipes.config import RLRunConfig
+from ludic_train.recipes.sampling import Sampler, SamplerOpener, open_local_sampler
 
-__all__ = ["check_rl", "run_rl"]
+__all__ = ["check_rl", "check_rl_training", "run_rl"]
 
 
 def check_rl(config: RLRunConfig) -> None:
@@ -41,8 +44,15 @@ def check_rl(config: RLRunConfig) -> None:
     if config.backend.kind != "local":
         raise ConfigError(
             f"backend.kind = {config.backend.kind!r}: this recipe trains a model in this process, so it samples "
-            "from it with the 'local' backend (Tinker trains remotely: see `ludic recipes` for its recipes)"
+            "from it with the 'local' backend (a vLLM server samples in the *-vllm recipes of ludic-vllm; "
+            "Tinker trains remotely: `ludic recipes` lists them)"
         )
+    check_rl_training(config)
+
+
+def check_rl_training(config: RLRunConfig) -> None:
+    """What every sampler's RL recipe refuses without a model: the model, the env, the algorithm and
+    its options, the evaluation schedule."""
     if not config.backend.model:
         raise ConfigError("backend.model: missing (a model directory, 'smollm2' or 'tiny')")
     check_rl_episodes(config)
@@ -53,15 +63,11 @@ def check_rl(config: RLRunConfig) -> None:
         )
 
 
-async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
-    from ludic_core.cli.eval_command import eval_reducers
-    from ludic_core.evaluation import run_eval
-    from ludic_train.cli_backend import LocalBackend
-    from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.recipes.components import build_model, run_keeping, trainer_config
-    from ludic_train.trainer import Trainer
+async def _run(
+    config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool, open_sampler: SamplerOpener
+) -> dict[str, Any]:
+    from ludic_train.recipes.components import build_model
 
-    profile = resolve_profile(config.env)
     algorithm = build_algorithm(config)
     model, tokenizer = build_model(
         config.backend.model,
@@ -69,14 +75,36 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
         lora=config.lora,
         chat_template=config.chat_template,
     )
-    client = LocalPolicyClient(
-        model, tokenizer, seed=config.seed, max_batch_size=config.backend.max_concurrency
-    )
-    backend = LocalBackend(config.backend, client=client)
+    sampler = await open_sampler(config, model, tokenizer, run_dir=run_dir, dry_run=dry_run)
+    try:
+        return await _train(
+            config, run_dir, model, tokenizer, algorithm, sampler, dry_run=dry_run, resume=resume
+        )
+    finally:
+        await sampler.aclose()
+
+
+async def _train(
+    config: RLRunConfig,
+    run_dir: Path,
+    model: Any,
+    tokenizer: Any,
+    algorithm: AlgorithmSpec,
+    sampler: Sampler,
+    *,
+    dry_run: bool,
+    resume: bool,
+) -> dict[str, Any]:
+    from ludic_core.cli.eval_command import eval_reducers
+    from ludic_core.evaluation import run_eval
+    from ludic_train.recipes.components import run_keeping, trainer_config
+    from ludic_train.trainer import Trainer
+
+    profile = resolve_profile(config.env)
     source = rollout_source(
         config,
         profile=profile,
-        backend=backend,
+        backend=sampler.backend,
         credit_assigner=algorithm.credit_assigner,
         rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
     )
@@ -93,7 +121,7 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
         algorithm=algorithm,
         batch_source=source,
         config=trainer_config(config.trainer, tokenizer),
-        publisher=client.as_publisher(),
+        publisher=sampler.publisher,
         **run_keeping(
             config.run,
             run_dir,
@@ -107,13 +135,15 @@ async def _run(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: boo
     )
     try:
         if dry_run:
-            return _components(config, model, tokenizer, algorithm, trainer)
+            return {
+                **_components(config, model, tokenizer, algorithm, trainer),
+                "sampler": sampler.description,
+            }
         # The sampler starts from the trainer's weights (a resumed run's too), stamped with its step.
         await trainer.publish()
         results = await trainer.train(max(0, config.steps - trainer.step))
     finally:
         await trainer.aclose()
-        await backend.aclose()
     if config.run.save_final:
         from ludic_train.weights import export_pretrained
 
@@ -135,6 +165,14 @@ def _components(
     }
 
 
-def run_rl(config: RLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
-    """The recipe's runner: build, then train (or, ``dry_run``, describe what was built)."""
-    return asyncio.run(_run(config, run_dir, dry_run=dry_run, resume=resume))
+def run_rl(
+    config: RLRunConfig,
+    run_dir: Path,
+    *,
+    dry_run: bool,
+    resume: bool,
+    open_sampler: SamplerOpener = open_local_sampler,
+) -> dict[str, Any]:
+    """The recipe's runner: build the model and open its sampler, then train (or, ``dry_run``,
+    describe what was built). ``open_sampler`` is where episodes come from (default: in-process)."""
+    return asyncio.run(_run(config, run_dir, dry_run=dry_run, resume=resume, open_sampler=open_sampler))

@@ -1,0 +1,118 @@
+"""Where an RL recipe's episodes are sampled from: the one seam between the Trainer and its sampler.
+
+The RL runner (:func:`ludic_train.recipes.rl.run_rl`) builds the model being trained, then asks a
+:data:`SamplerOpener` for a :class:`Sampler` around it: the token-level backend the rollout engine
+samples through, the publisher the Trainer pushes its weights to (``version = trainer step``), and
+what the sampler holds open. :func:`open_local_sampler` (the default) samples in-process from the
+model itself; other packages pass their own opener (ludic-vllm's vLLM recipes sample from a vLLM
+server and publish over Gloo, NCCL or files), so the Trainer side of a recipe exists once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from ludic_core.cli.backends import Backend
+from ludic_core.harness import AgentHarness
+from ludic_core.inference import ChatClient, ChatResponse, TokenCompletionRequest
+from ludic_core.parsing import Parser
+from ludic_core.publisher import PolicyPublisher
+from ludic_train.recipes.config import RLRunConfig
+
+__all__ = ["Sampler", "SamplerOpener", "TokenizedClient", "open_local_sampler"]
+
+
+async def _nothing_to_close() -> None:
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class Sampler:
+    """``backend``: the token-level backend the engine's agents sample through; ``publisher``: where
+    the Trainer publishes (the Trainer closes it); ``description``: one line for ``--dry-run``, saying
+    what was built and what was not contacted; ``close``: release what the opener started (a server,
+    an exported model), after the backend is closed."""
+
+    backend: Backend
+    publisher: PolicyPublisher
+    description: str
+    close: Callable[[], Awaitable[None]] = _nothing_to_close
+
+    async def aclose(self) -> None:
+        try:
+            await self.backend.aclose()
+        finally:
+            await self.close()
+
+
+class SamplerOpener(Protocol):
+    """``(config, model, tokenizer, run_dir=, dry_run=) -> Sampler``; with ``dry_run`` the opener
+    builds and validates what it can without starting or contacting anything that may wait."""
+
+    def __call__(
+        self, config: RLRunConfig, model: Any, tokenizer: Any, *, run_dir: Path, dry_run: bool
+    ) -> Awaitable[Sampler]: ...
+
+
+@attrs.frozen
+class TokenizedClient:
+    """A token-level client paired with the trainer's tokenizer, so agents render prompts with the
+    chat template of the model being trained (a vLLM client carries no tokenizer of its own)."""
+
+    client: Any
+    """A :class:`~ludic_core.inference.ChatClient` (and ``VersionedClient``) with ``aclose``."""
+    tokenizer: Any
+
+    async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
+        response: ChatResponse = await self.client.complete_tokens(request)
+        return response
+
+    async def get_policy_version(self) -> int:
+        version: int = await self.client.get_policy_version()
+        return version
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class ClientBackend:
+    """A token-level backend over one shared client: one fresh registered ``"chat"`` agent (ludic-agents'
+    ``Agent`` on the client's tokenizer) per episode."""
+
+    token_level = True
+
+    def __init__(self, client: ChatClient) -> None:
+        from ludic_train.cli_backend import require_chat_agent
+
+        require_chat_agent()
+        self.client = client
+
+    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
+        from ludic_train.cli_backend import chat_agent_factory
+
+        return chat_agent_factory(self.client, parser=parser, system_prompt=system_prompt)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()  # type: ignore[attr-defined]
+
+
+async def open_local_sampler(
+    config: RLRunConfig, model: Any, tokenizer: Any, *, run_dir: Path, dry_run: bool
+) -> Sampler:
+    """The model samples its own episodes in-process (:class:`~ludic_train.local_client.LocalPolicyClient`,
+    batching up to ``backend.max_concurrency`` sequences); publishing only moves its policy version,
+    since the sampler shares the trainer's parameters."""
+    from ludic_train.local_client import LocalPolicyClient
+
+    client = LocalPolicyClient(
+        model, tokenizer, seed=config.seed, max_batch_size=config.backend.max_concurrency
+    )
+    return Sampler(
+        backend=ClientBackend(client),
+        publisher=client.as_publisher(),
+        description=f"in-process LocalPolicyClient (batches up to {config.backend.max_concurrency})",
+    )

@@ -1,0 +1,163 @@
+"""RL with the local Trainer on episodes sampled by a vLLM server (``ludic train tictactoe-grpo-vllm``,
+``gsm8k-grpo-vllm``).
+
+The run is ludic-train's RL recipe (:func:`ludic_train.recipes.rl.run_rl`) with one seam swapped: the
+sampler. The Trainer trains ``backend.model`` in this process; the rollout engine samples every episode
+from a vLLM server through the token-level :class:`~ludic_vllm.client.VLLMClient` (prompts rendered with
+the trainer's tokenizer, so rollouts carry token ids and behaviour logprobs), and after every step the
+Trainer publishes its (merged) weights to the server with the publisher of ``vllm.transport``, version =
+trainer step.
+
+Settings, each with one owner:
+
+* ``[backend]`` is the model the Trainer trains: ``kind = "vllm"``, ``model`` and ``device``. Its
+  server settings (``base_urls``, ``max_concurrency``, ``request_timeout_s``, ``api_key_env``,
+  ``max_retries``) belong to the OpenAI-compatible backend of ``ludic eval`` and are refused here;
+* ``[vllm]`` is :class:`~ludic_vllm.backend.VLLMBackendConfig`: the server (``url``, or
+  ``start_server = true`` to start ``ludic-vllm serve`` on an exported copy of the trainer's model with
+  the extra ``server_args``), the weight ``transport`` (``gloo``/``nccl``/``files``/``upload``) and its
+  ``weights_dir``, ``api_token``, ``max_concurrency`` (requests in flight) and ``timeout_s`` (each
+  request, each publish, and the wait for the server to be ready).
+
+This module imports ludic-train; :mod:`ludic_vllm.recipes` imports it only when a recipe is asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ludic_core.cli.run_config import BackendConfig
+from ludic_core.errors import ConfigError
+from ludic_train.recipes.config import RLRunConfig
+from ludic_train.recipes.rl import check_rl_training, run_rl
+from ludic_train.recipes.sampling import ClientBackend, Sampler, TokenizedClient
+from ludic_vllm.backend import VLLMBackendConfig, make_publisher, make_vllm_client, open_vllm_backend
+
+__all__ = ["VLLMRLRunConfig", "check_rl_vllm", "open_vllm_sampler", "run_rl_vllm"]
+
+_OWNED_BY_VLLM = {
+    "base_urls": "vllm.url (or vllm.start_server = true)",
+    "max_concurrency": "vllm.max_concurrency",
+    "request_timeout_s": "vllm.timeout_s",
+    "api_key_env": "vllm.api_token",
+}
+"""``[backend]`` settings of the OpenAI-compatible backend and their owner in the ``[vllm]`` table."""
+
+SERVER_LOG = "vllm-server.log"
+"""A started server's log, in the run directory."""
+
+
+@attrs.frozen(kw_only=True)
+class VLLMRLRunConfig(RLRunConfig):
+    """:class:`~ludic_train.recipes.config.RLRunConfig` plus the ``[vllm]`` table: where episodes are
+    sampled and how the Trainer's weights reach the server (see the module docstring)."""
+
+    vllm: VLLMBackendConfig = attrs.field(factory=VLLMBackendConfig)
+
+
+def check_rl_vllm(config: VLLMRLRunConfig) -> None:
+    """Everything refusable before a model is built or a server contacted."""
+    backend = config.backend
+    if backend.kind != "vllm":
+        raise ConfigError(
+            f"backend.kind = {backend.kind!r}: the *-vllm recipes sample from a vLLM server (backend.kind "
+            "'vllm'); for in-process sampling run the recipe without -vllm"
+        )
+    defaults = BackendConfig()
+    for field in attrs.fields(BackendConfig):
+        if field.name in ("kind", "model", "device"):
+            continue
+        value = getattr(backend, field.name)
+        if value != getattr(defaults, field.name):
+            owner = _OWNED_BY_VLLM.get(field.name, "the [vllm] table")
+            raise ConfigError(
+                f"backend.{field.name} = {value!r}: in the *-vllm recipes [backend] is only the trained "
+                f"model (kind, model, device); the server is configured by {owner}"
+            )
+    vllm = config.vllm
+    if vllm.start_server and vllm.url != VLLMBackendConfig().url:
+        raise ConfigError(
+            f"vllm.url = {vllm.url!r} with vllm.start_server = true: a started server gets a free local "
+            "port; set one of the two"
+        )
+    if not vllm.start_server and vllm.server_args:
+        raise ConfigError(
+            f"vllm.server_args = {vllm.server_args!r} without vllm.start_server: they are arguments of a "
+            "server this run starts"
+        )
+    if vllm.transport == "nccl" and not backend.device.startswith("cuda"):
+        raise ConfigError(
+            f"vllm.transport = 'nccl' with backend.device = {backend.device!r}: NCCL broadcasts from a "
+            "CUDA device (use 'gloo', 'files' or 'upload' on CPU)"
+        )
+    check_rl_training(config)
+
+
+async def open_vllm_sampler(
+    config: RLRunConfig, model: Any, tokenizer: Any, *, run_dir: Path, dry_run: bool
+) -> Sampler:
+    """The vLLM client and publisher for ``config.vllm``, starting a server on an exported copy of the
+    trainer's model with ``start_server``. ``dry_run`` builds both without contacting the server (and
+    starts none), and says so."""
+    if not isinstance(config, VLLMRLRunConfig):
+        raise ConfigError(f"open_vllm_sampler needs a VLLMRLRunConfig, got {type(config).__name__}")
+    vllm = config.vllm
+    publishing = f"weights over {vllm.transport}, version = trainer step"
+    if dry_run:
+        client = make_vllm_client(vllm, vllm.url)
+        where = (
+            "a ludic-vllm server on an export of the model (not started: dry run)"
+            if vllm.start_server
+            else f"the vLLM server at {vllm.url} (not contacted: dry run)"
+        )
+        publisher = make_publisher(vllm, vllm.url)
+        return Sampler(
+            backend=ClientBackend(TokenizedClient(client, tokenizer)),
+            publisher=publisher,
+            description=f"VLLMClient for {where}; {type(publisher).__name__}, {publishing}",
+        )
+    export_dir = None
+    if vllm.start_server:
+        # The server must start from the trainer's weights and tokenizer (chat template included); the
+        # first publish replaces them with the trainer's current ones anyway, version = its step.
+        from ludic_train.weights import export_pretrained
+
+        export_dir = Path(tempfile.mkdtemp(prefix="ludic-served-model-"))
+        await asyncio.to_thread(export_pretrained, model, export_dir, tokenizer=tokenizer)
+    await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
+    try:
+        opened = await open_vllm_backend(
+            vllm,
+            model_dir=None if export_dir is None else str(export_dir),
+            server_log=str(run_dir / SERVER_LOG),
+        )
+    except BaseException:
+        if export_dir is not None:
+            shutil.rmtree(export_dir, ignore_errors=True)
+        raise
+
+    async def close() -> None:
+        try:
+            await opened.aclose()
+        finally:
+            if export_dir is not None:
+                shutil.rmtree(export_dir, ignore_errors=True)
+
+    url = opened.server.url if opened.server is not None else vllm.url
+    return Sampler(
+        backend=ClientBackend(TokenizedClient(opened.client, tokenizer)),
+        publisher=opened.publisher,
+        description=f"VLLMClient at {url}; {type(opened.publisher).__name__}, {publishing}",
+        close=close,
+    )
+
+
+def run_rl_vllm(config: VLLMRLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
+    """The runner of the *-vllm recipes: ludic-train's RL runner with the vLLM sampler."""
+    return run_rl(config, run_dir, dry_run=dry_run, resume=resume, open_sampler=open_vllm_sampler)
