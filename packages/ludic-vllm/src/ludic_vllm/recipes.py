@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ludic_core.cli.recipes import Recipe
-from ludic_core.errors import ConfigError
+from ludic_core.errors import ConfigError, MissingExtraError
 
 __all__ = ["gsm8k_grpo_vllm", "tictactoe_grpo_vllm"]
 
@@ -30,6 +30,8 @@ def _vllm_recipe(local: str, summary: str) -> Recipe:
     try:
         import ludic_train.recipes as local_recipes
         from ludic_vllm.rl_recipe import VLLMRLRunConfig
+    except MissingExtraError as exc:
+        raise ConfigError(str(exc)) from exc
     except ImportError as exc:
         if (exc.name or "").split(".")[0] in ("ludic_train", "torch", "safetensors"):
             raise ConfigError(f"{NEEDS_TRAINER} ({exc})") from exc

@@ -33,11 +33,16 @@ from typing import Any
 import attrs
 
 from ludic_core.cli.run_config import BackendConfig
-from ludic_core.errors import ConfigError
-from ludic_train.recipes.config import RLRunConfig
-from ludic_train.recipes.rl import check_rl_training, run_rl
-from ludic_train.recipes.sampling import ClientBackend, Sampler, TokenizedClient
+from ludic_core.errors import ConfigError, MissingExtraError
 from ludic_vllm.backend import VLLMBackendConfig, make_publisher, make_vllm_client, open_vllm_backend
+from ludic_vllm.recipes import NEEDS_TRAINER
+
+try:
+    from ludic_train.recipes.config import RLRunConfig
+    from ludic_train.recipes.rl import check_rl_training, run_rl
+    from ludic_train.recipes.sampling import ClientBackend, Sampler, TokenizedClient
+except ImportError as exc:  # ludic-vllm alone (the client, the server) does not install ludic-train
+    raise MissingExtraError(f"{NEEDS_TRAINER} ({exc})") from exc
 
 __all__ = ["VLLMRLRunConfig", "check_rl_vllm", "open_vllm_sampler", "run_rl_vllm"]
 
