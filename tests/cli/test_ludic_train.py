@@ -390,7 +390,7 @@ def test_recipes_lists_the_vllm_recipes(tmp_path: Path) -> None:
 def test_dry_run_builds_client_and_publisher_and_says_it_contacted_no_server(tmp_path: Path) -> None:
     # Nothing listens on this port: a dry run that tried to connect would fail or wait.
     done = ludic(
-        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.url=http://127.0.0.1:9",
+        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.urls=http://127.0.0.1:9",
         "--dry-run", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -406,7 +406,7 @@ def test_dry_run_builds_client_and_publisher_and_says_it_contacted_no_server(tmp
 def test_dry_run_with_start_server_starts_nothing(tmp_path: Path) -> None:
     done = ludic(
         "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.start_server=true",
-        "vllm.url=http://127.0.0.1:8000", "vllm.transport=upload", "--dry-run", cwd=tmp_path,
+        "vllm.transport=upload", "--dry-run", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "an export of the model (not started: dry run)" in done.stdout
@@ -427,7 +427,7 @@ def test_gsm8k_recipe_takes_the_local_recipes_defaults(tmp_path: Path) -> None:
     ("override", "expected"),
     [
         ("backend.kind=local", "backend.kind = 'local': the *-vllm recipes sample from a vLLM server"),
-        ("backend.base_urls=http://h:1/v1", "the server is configured by vllm.url"),
+        ("backend.base_urls=http://h:1/v1", "the server is configured by vllm.urls"),
         ("backend.max_concurrency=8", "the server is configured by vllm.max_concurrency"),
         ("backend.request_timeout_s=5", "the server is configured by vllm.timeout_s"),
         ("vllm.transport=smoke-signals", "vllm.transport = 'smoke-signals': expected Literal"),
@@ -436,11 +436,17 @@ def test_gsm8k_recipe_takes_the_local_recipes_defaults(tmp_path: Path) -> None:
         ("vllm.max_concurrency=0", "VLLMBackendConfig.max_concurrency must be >= 1, got 0"),
         ("vllm.timeout_s=0", "VLLMBackendConfig.timeout_s must be a finite number > 0"),
         (
-            "vllm.start_server=true vllm.url=http://gpu1:8000",
-            "with vllm.start_server = true: a started server gets a free local port",
+            "vllm.start_server=true vllm.urls=http://gpu1:8000",
+            "VLLMBackendConfig.urls = ['http://gpu1:8000'] with start_server = true: the run starts one",
         ),
         ("vllm.server_args=--enforce-eager", "without vllm.start_server"),
-        ("vllm.url_typo=x", "unknown key 'vllm.url_typo'"),
+        ("vllm.url=http://gpu1:8000", "unknown key 'vllm.url'"),
+        ("vllm.urls=[]", "VLLMBackendConfig.urls must list at least one server URL, got []"),
+        ("vllm.urls=gpu1:8000", "VLLMBackendConfig.urls: 'gpu1:8000' is not an http(s) URL"),
+        (
+            "vllm.urls=['http://a:8000','http://b:8000','http://a:8000']",
+            "VLLMBackendConfig.urls lists 'http://a:8000' more than once",
+        ),
     ],
 )
 def test_config_errors_are_refused_before_anything_is_built(
@@ -450,6 +456,51 @@ def test_config_errors_are_refused_before_anything_is_built(
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr
     assert "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@needs_ludic_vllm
+def test_dry_run_with_several_servers_pools_their_clients(tmp_path: Path) -> None:
+    done = ludic(
+        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY,
+        "vllm.urls=['http://127.0.0.1:9','http://127.0.0.1:10']", "--dry-run", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = json.loads(done.stdout[: done.stdout.rindex("}") + 1])["config"]
+    assert config["vllm"]["urls"] == ["http://127.0.0.1:9", "http://127.0.0.1:10"]
+    sampler = next(line for line in done.stdout.splitlines() if line.startswith("sampler: "))
+    assert sampler.startswith(
+        "sampler: ClientPool for the vLLM server(s) at http://127.0.0.1:9, http://127.0.0.1:10"
+    )
+    assert "GlooPublisher" in sampler
+
+
+@needs_ludic_vllm
+@pytest.mark.slow
+def test_vllm_recipe_dry_run_under_torchrun_splits_each_step_and_publishes_from_rank_0(
+    tmp_path: Path,
+) -> None:
+    servers = "vllm.urls=['http://127.0.0.1:9','http://127.0.0.1:10']"
+    done = torchrun(
+        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, servers, "--dry-run", cwd=tmp_path
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    # Rank 0 alone prints: its sampler holds the publisher, and the smoke config's 2 prompts split 1 + 1.
+    assert done.stdout.count("sampler: ") == 1
+    assert "GlooPublisher" in done.stdout and "(1 prompts on each of 2 ranks)" in done.stdout
+    assert "FSDP" in done.stdout  # the model is sharded
+    # Each step's prompts must split over the ranks, whole groups per rank.
+    uneven = torchrun(
+        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, servers, "episodes=3", "--dry-run",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert uneven.returncode != 0
+    assert "episodes = 3 does not split over the 2 torchrun ranks" in uneven.stderr
+    started = torchrun(
+        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.start_server=true", "--dry-run",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert started.returncode != 0 and "vllm.start_server = true under torchrun" in started.stderr
     assert not (tmp_path / "runs").exists()
 
 

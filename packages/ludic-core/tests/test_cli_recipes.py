@@ -76,3 +76,18 @@ def test_runner_and_check_must_name_module_and_function() -> None:
         Recipe(summary="s", config_class=_Config, runner="no_colon")
     with pytest.raises(ConfigError, match=r"Recipe\.check must be 'module:function'"):
         Recipe(summary="s", config_class=_Config, runner="m:f", check="m:")
+
+
+def test_each_rank_samples_whole_groups_and_the_ranks_together_sample_one_processs_step() -> None:
+    from ludic_core.cli.profiles import default_profile
+    from ludic_core.cli.rl_recipe import RLEpisodesConfig, train_requests
+
+    config = RLEpisodesConfig(env="tictactoe", episodes=4, samples_per_prompt=3, seed=7)
+    whole = train_requests(config, default_profile())(5)
+    shares = [train_requests(config, default_profile(), rank=r, world_size=2)(5) for r in (0, 1)]
+    assert shares[0] + shares[1] == whole  # same requests, same seeds, split in rank order
+    groups = [{request.meta["group_id"] for request in share} for share in shares]
+    assert [len(g) for g in groups] == [2, 2] and not groups[0] & groups[1]  # whole groups per rank
+    assert train_requests(config, default_profile(), rank=1, world_size=2)(5) == shares[1]  # replayable
+    with pytest.raises(ConfigError, match="episodes = 4 does not split over the 3 data-parallel ranks"):
+        train_requests(config, default_profile(), rank=0, world_size=3)

@@ -60,20 +60,17 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One real vLLM (CPU) server with the Ludic extension for the whole session."""
+def _start_live_server(
+    tmp_path_factory: pytest.TempPathFactory, model_dir: Path | None
+) -> Iterator[LiveServer]:
+    """A real vLLM (CPU) server with the Ludic extension on ``model_dir`` (None: a new tiny model)."""
     if not HAS_VLLM:
         pytest.skip("vllm is not installed (run the `vllm` nox session)")
-    reuse = os.environ.get("LUDIC_VLLM_TEST_SERVER")
-    if reuse:
-        url, model_dir = reuse.split("|", 1)
-        yield LiveServer(url=url, model_dir=Path(model_dir))
-        return
     from ludic_vllm.launch import VLLMServer
     from ludic_vllm.testing import build_tiny_llama
 
-    model_dir = build_tiny_llama(tmp_path_factory.mktemp("served-tiny"))
+    if model_dir is None:
+        model_dir = build_tiny_llama(tmp_path_factory.mktemp("served-tiny"))
     log_path = tmp_path_factory.mktemp("logs") / "vllm-server.log"
     server = VLLMServer(
         str(model_dir),
@@ -88,6 +85,28 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         yield LiveServer(url=server.url, model_dir=model_dir, process=server)
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One real vLLM (CPU) server with the Ludic extension for the whole session."""
+    reuse = os.environ.get("LUDIC_VLLM_TEST_SERVER")
+    if reuse:
+        if not HAS_VLLM:
+            pytest.skip("vllm is not installed (run the `vllm` nox session)")
+        url, model_dir = reuse.split("|", 1)
+        yield LiveServer(url=url, model_dir=Path(model_dir))
+        return
+    yield from _start_live_server(tmp_path_factory, None)
+
+
+@pytest.fixture(scope="session")
+def second_vllm_server(
+    vllm_server: LiveServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveServer]:
+    """A second server on the first one's model, started only for the tests that take two servers
+    (another 30–80 s of start-up)."""
+    yield from _start_live_server(tmp_path_factory, vllm_server.model_dir)
 
 
 # --- a hermetic stand-in for a vLLM server, for the unmarked (fast) tests ------------------------------

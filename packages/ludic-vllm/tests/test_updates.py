@@ -336,7 +336,7 @@ async def test_backend_wiring_builds_client_and_publisher(fake_server: Any, tmp_
     from ludic_vllm.backend import VLLMBackendConfig, open_vllm_backend
 
     backend = await open_vllm_backend(
-        VLLMBackendConfig(url=fake_server.url, transport="files", weights_dir=str(tmp_path))
+        VLLMBackendConfig(urls=fake_server.url, transport="files", weights_dir=str(tmp_path))
     )
     try:
         await backend.publisher.publish(weights(1), version=1)
@@ -345,7 +345,7 @@ async def test_backend_wiring_builds_client_and_publisher(fake_server: Any, tmp_
     finally:
         await backend.aclose()
     with pytest.raises(ConfigError, match="transport='files' needs weights_dir"):
-        VLLMBackendConfig(url=fake_server.url, transport="files")
+        VLLMBackendConfig(urls=(fake_server.url,), transport="files")
     with pytest.raises(
         ConfigError, match=r"VLLMBackendConfig.transport must be one of .* got 'carrier-pigeon'"
     ):
@@ -354,6 +354,30 @@ async def test_backend_wiring_builds_client_and_publisher(fake_server: Any, tmp_
         VLLMBackendConfig(timeout_s=0)
     with pytest.raises(ConfigError, match="start_server needs the model directory"):
         await open_vllm_backend(VLLMBackendConfig(start_server=True))
+
+
+def test_backend_config_takes_one_or_several_distinct_server_urls() -> None:
+    from ludic_core.client_pool import ClientPool
+    from ludic_core.errors import ConfigError
+    from ludic_vllm.backend import VLLMBackendConfig, make_publisher, make_sampling_client
+    from ludic_vllm.client import VLLMClient
+
+    assert VLLMBackendConfig(urls="http://a:8000").urls == ("http://a:8000",)  # a lone URL is a list of one
+    config = VLLMBackendConfig(urls=["http://a:8000", "http://b:8000"])
+    assert isinstance(make_sampling_client(config, ("http://a:8000",)), VLLMClient)
+    pool = make_sampling_client(config, config.urls)
+    assert isinstance(pool, ClientPool) and [c.base_url for c in pool.clients] == list(config.urls)
+    assert make_publisher(config, config.urls).servers == list(config.urls)  # every update reaches both
+    with pytest.raises(
+        ConfigError, match=r"VLLMBackendConfig.urls must list at least one server URL, got \[\]"
+    ):
+        VLLMBackendConfig(urls=())
+    with pytest.raises(ConfigError, match=r"VLLMBackendConfig\.urls: 'a:8000' is not an http"):
+        VLLMBackendConfig(urls=("http://b:8000", "a:8000"))
+    with pytest.raises(ConfigError, match=r"VLLMBackendConfig\.urls lists 'http://a:8000' more than once"):
+        VLLMBackendConfig(urls=("http://a:8000", "http://a:8000"))
+    with pytest.raises(ConfigError, match="with start_server = true: the run starts one server"):
+        VLLMBackendConfig(urls=("http://a:8000", "http://b:8000"), start_server=True)
 
 
 @pytest.mark.parametrize("mode", ["upload", "path", "gloo"])

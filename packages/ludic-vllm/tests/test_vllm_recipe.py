@@ -7,7 +7,9 @@ ludic-train's Trainer, samples every episode from the server through the token-l
 publishes the merged weights over Gloo after every step. Afterwards every training rollout carries token
 ids and behaviour logprobs, and the server holds exactly the weights the run saved (greedy vLLM ==
 greedy transformers on ``<run_dir>/final``) at version 2, the last trainer step. With
-``vllm.start_server`` the run serves an exported copy of its model instead.
+``vllm.start_server`` the run serves an exported copy of its model instead. Under ``torchrun`` with
+two servers, two FSDP2 ranks each sample half of every step from both servers, and rank 0 publishes
+to both.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +65,7 @@ def test_vllm_recipe_samples_from_the_server_and_publishes_every_step(
     done = _ludic_train(
         tmp_path,
         f"backend.model={vllm_server.model_dir}",
-        f"vllm.url={vllm_server.url}",
+        f"vllm.urls={vllm_server.url}",
         f"run_dir={run_dir}",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -102,6 +106,87 @@ def test_vllm_recipe_samples_from_the_server_and_publishes_every_step(
     version, greedy = asyncio.run(served())
     assert version == 2 and greedy.policy_version == 2
     assert list(greedy.completion_token_ids) == hf_greedy(load_hf_model(run_dir / "final"), prompt, 12)
+
+
+def _completed_requests(url: str) -> float:
+    """The requests a vLLM server has finished, from its Prometheus counter."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:request_success_total")
+    )
+
+
+def test_vllm_recipe_under_torchrun_trains_data_parallel_against_two_servers(
+    vllm_server: Any, second_vllm_server: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("peft")
+    from ludic_core.inference import SamplingParams, TokenCompletionRequest
+    from ludic_vllm.client import VLLMClient
+    from ludic_vllm.testing import char_ids, hf_greedy, load_hf_model
+
+    servers = [vllm_server.url, second_vllm_server.url]
+    before = [_completed_requests(url) for url in servers]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+        "--master-addr", "127.0.0.1", f"--master-port={port}", "-m", "ludic_core.cli",
+        "train", "tictactoe-grpo-vllm", str(SMOKE), f"chat_template={TEMPLATE}",
+        f"backend.model={vllm_server.model_dir}", f"vllm.urls={json.dumps(servers)}", f"run_dir={run_dir}",
+    ]  # fmt: skip
+    done = subprocess.run(
+        command,
+        cwd=tmp_path,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    after = [_completed_requests(url) for url in servers]
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)  # both sampled
+    logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # Rank 0 logs the whole step: both ranks' 1 prompt x 2 samples.
+    steps = [
+        (row["step"], row.get("stats", row)["train/num_samples"]) for row in logged if "train/loss" in row
+    ]
+    assert steps == [(1, 4), (2, 4)]
+
+    def rollouts(name: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in (run_dir / name).read_text().splitlines()]
+
+    def trained(group: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in group if r["meta"]["engine"]["return_spec"]["return_chosen_logprobs"]]
+
+    rank0, rank1 = rollouts("rollouts.jsonl"), rollouts("rollouts.rank1.jsonl")
+    # Each rank sampled its own prompt of every step (2 steps x 1 prompt x 2 samples); rank 0 evaluated.
+    assert len(trained(rank0)) == len(trained(rank1)) == 4 and len(rank1) == 4 and len(rank0) == 6
+    groups = [{r["meta"]["request_meta"]["group_id"] for r in trained(rank)} for rank in (rank0, rank1)]
+    assert len(groups[0]) == len(groups[1]) == 2 and not groups[0] & groups[1]
+    versions = {r["steps"][0]["info"]["policy_version_start"] for r in trained(rank0) + trained(rank1)}
+    assert versions == {0, 1}  # every rank sampled step 2 after rank 0 published version 1
+
+    prompt = char_ids("<|user|>Your move. <|assistant|>")
+    expected = hf_greedy(load_hf_model(run_dir / "final"), prompt, 12)
+
+    async def served(url: str) -> tuple[int, list[int]]:
+        async with VLLMClient(base_url=url, model="tiny") as client:
+            version = await client.get_policy_version()
+            greedy = await client.complete_tokens(
+                TokenCompletionRequest(
+                    prompt_token_ids=prompt, sampling=SamplingParams(temperature=0.0, max_tokens=12)
+                )
+            )
+        return version, list(greedy.completion_token_ids)
+
+    for url in servers:
+        assert asyncio.run(served(url)) == (2, list(expected)), url  # both serve the final weights
 
 
 def test_start_server_serves_an_export_of_the_trainers_model_then_removes_it(

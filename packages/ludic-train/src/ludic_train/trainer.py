@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ludic_core.algorithms.spec import AlgorithmSpec
-from ludic_core.errors import ConfigError, DataError
+from ludic_core.errors import ConfigError, DataError, LudicError
 from ludic_core.loggers.base import TrainingLogger, canonicalize, is_number
 from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
@@ -78,7 +78,8 @@ class Trainer:
         ``checkpoint_committed(step)``, that is called once each checkpoint is durable.
     config: :class:`TrainerConfig`.
     publisher: receives the weights every ``config.publish_every_steps`` steps, and once before the
-        first step of a resumed run.
+        first step of a resumed run. Under FSDP2 rank 0 alone sends (every rank joins the gather), so
+        the other ranks may pass None; they wait for rank 0's publish and fail with it.
     checkpointer: a :class:`CheckpointManager` (saves every ``every_n_steps``).
     resume_from: a step, a checkpoint path, ``"latest"`` (the newest checkpoint if there is one,
         else a fresh start) or ``None``.
@@ -106,7 +107,10 @@ class Trainer:
     ) -> None:
         import torch
 
-        if config.publish_every_steps and publisher is None:
+        # Under FSDP2 only rank 0 sends the weights, so the other ranks need no publisher of their own;
+        # every rank publishes (joins the gather) exactly when rank 0 has one.
+        self._publishes = _on_every_rank_as_on_rank_zero(publisher is not None, sharded=is_fsdp_module(model))
+        if config.publish_every_steps and not self._publishes:
             raise ConfigError(
                 f"TrainerConfig.publish_every_steps={config.publish_every_steps} but no publisher was given; "
                 "pass publisher= or set publish_every_steps=0"
@@ -197,7 +201,7 @@ class Trainer:
         )
         self.step = loaded.step
         self.last_eval = {k: v for k, v in loaded.trainer_state.get("last_eval", {}).items() if is_number(v)}
-        self._publish_before_training = self.publisher is not None
+        self._publish_before_training = self._publishes
 
     # --- the loop -------------------------------------------------------------------------------------
 
@@ -450,15 +454,27 @@ class Trainer:
 
     async def publish(self) -> None:
         """Send the current weights to the publisher with ``version = step``."""
-        if self.publisher is None:
+        if not self._publishes:
             raise ConfigError("publish() needs a publisher")
-        if getattr(self.publisher, "shares_trainer_weights", False):
-            await self.publisher.publish({}, version=self.step)
+        if not self._fsdp:
+            if self.publisher is not None and getattr(self.publisher, "shares_trainer_weights", False):
+                await self.publisher.publish({}, version=self.step)
+                return
+            await self.publisher.publish(  # type: ignore[union-attr]
+                merged_state_dict(self.model, param_filter=self.param_filter), version=self.step
+            )
             return
-        # Every FSDP2 rank joins the gather; only rank 0 sends.
+        # Every FSDP2 rank joins the gather; only rank 0 sends. The others then wait for its outcome:
+        # their next batch must be sampled by the weights just published, and a failed publish stops
+        # every rank at once instead of leaving them in the next collective until its timeout.
         tensors = merged_state_dict(self.model, param_filter=self.param_filter)
+        failure: Exception | None = None
         if _rank() == 0:
-            await self.publisher.publish(tensors, version=self.step)
+            try:
+                await self.publisher.publish(tensors, version=self.step)  # type: ignore[union-attr]
+            except Exception as exc:
+                failure = exc
+        _share_rank_zero_outcome(failure, f"publishing version {self.step}")
 
     def save_checkpoint(self) -> Path | None:
         if self.checkpointer is None:
@@ -517,6 +533,30 @@ def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> torc
     if not grads:
         return torch.zeros(())
     return torch.nn.utils.get_total_norm(grads)
+
+
+def _on_every_rank_as_on_rank_zero(value: bool, *, sharded: bool) -> bool:
+    """Rank 0's ``value`` on every rank of a sharded model (one broadcast; every rank must call this)."""
+    if not sharded:
+        return value
+    import torch.distributed as dist
+
+    box: list[Any] = [value]
+    dist.broadcast_object_list(box, src=0)
+    return bool(box[0])
+
+
+def _share_rank_zero_outcome(failure: Exception | None, what: str) -> None:
+    """Tell every rank whether rank 0's ``what`` failed: rank 0 re-raises its error, the other ranks
+    raise a :class:`LudicError` quoting it. Every rank must call this (one broadcast)."""
+    import torch.distributed as dist
+
+    box: list[Any] = [None if failure is None else f"{type(failure).__name__}: {failure}"]
+    dist.broadcast_object_list(box, src=0)
+    if failure is not None:
+        raise failure
+    if box[0] is not None:
+        raise LudicError(f"rank 0 failed {what}: {box[0]}")
 
 
 def _max_across_ranks(value: int, device: torch.device) -> int:

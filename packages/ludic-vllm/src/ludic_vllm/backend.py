@@ -1,9 +1,11 @@
 """One value that says how a trainer samples from vLLM, and the call that builds it.
 
-:class:`VLLMBackendConfig` holds every choice (server URL or a server to start, weight transport,
-token, concurrency, timeout); :func:`open_vllm_backend` builds the client, the publisher for the chosen
-transport and, with ``start_server``, a ``ludic-vllm serve`` subprocess on the trainer's model that is
-stopped when the backend is closed::
+:class:`VLLMBackendConfig` holds every choice (the servers' URLs or a server to start, weight
+transport, token, concurrency, timeout); :func:`open_vllm_backend` builds the client (one
+:class:`~ludic_vllm.client.VLLMClient`, or a :class:`~ludic_core.client_pool.ClientPool` of one per
+server, every request going to the least busy), the publisher for the chosen transport (it pushes every
+update to all the servers) and, with ``start_server``, a ``ludic-vllm serve`` subprocess on the
+trainer's model that is stopped when the backend is closed::
 
     backend = await open_vllm_backend(VLLMBackendConfig(transport="upload"), model_dir=saved_model)
     client, publisher = backend.client, backend.publisher
@@ -23,6 +25,8 @@ from typing import Any, Literal
 
 import attrs
 
+from ludic_core.cli.run_config import server_urls
+from ludic_core.client_pool import ClientPool
 from ludic_core.errors import ConfigError
 from ludic_vllm.client import VLLMClient
 from ludic_vllm.launch import VLLMServer
@@ -32,6 +36,7 @@ __all__ = [
     "VLLMBackend",
     "VLLMBackendConfig",
     "make_publisher",
+    "make_sampling_client",
     "make_vllm_client",
     "open_vllm_backend",
 ]
@@ -54,17 +59,29 @@ def _check_positive(_i: Any, attribute: attrs.Attribute[Any], value: object) -> 
         raise ConfigError(f"VLLMBackendConfig.{attribute.name} must be a finite number > 0, got {value!r}")
 
 
+_DEFAULT_URLS = ("http://127.0.0.1:8000",)
+
+
+def _url_tuple(value: object) -> object:
+    # A lone URL is a list of one (as the run-config loader reads it), never a string of characters.
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value) if isinstance(value, list) else value
+
+
 @attrs.frozen
 class VLLMBackendConfig:
-    """How to reach (or start) the vLLM server and push weights to it.
+    """How to reach (or start) the vLLM servers and push weights to them.
 
-    ``url`` is ignored with ``start_server`` (the started server's URL is used). ``weights_dir`` is the
-    directory both sides can read, required by the ``files`` transport (a started server may load from
-    it and nowhere else). ``timeout_s`` bounds each request and each publish. ``server_args`` are extra
-    vLLM arguments for a started server, as one shell-quoted string.
+    ``urls`` are one or more servers serving the same model: requests go to the least busy, every
+    publish reaches all of them. They are ignored with ``start_server``, which starts one server (the
+    started server's URL is used). ``weights_dir`` is the directory both sides can read, required by
+    the ``files`` transport (a started server may load from it and nowhere else). ``timeout_s`` bounds
+    each request and each publish. ``server_args`` are extra vLLM arguments for a started server, as one
+    shell-quoted string.
     """
 
-    url: str = "http://127.0.0.1:8000"
+    urls: tuple[str, ...] = attrs.field(default=_DEFAULT_URLS, converter=_url_tuple, validator=server_urls)
     model_name: str | None = None
     transport: Transport = attrs.field(default="gloo", validator=_check_transport)
     weights_dir: str | None = None
@@ -85,30 +102,42 @@ class VLLMBackendConfig:
             )
         if self.max_concurrency < 1:
             raise ConfigError(f"VLLMBackendConfig.max_concurrency must be >= 1, got {self.max_concurrency!r}")
+        if self.start_server and self.urls != _DEFAULT_URLS:
+            raise ConfigError(
+                f"VLLMBackendConfig.urls = {list(self.urls)} with start_server = true: the run starts one "
+                "server on a free local port; set one of the two (several servers: start them yourself "
+                "and list them in urls)"
+            )
 
 
 @attrs.define
 class VLLMBackend:
-    client: VLLMClient
+    """``client``: one client over every server; ``publisher``: None when opened without one (the
+    ranks of a data-parallel trainer other than 0, which only sample)."""
+
+    client: VLLMClient | ClientPool
     publisher: Any
     server: VLLMServer | None = None
 
     async def aclose(self) -> None:
         try:
-            await self.publisher.aclose()
+            if self.publisher is not None:
+                await self.publisher.aclose()
             await self.client.aclose()
         finally:
             if self.server is not None:
                 await asyncio.to_thread(self.server.stop)
 
 
-def make_publisher(config: VLLMBackendConfig, url: str) -> Any:
-    """The publisher of ``config.transport`` for the server at ``url``; it connects on first publish."""
+def make_publisher(config: VLLMBackendConfig, urls: tuple[str, ...]) -> Any:
+    """The publisher of ``config.transport`` for the servers at ``urls`` (each update reaches all of
+    them); it connects on first publish."""
     from ludic_vllm.publisher import FilePublisher, GlooPublisher, NcclPublisher
 
     token, timeout_s = config.api_token, config.timeout_s
     # The trainer restarts from step 0 against a server that may already serve a later version.
     reset = True
+    url = list(urls)
     if config.transport == "gloo":
         return GlooPublisher(url, api_token=token, timeout_s=timeout_s, allow_version_reset=reset)
     if config.transport == "nccl":
@@ -131,15 +160,32 @@ def make_vllm_client(config: VLLMBackendConfig, url: str) -> VLLMClient:
     )
 
 
+def make_sampling_client(config: VLLMBackendConfig, urls: tuple[str, ...]) -> VLLMClient | ClientPool:
+    """One client for the servers at ``urls``: a :class:`VLLMClient` for one server, a
+    :class:`~ludic_core.client_pool.ClientPool` of one per server for several (``max_concurrency``
+    applies per server). Nothing is contacted."""
+    clients = [make_vllm_client(config, url) for url in urls]
+    return clients[0] if len(clients) == 1 else ClientPool(clients)
+
+
+async def _wait_until_ready(client: VLLMClient | ClientPool, timeout_s: float) -> None:
+    members = client.clients if isinstance(client, ClientPool) else [client]
+    await asyncio.gather(*(member.wait_until_ready(timeout_s=timeout_s) for member in members))
+
+
 async def open_vllm_backend(
-    config: VLLMBackendConfig, *, model_dir: str | None = None, server_log: str | None = None
+    config: VLLMBackendConfig,
+    *,
+    model_dir: str | None = None,
+    server_log: str | None = None,
+    with_publisher: bool = True,
 ) -> VLLMBackend:
-    """Build the client and publisher (and start a server if asked, logging to ``server_log``, default
-    a temporary file); waits until the server is ready."""
+    """Build the client and (unless ``with_publisher`` is false) the publisher, and start a server if
+    asked, logging to ``server_log`` (default a temporary file); waits until every server is ready."""
     if not isinstance(config, VLLMBackendConfig):
         raise ConfigError(f"open_vllm_backend needs a VLLMBackendConfig, got {type(config).__name__}")
     server = None
-    url = config.url
+    urls = config.urls
     if config.start_server:
         if model_dir is None:
             raise ConfigError(
@@ -155,11 +201,11 @@ async def open_vllm_backend(
             log_path=server_log,
         )
         await asyncio.to_thread(server.start)
-        url = server.url
-    client = make_vllm_client(config, url)
+        urls = (server.url,)
+    client = make_sampling_client(config, urls)
     try:
-        await client.wait_until_ready(timeout_s=config.timeout_s)
-        publisher = make_publisher(config, url)
+        await _wait_until_ready(client, config.timeout_s)
+        publisher = make_publisher(config, urls) if with_publisher else None
     except BaseException:
         await client.aclose()
         if server is not None:

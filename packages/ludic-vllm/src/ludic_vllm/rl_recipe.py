@@ -3,19 +3,24 @@
 
 The run is ludic-train's RL recipe (:func:`ludic_train.recipes.rl.run_rl`) with one seam swapped: the
 sampler. The Trainer trains ``backend.model`` in this process; the rollout engine samples every episode
-from a vLLM server through the token-level :class:`~ludic_vllm.client.VLLMClient` (prompts rendered with
-the trainer's tokenizer, so rollouts carry token ids and behaviour logprobs), and after every step the
-Trainer publishes its (merged) weights to the server with the publisher of ``vllm.transport``, version =
-trainer step.
+from the vLLM servers of ``vllm.urls`` through the token-level :class:`~ludic_vllm.client.VLLMClient`
+(one per server in a :class:`~ludic_core.client_pool.ClientPool`, each request to the least busy;
+prompts rendered with the trainer's tokenizer, so rollouts carry token ids and behaviour logprobs), and
+after every step the Trainer publishes its (merged) weights to every server with the publisher of
+``vllm.transport``, version = trainer step.
+
+Under ``torchrun`` the run is data-parallel: each rank holds an FSDP2 shard of the model and samples
+its ``episodes / ranks`` prompts of every step from the servers; rank 0 alone opens the publisher and
+sends the weights the ranks gather together, evaluates, and writes the run directory.
 
 Settings, each with one owner:
 
 * ``[backend]`` is the model the Trainer trains: ``kind = "vllm"``, ``model`` and ``device``. Its
   server settings (``base_urls``, ``max_concurrency``, ``request_timeout_s``, ``api_key_env``,
   ``max_retries``) belong to the OpenAI-compatible backend of ``ludic eval`` and are refused here;
-* ``[vllm]`` is :class:`~ludic_vllm.backend.VLLMBackendConfig`: the server (``url``, or
-  ``start_server = true`` to start ``ludic-vllm serve`` on an exported copy of the trainer's model with
-  the extra ``server_args``), the weight ``transport`` (``gloo``/``nccl``/``files``/``upload``) and its
+* ``[vllm]`` is :class:`~ludic_vllm.backend.VLLMBackendConfig`: the servers (``urls``, one or a list,
+  or ``start_server = true`` to start one ``ludic-vllm serve`` on an exported copy of the trainer's model
+  with the extra ``server_args``), the weight ``transport`` (``gloo``/``nccl``/``files``/``upload``) and its
   ``weights_dir``, ``api_token``, ``max_concurrency`` (requests in flight) and ``timeout_s`` (each
   request, each publish, and the wait for the server to be ready).
 
@@ -34,10 +39,11 @@ import attrs
 
 from ludic_core.cli.run_config import BackendConfig
 from ludic_core.errors import ConfigError, MissingExtraError
-from ludic_vllm.backend import VLLMBackendConfig, make_publisher, make_vllm_client, open_vllm_backend
+from ludic_vllm.backend import VLLMBackendConfig, make_publisher, make_sampling_client, open_vllm_backend
 from ludic_vllm.recipes import NEEDS_TRAINER
 
 try:
+    from ludic_train.recipes.components import launched_ranks
     from ludic_train.recipes.config import RLRunConfig
     from ludic_train.recipes.rl import check_rl_training, run_rl
     from ludic_train.recipes.sampling import ClientBackend, Sampler, TokenizedClient
@@ -47,7 +53,7 @@ except ImportError as exc:  # ludic-vllm alone (the client, the server) does not
 __all__ = ["VLLMRLRunConfig", "check_rl_vllm", "open_vllm_sampler", "run_rl_vllm"]
 
 _OWNED_BY_VLLM = {
-    "base_urls": "vllm.url (or vllm.start_server = true)",
+    "base_urls": "vllm.urls (or vllm.start_server = true)",
     "max_concurrency": "vllm.max_concurrency",
     "request_timeout_s": "vllm.timeout_s",
     "api_key_env": "vllm.api_token",
@@ -86,10 +92,12 @@ def check_rl_vllm(config: VLLMRLRunConfig) -> None:
                 f"model (kind, model, device); the server is configured by {owner}"
             )
     vllm = config.vllm
-    if vllm.start_server and vllm.url != VLLMBackendConfig().url:
+    ranks = launched_ranks()
+    if vllm.start_server and ranks.distributed:
         raise ConfigError(
-            f"vllm.url = {vllm.url!r} with vllm.start_server = true: a started server gets a free local "
-            "port; set one of the two"
+            f"vllm.start_server = true under torchrun ({ranks.world_size} ranks): a data-parallel run "
+            "samples from servers started beforehand; start `ludic-vllm serve` yourself and list the "
+            "servers in vllm.urls (docs/multi-node.md)"
         )
     if not vllm.start_server and vllm.server_args:
         raise ConfigError(
@@ -107,25 +115,32 @@ def check_rl_vllm(config: VLLMRLRunConfig) -> None:
 async def open_vllm_sampler(
     config: RLRunConfig, model: Any, tokenizer: Any, *, run_dir: Path, dry_run: bool
 ) -> Sampler:
-    """The vLLM client and publisher for ``config.vllm``, starting a server on an exported copy of the
-    trainer's model with ``start_server``. ``dry_run`` builds both without contacting the server (and
-    starts none), and says so."""
+    """The client over the servers of ``config.vllm`` and, on rank 0 (the only rank that publishes),
+    the publisher to all of them; with ``start_server`` a server on an exported copy of the trainer's
+    model. ``dry_run`` builds both without contacting the servers (and starts none), and says so."""
     if not isinstance(config, VLLMRLRunConfig):
         raise ConfigError(f"open_vllm_sampler needs a VLLMRLRunConfig, got {type(config).__name__}")
     vllm = config.vllm
-    publishing = f"weights over {vllm.transport}, version = trainer step"
+    publishes = launched_ranks().main
+    publishing = (
+        f"weights over {vllm.transport}, version = trainer step"
+        if publishes
+        else "no publisher (rank 0 publishes)"
+    )
+    servers = ", ".join(vllm.urls)
     if dry_run:
-        client = make_vllm_client(vllm, vllm.url)
+        client = make_sampling_client(vllm, vllm.urls)
         where = (
             "a ludic-vllm server on an export of the model (not started: dry run)"
             if vllm.start_server
-            else f"the vLLM server at {vllm.url} (not contacted: dry run)"
+            else f"the vLLM server(s) at {servers} (not contacted: dry run)"
         )
-        publisher = make_publisher(vllm, vllm.url)
+        publisher = make_publisher(vllm, vllm.urls) if publishes else None
         return Sampler(
             backend=ClientBackend(TokenizedClient(client, tokenizer)),
             publisher=publisher,
-            description=f"VLLMClient for {where}; {type(publisher).__name__}, {publishing}",
+            description=f"{type(client).__name__} for {where}; "
+            f"{type(publisher).__name__ + ', ' if publisher is not None else ''}{publishing}",
         )
     export_dir = None
     if vllm.start_server:
@@ -141,6 +156,7 @@ async def open_vllm_sampler(
             vllm,
             model_dir=None if export_dir is None else str(export_dir),
             server_log=str(run_dir / SERVER_LOG),
+            with_publisher=publishes,
         )
     except BaseException:
         if export_dir is not None:
@@ -154,11 +170,13 @@ async def open_vllm_sampler(
             if export_dir is not None:
                 shutil.rmtree(export_dir, ignore_errors=True)
 
-    url = opened.server.url if opened.server is not None else vllm.url
+    if opened.server is not None:
+        servers = opened.server.url
+    publisher_name = f"{type(opened.publisher).__name__}, " if opened.publisher is not None else ""
     return Sampler(
         backend=ClientBackend(TokenizedClient(opened.client, tokenizer)),
         publisher=opened.publisher,
-        description=f"VLLMClient at {url}; {type(opened.publisher).__name__}, {publishing}",
+        description=f"{type(opened.client).__name__} at {servers}; {publisher_name}{publishing}",
         close=close,
     )
 

@@ -10,7 +10,9 @@ backend's recipe adds its own table (ludic-train ``[trainer]``, ``[lora]``, ``[r
 
 Requests are a pure function of the step (one env seed and ``samples_per_prompt`` sampling seeds per
 prompt, drawn from ``(seed, "train", step)``), so a resumed run replays the same requests; evaluations
-use fixed seeds, so evaluations of different checkpoints play the same episodes.
+use fixed seeds, so evaluations of different checkpoints play the same episodes. A data-parallel
+trainer's rank samples its share of each step's requests (whole GRPO groups, split by rank), so the
+ranks together sample exactly the requests one process would.
 """
 
 from __future__ import annotations
@@ -138,9 +140,22 @@ def _spec(
     )
 
 
-def train_requests(config: RLEpisodesConfig, profile: EvalProfile) -> Callable[[int], list[RolloutRequest]]:
+def train_requests(
+    config: RLEpisodesConfig, profile: EvalProfile, *, rank: int = 0, world_size: int = 1
+) -> Callable[[int], list[RolloutRequest]]:
     """``step -> requests``: ``episodes`` prompts, each sampled ``samples_per_prompt`` times, with the
-    behaviour logprobs the on-policy losses need."""
+    behaviour logprobs the on-policy losses need; with ``world_size`` ranks, rank ``rank``'s
+    ``episodes / world_size`` consecutive prompts of them (every sample of each)."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ConfigError(f"train_requests: world_size must be an int >= 1, got {world_size!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ConfigError(f"train_requests: rank must be an int in [0, {world_size}), got {rank!r}")
+    if config.episodes % world_size:
+        raise ConfigError(
+            f"episodes = {config.episodes} does not split over the {world_size} data-parallel ranks: "
+            "each rank samples episodes / ranks prompts of every step"
+        )
+    share = config.episodes // world_size * config.samples_per_prompt
     spec = _spec(config, profile, temperature=None, logprobs=True)
     base = RolloutRequest(
         env=EnvSpec(config.env, kwargs=config.env_kwargs), protocol=ProtocolSpec(CLI_PROTOCOL), inference=spec
@@ -150,7 +165,9 @@ def train_requests(config: RLEpisodesConfig, profile: EvalProfile) -> Callable[[
         strategy = GRPORequestStrategy(
             group_size=config.samples_per_prompt, seed=derive_seed(config.seed, "train", step)
         )
-        return strategy.expand([base] * config.episodes)
+        # Every rank draws the whole step (cheap) and keeps its slice: the strategy lays each prompt's
+        # group out consecutively, so a slice of whole groups is the same on every run of that rank.
+        return strategy.expand([base] * config.episodes)[rank * share : (rank + 1) * share]
 
     return requests
 
@@ -162,9 +179,12 @@ def rollout_source(
     backend: Backend,
     credit_assigner: CreditAssigner,
     rollout_log: str | None,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> RolloutBatchSource:
     """The online batch source of an RL recipe: an engine over ``backend``'s agents, this config's
-    :func:`train_requests` and rollout settings, credited by ``credit_assigner``."""
+    :func:`train_requests` (rank ``rank``'s share of them) and rollout settings, credited by
+    ``credit_assigner``."""
     engine = build_engine(
         env=config.env,
         backend=backend,
@@ -176,7 +196,7 @@ def rollout_source(
     return RolloutBatchSource(
         engine=engine,
         credit_assigner=credit_assigner,
-        requests=train_requests(config, profile),
+        requests=train_requests(config, profile, rank=rank, world_size=world_size),
         settings=config.rollout,
     )
 

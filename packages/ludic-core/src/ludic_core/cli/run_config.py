@@ -25,6 +25,7 @@ __all__ = [
     "RolloutsConfig",
     "SamplingConfig",
     "at_least",
+    "server_urls",
 ]
 
 BACKEND_KINDS = ("openai", "local", "vllm", "tinker")
@@ -56,7 +57,8 @@ def _ks(instance: Any, attribute: attrs.Attribute[Any], value: tuple[int, ...]) 
         )
 
 
-def _server_urls(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+def server_urls(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    """An attrs validator: one or more distinct http(s) URLs, else a ConfigError naming the field."""
     where = f"{type(instance).__name__}.{attribute.name}"
     if not value:
         raise ConfigError(f"{where} must list at least one server URL, got []")
@@ -86,7 +88,7 @@ class BackendConfig:
 
     kind: Literal["openai", "local", "vllm", "tinker"] = "openai"
     model: str = ""
-    base_urls: tuple[str, ...] = attrs.field(default=("http://localhost:8000/v1",), validator=_server_urls)
+    base_urls: tuple[str, ...] = attrs.field(default=("http://localhost:8000/v1",), validator=server_urls)
     """One URL or a list (``base_urls = ["http://node-1:8000/v1", "http://node-2:8000/v1"]``)."""
     api_key_env: str = "OPENAI_API_KEY"
     max_concurrency: int = attrs.field(default=32, validator=at_least(1))

@@ -3,7 +3,13 @@ local model with a registered algorithm preset on episodes sampled through a :cl
 (same env profile, same ``"chat"`` agent as ``ludic eval``). By default the model samples its own
 episodes in-process (:func:`~.sampling.open_local_sampler`); ludic-vllm's recipes pass an opener that
 samples from a vLLM server instead. The requests, the algorithm and the evaluation episodes come from
-:mod:`ludic_core.cli.rl_recipe`, as for every backend's RL recipe."""
+:mod:`ludic_core.cli.rl_recipe`, as for every backend's RL recipe.
+
+A sampler outside the process (the vLLM servers) lets the recipe run data-parallel under ``torchrun``:
+the model is sharded with FSDP2, each rank samples its share of every step's prompts (whole GRPO groups)
+and logs its rollouts to ``rollouts.jsonl`` (rank 0) or ``rollouts.rank<r>.jsonl``, rank 0 alone
+publishes (every rank joins the weight gather, then waits for the publish), evaluates and writes the
+run directory. In-process sampling cannot: :func:`check_rl` refuses it under torchrun."""
 
 from __future__ import annotations
 
@@ -37,9 +43,9 @@ def check_rl(config: RLRunConfig) -> None:
         # take a different number of them, so the ranks would wait on each other forever.
         raise ConfigError(
             "this recipe samples its episodes from the model it trains, in this process, which a model "
-            "sharded over torchrun ranks cannot do; for data-parallel RL run `ludic train "
-            "pipeline-learner` under torchrun and `ludic train pipeline-actor` processes to sample "
-            "(docs/multi-node.md)"
+            "sharded over torchrun ranks cannot do; for data-parallel RL sample elsewhere: the *-vllm "
+            "recipes of ludic-vllm (vLLM servers sample), or `ludic train pipeline-learner` under torchrun "
+            "with `ludic train pipeline-actor` processes (docs/multi-node.md)"
         )
     if config.backend.kind != "local":
         raise ConfigError(
@@ -52,9 +58,17 @@ def check_rl(config: RLRunConfig) -> None:
 
 def check_rl_training(config: RLRunConfig) -> None:
     """What every sampler's RL recipe refuses without a model: the model, the env, the algorithm and
-    its options, the evaluation schedule."""
+    its options, the evaluation schedule, a step that does not split over the torchrun ranks."""
+    from ludic_train.recipes.components import launched_ranks
+
     if not config.backend.model:
         raise ConfigError("backend.model: missing (a model directory, 'smollm2' or 'tiny')")
+    world_size = launched_ranks().world_size
+    if config.episodes % world_size:
+        raise ConfigError(
+            f"episodes = {config.episodes} does not split over the {world_size} torchrun ranks: each "
+            "rank samples episodes / ranks prompts (with all their samples_per_prompt samples) of every step"
+        )
     check_rl_episodes(config)
     every = config.trainer.eval_every_steps
     if every is not None and every > config.steps and not config.trainer.eval_at_start:
@@ -97,16 +111,26 @@ async def _train(
 ) -> dict[str, Any]:
     from ludic_core.cli.eval_command import eval_reducers
     from ludic_core.evaluation import run_eval
-    from ludic_train.recipes.components import run_keeping, trainer_config
+    from ludic_train.recipes.components import (
+        check_ranks_agree,
+        launched_ranks,
+        run_keeping,
+        trainer_config,
+    )
     from ludic_train.trainer import Trainer
 
+    ranks = launched_ranks()
     profile = resolve_profile(config.env)
+    # Each rank logs the episodes it sampled (rank 0's file also holds the evaluations).
+    rollout_log = "rollouts.jsonl" if ranks.main else f"rollouts.rank{ranks.rank}.jsonl"
     source = rollout_source(
         config,
         profile=profile,
         backend=sampler.backend,
         credit_assigner=algorithm.credit_assigner,
-        rollout_log=None if dry_run else str(run_dir / "rollouts.jsonl"),
+        rollout_log=None if dry_run else str(run_dir / rollout_log),
+        rank=ranks.rank,
+        world_size=ranks.world_size,
     )
     engine = source.engine
     evals = eval_requests(config, profile)
@@ -120,7 +144,7 @@ async def _train(
         model=model,
         algorithm=algorithm,
         batch_source=source,
-        config=trainer_config(config.trainer, tokenizer),
+        config=trainer_config(config.trainer, tokenizer, device=config.backend.device),
         publisher=sampler.publisher,
         **run_keeping(
             config.run,
@@ -139,6 +163,7 @@ async def _train(
                 **_components(config, model, tokenizer, algorithm, trainer),
                 "sampler": sampler.description,
             }
+        check_ranks_agree(trainer.step, "the step to resume from")
         # The sampler starts from the trainer's weights (a resumed run's too), stamped with its step.
         await trainer.publish()
         results = await trainer.train(max(0, config.steps - trainer.step))
@@ -159,10 +184,20 @@ def _components(
     return {
         "model": f"{type(model).__name__} ({config.backend.model}): {total:,} parameters, {trainable:,} trainable",
         "tokenizer": f"{type(tokenizer).__name__}: {len(tokenizer):,} tokens",
-        "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} samples per step",
+        "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} samples per step"
+        + _rank_share(config),
         "algorithm": f"{algorithm.name} (credit {type(algorithm.credit_assigner).__name__}, loss {type(algorithm.loss).__name__})",
         "trainer": f"{type(trainer).__name__} on {trainer.device}, lr {config.trainer.lr}, {config.steps} steps",
     }
+
+
+def _rank_share(config: RLRunConfig) -> str:
+    from ludic_train.recipes.components import launched_ranks
+
+    ranks = launched_ranks()
+    if not ranks.distributed:
+        return ""
+    return f" ({config.episodes // ranks.world_size} prompts on each of {ranks.world_size} ranks)"
 
 
 def run_rl(

@@ -33,12 +33,13 @@ async def _nothing_to_close() -> None:
 @attrs.frozen(kw_only=True)
 class Sampler:
     """``backend``: the token-level backend the engine's agents sample through; ``publisher``: where
-    the Trainer publishes (the Trainer closes it); ``description``: one line for ``--dry-run``, saying
-    what was built and what was not contacted; ``close``: release what the opener started (a server,
-    an exported model), after the backend is closed."""
+    the Trainer publishes (the Trainer closes it), None on the torchrun ranks other than 0 (rank 0
+    alone sends the weights); ``description``: one line for ``--dry-run``, saying what was built and
+    what was not contacted; ``close``: release what the opener started (a server, an exported model),
+    after the backend is closed."""
 
     backend: Backend
-    publisher: PolicyPublisher
+    publisher: PolicyPublisher | None
     description: str
     close: Callable[[], Awaitable[None]] = _nothing_to_close
 
