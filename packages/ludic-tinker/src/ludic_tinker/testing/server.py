@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import socket
 import threading
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -153,6 +154,11 @@ class FakeTinkerService:
         }
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        # The SDK keeps its HTTP connections open; stop() closes them, so that no handler thread is
+        # left reading a socket when the interpreter shuts down (a daemon thread alive at shutdown can
+        # abort the process).
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -184,6 +190,12 @@ class FakeTinkerService:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._server = None
+        with self._connections_lock:
+            connections, self._connections = self._connections, set()
+        for connection in connections:
+            # The handler's read returns and its thread ends (OSError: the client closed it already).
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
     def __enter__(self) -> FakeTinkerService:
         return self.start()
@@ -664,6 +676,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
         return
+
+    def setup(self) -> None:
+        super().setup()
+        with self.fake._connections_lock:
+            self.fake._connections.add(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.fake._connections_lock:
+                self.fake._connections.discard(self.connection)
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
