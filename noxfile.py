@@ -432,6 +432,10 @@ def isolated(session: nox.Session, package: str) -> None:
     session.chdir(session.create_tmp())
     session.run("python", str(ROOT / "tools" / "check_isolated.py"), package.replace("-", "_"), *policy)
     session.run("python", "-m", "pip", "check")
+    if package == "ludic-envs":
+        # What `pip install ludic-core ludic-envs` promises: `ludic envs` and `ludic eval --backend openai`
+        # against a real HTTP server, with no torch and no transformers installed.
+        session.run("python", str(ROOT / "tools" / "check_light_cli.py"))
 
 
 @nox.session(python=PYTHON)
