@@ -224,7 +224,7 @@ class Agent:
         self._turn_calls += 1
         try:
             # Not wait_for (an extra task per call) nor asyncio.timeout (a loop timer per call).
-            async with call_timeout(timeout):
+            with call_timeout(timeout):
                 response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
             raise LudicTimeoutError(

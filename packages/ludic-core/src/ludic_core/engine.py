@@ -428,7 +428,7 @@ class RolloutEngine:
             # The timer cancels this task at the deadline (wait_for would wrap the run in a second task
             # per episode). Finished episodes hand their timer on to the next, whose deadline only
             # moves it: no loop timer scheduled and cancelled per episode (see call_timeout).
-            async with call_timeout(settings["episode_timeout_s"]):
+            with call_timeout(settings["episode_timeout_s"]):
                 rollouts = list(await run)
         except ConfigError:
             raise
