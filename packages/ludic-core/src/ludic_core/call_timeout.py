@@ -172,9 +172,6 @@ MAX_POOLED_BOUNDS = 32
 
 def _loop_pools(loop: asyncio.AbstractEventLoop) -> _Pools:
     global _last
-    last = _last
-    if last is not None and last[0]() is loop:
-        return last[1]
     pools = _POOLS.get(loop)
     if pools is None:
         pools = _POOLS[loop] = {}
@@ -193,7 +190,9 @@ def call_timeout(seconds: float | None) -> CallTimeout:
     per loop (a timer never serves two loops) and per bound (with one bound, each deadline is later
     than the last, so an armed timer never has to be cancelled).
     """
-    pools = _loop_pools(_get_running_loop())
+    loop = _get_running_loop()
+    last = _last
+    pools = last[1] if last is not None and last[0]() is loop else _loop_pools(loop)
     pool = pools.get(seconds)
     if pool:
         return pool.pop()

@@ -115,9 +115,10 @@ async def act_with_external_tools(
         raise _not_a_result(result)
     timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
     rounds = 0
-    while result.final_step.action_target == "external":
+    final = result.steps[-1]
+    while final.action_target == "external":
         if external_tool_handler is None:
-            names = [c.name for c in result.final_step.tool_calls or ()]
+            names = [c.name for c in final.tool_calls or ()]
             raise EpisodeStageError(
                 "protocol",
                 ProtocolError(
@@ -133,7 +134,7 @@ async def act_with_external_tools(
                     f"agent {timeline.agent_id!r} exceeded max_external_rounds={max_external_rounds}"
                 ),
             )
-        tool_results = await _run_handler(external_tool_handler, result.final_step)
+        tool_results = await _run_handler(external_tool_handler, final)
         timeline.attach_tool_results(tool_results)
         try:
             agent.on_tool_results(tool_results)
@@ -147,4 +148,5 @@ async def act_with_external_tools(
         if not isinstance(result, AgentActResult):
             raise _not_a_result(result)
         timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
-    return result.final_step
+        final = result.steps[-1]
+    return final
