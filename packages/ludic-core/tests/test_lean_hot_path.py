@@ -66,6 +66,8 @@ def test_seed_deriver_gives_exactly_derive_seed() -> None:
     for base, prefix, rest in [
         (0, (), ()),
         (7, ("agent_0",), (3, 0)),
+        (7, ("agent_0",), (-3, 10**20)),  # the per-call fast path formats ints as repr does
+        (7, ("agent_0",), (True, 0)),  # a bool is not an int here: repr gives "True"
         (2**31 - 1, ("a", 1), ("x",)),
         (5, (), (1,)),
     ]:
