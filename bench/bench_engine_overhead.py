@@ -75,6 +75,10 @@ class GCTimer:
 
 def timed(fn: Callable[[], Coroutine[Any, Any, int]]) -> tuple[float, float, float, int]:
     """Wall seconds, process CPU seconds, CPU seconds in the garbage collector and env steps of one run."""
+    # Every side starts from a collected heap: the collector's thresholds for a full collection depend
+    # on what survived the last one, so without this a side pays (or skips) a full collection
+    # because of the side that ran before it.
+    gc.collect()
     collector = GCTimer()
     gc.callbacks.append(collector)
     try:

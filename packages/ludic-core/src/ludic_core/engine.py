@@ -358,30 +358,23 @@ class RolloutEngine:
         )
         inference = request.inference or _DEFAULT_INFERENCE
         started = time.perf_counter()
+        # The coroutine runs when awaited, so inside the id scope when there is one; without one it is
+        # awaited directly, not through a context manager that does nothing.
+        run = self._run_protocol(
+            episode_index,
+            request,
+            env_factory,
+            protocol_factory,
+            settings,
+            env_seed,
+            sampling_seed,
+            inference,
+        )
         if self.deterministic_ids:
             with seeded_ids(derive_seed(self.base_seed, "ids", episode_index, env_seed, sampling_seed)):
-                rollouts, failure = await self._run_protocol(
-                    episode_index,
-                    request,
-                    env_factory,
-                    protocol_factory,
-                    settings,
-                    env_seed,
-                    sampling_seed,
-                    inference,
-                )
+                rollouts, failure = await run
         else:
-            # Awaited directly, not through a context manager that does nothing.
-            rollouts, failure = await self._run_protocol(
-                episode_index,
-                request,
-                env_factory,
-                protocol_factory,
-                settings,
-                env_seed,
-                sampling_seed,
-                inference,
-            )
+            rollouts, failure = await run
         engine_meta = {
             "episode_index": episode_index,
             **settings,
