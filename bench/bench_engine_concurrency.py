@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import heapq
 import json
 import sys
@@ -94,9 +95,11 @@ def main() -> None:
 
     results = {}
     for concurrency in args.concurrency:
+        gc.collect()  # each side starts from a collected heap (see bench_engine_overhead.py)
         cpu_started = time.process_time()
         bare = asyncio.run(run_bare(args.episodes, args.max_steps, concurrency, latency_s))
         bare_cpu = time.process_time() - cpu_started
+        gc.collect()
         cpu_started = time.process_time()
         wall, calls = asyncio.run(run_engine(args.episodes, args.max_steps, concurrency, latency_s))
         engine_cpu = time.process_time() - cpu_started

@@ -12,6 +12,8 @@ engine, batch, then again), and the medians are compared: a burst of load hits e
 side's process CPU time is recorded as well as its wall time: on a loaded machine the wall clock also
 counts time the process spent waiting for a core, the CPU time only the work it did, and the ``cpu_*``
 ratios (medians of the same interleaved repeats) are the steadier measure of the engine's overhead.
+The CPU time each side spent in the garbage collector is reported too (``gc.callbacks``): the engine
+returns every rollout it ran, so its collections traverse a growing result set, the bare loop's do not.
 
 Prints one JSON object: median seconds per env step for each side and the ratios to the baseline.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import statistics
 import sys
@@ -56,11 +59,35 @@ async def engine_batch(episodes: int, max_steps: int, concurrency: int) -> int:
     return sum(1 for item in batch.items if item.meta["step_kind"] == "env")
 
 
-def timed(fn: Callable[[], Coroutine[Any, Any, int]]) -> tuple[float, float, int]:
-    """Wall seconds, process CPU seconds and env steps of one run."""
-    started, cpu_started = time.perf_counter(), time.process_time()
-    steps = asyncio.run(fn())
-    return time.perf_counter() - started, time.process_time() - cpu_started, steps
+class GCTimer:
+    """Process CPU time spent in the garbage collector, through ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._started
+
+
+def timed(fn: Callable[[], Coroutine[Any, Any, int]]) -> tuple[float, float, float, int]:
+    """Wall seconds, process CPU seconds, CPU seconds in the garbage collector and env steps of one run."""
+    # Every side starts from a collected heap: the collector's thresholds for a full collection depend
+    # on what survived the last one, so without this a side pays (or skips) a full collection
+    # because of the side that ran before it.
+    gc.collect()
+    collector = GCTimer()
+    gc.callbacks.append(collector)
+    try:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        steps = asyncio.run(fn())
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    finally:
+        gc.callbacks.remove(collector)
+    return wall, cpu, collector.seconds, steps
 
 
 def main() -> None:
@@ -79,18 +106,21 @@ def main() -> None:
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
     cpu_times: dict[str, list[float]] = {name: [] for name in sides}
+    gc_times: dict[str, list[float]] = {name: [] for name in sides}
     steps: dict[str, int] = {}
     for _ in range(args.repeats):
         for name, fn in sides.items():
-            seconds, cpu_seconds, steps[name] = timed(fn)
+            seconds, cpu_seconds, gc_seconds, steps[name] = timed(fn)
             times[name].append(seconds)
             cpu_times[name].append(cpu_seconds)
+            gc_times[name].append(gc_seconds)
     if len(set(steps.values())) != 1:
         print(f"step counts differ: {steps}", file=sys.stderr)
         raise SystemExit(1)
     env_steps = steps["baseline"]
     median = {name: statistics.median(ts) for name, ts in times.items()}
     cpu = {name: statistics.median(ts) for name, ts in cpu_times.items()}
+    in_gc = {name: statistics.median(ts) for name, ts in gc_times.items()}
     print(
         json.dumps(
             {
@@ -110,6 +140,8 @@ def main() -> None:
                 "cpu_ratio_engine_c1_vs_baseline": cpu["engine_c1"] / cpu["baseline"],
                 "cpu_ratio_engine_c64_vs_baseline": cpu["engine_c64"] / cpu["baseline"],
                 "cpu_ratio_engine_batch_vs_baseline": cpu["engine_batch_c64"] / cpu["baseline"],
+                # Part of the CPU time above spent in the garbage collector (gc.callbacks).
+                "gc_cpu_seconds_per_env_step": {name: t / env_steps for name, t in in_gc.items()},
             }
         )
     )

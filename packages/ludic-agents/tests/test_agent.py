@@ -360,3 +360,30 @@ def test_the_chat_agent_is_registered_with_its_system_prompt(qwen_tok: Any) -> N
     agent = make_agent("chat", client=client, parser=ANSWER, system_prompt="Play well.")
     assert isinstance(agent, Agent) and agent.default_system_prompt == "Play well."
     assert make_agent("chat", client=client, parser=ANSWER).default_system_prompt is None
+
+
+async def test_a_response_must_echo_the_prompt_ids_it_was_asked_for(qwen_tok: Any) -> None:
+    """The same tuple back is accepted without comparing ids; an equal copy is compared and accepted;
+    other ids are refused."""
+    import attrs
+
+    class Echoing(ScriptedTokenClient):
+        def __init__(self, *args: Any, change: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.change = change
+
+        async def complete_tokens(self, request: Any) -> Any:
+            response = await super().complete_tokens(request)
+            return attrs.evolve(response, prompt_token_ids=self.change(request.prompt_token_ids))
+
+    for change, accepted in [(lambda ids: ids, True), (list, True), (lambda ids: ids[:-1], False)]:
+        client = Echoing(qwen_tok, ["<answer>A1</answer>"], change=change)
+        agent = Agent(client=client, parser=ANSWER, chat_template=HFChatTemplate(qwen_tok))
+        agent.reset()
+        agent.on_env_reset("start", {})
+        if accepted:
+            (step,) = (await agent.act()).steps
+            assert step.trace.prompt_token_ids == client.requests[0].prompt_token_ids
+        else:
+            with pytest.raises(ProtocolError, match="prompt_token_ids that differ from the request"):
+                await agent.act()

@@ -123,3 +123,46 @@ async def test_call_timeout_shares_spare_timers_and_still_bounds_each_block() ->
         async with call_timeout(0.05):
             await asyncio.sleep(5)
     assert loop.time() - started < 1.0
+
+
+async def test_a_plain_with_block_bounds_like_async_with() -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(TimeoutError), call_timeout(0.05):
+        await asyncio.sleep(5)
+    assert loop.time() - started < 1.0
+    with call_timeout(0.5):
+        await asyncio.sleep(0)
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+async def test_timers_of_different_bounds_are_pooled_apart() -> None:
+    long = call_timeout(60.0)
+    with long:
+        await asyncio.sleep(0)
+    # A shorter bound never takes the long bound's armed timer (which would have to be cancelled).
+    short = call_timeout(0.05)
+    assert short is not long
+    with pytest.raises(TimeoutError), short:
+        await asyncio.sleep(5)
+    assert call_timeout(60.0) is long
+    with pytest.raises(RuntimeError, match="keeps the bound"):
+        long.within(1.0)
+
+
+def test_finished_event_loops_are_not_kept_alive_by_their_timers() -> None:
+    import gc
+    import weakref
+
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def calls() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        for bound in (5.0, 60.0):
+            with call_timeout(bound):
+                await asyncio.sleep(0)
+
+    for _ in range(3):
+        asyncio.run(calls())
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]

@@ -66,6 +66,8 @@ def test_seed_deriver_gives_exactly_derive_seed() -> None:
     for base, prefix, rest in [
         (0, (), ()),
         (7, ("agent_0",), (3, 0)),
+        (7, ("agent_0",), (-3, 10**20)),  # the per-call fast path formats ints as repr does
+        (7, ("agent_0",), (True, 0)),  # a bool is not an int here: repr gives "True"
         (2**31 - 1, ("a", 1), ("x",)),
         (5, (), (1,)),
     ]:
@@ -144,3 +146,44 @@ def test_marking_a_step_truncated_equals_evolve_and_checks_the_reason() -> None:
         assert type(marked) is type(step) and not step.truncated  # the original is unchanged
         with pytest.raises(DataError, match="truncation_reason"):
             _mark_step_truncated(step, "bogus", info)  # type: ignore[arg-type]
+
+
+def test_envs_are_stepped_directly_only_where_astep_would_just_call_step() -> None:
+    from ludic_core.protocols.acting import direct_step
+    from ludic_core.testing import GuessNumberEnv
+    from ludic_core.types import StepOutcome
+
+    env = GuessNumberEnv()
+    assert direct_step(env) == env.step
+
+    class Blocking(GuessNumberEnv):
+        blocking_step = True
+
+    class WaitsOnIO(GuessNumberEnv):
+        async def aenv_step(self, action: str) -> StepOutcome:
+            return self.env_step(action)
+
+    class OwnStep(GuessNumberEnv):
+        def step(self, actions: object) -> dict[str, StepOutcome]:
+            raise AssertionError("the default astep never calls an overridden step")
+
+    for awaited in (Blocking(), WaitsOnIO(), OwnStep()):
+        assert direct_step(awaited) is None
+
+
+def test_an_agents_trusted_act_step_still_checks_the_rules_between_fields() -> None:
+    from ludic_core.harness import AgentActResult, AgentActStep
+    from ludic_core.parsing import ParseResult
+
+    trace = TokenTrace(prompt_token_ids=[1], completion_token_ids=[2])
+    prompt = (FrozenMessage(role="user", content="u"),)
+    built = AgentActStep(
+        trace=trace, prompt_messages=prompt, action="a", action_target="env", parse_result=ParseResult("a")
+    )
+    trusted = AgentActStep._trusted(trace, prompt, "a", "env", ParseResult("a"))
+    assert trusted == built and trusted.prompt_messages is prompt
+    assert AgentActResult._one(trusted) == AgentActResult(steps=[built])
+    with pytest.raises(DataError, match="action_target='env' needs a parse_result"):
+        AgentActStep._trusted(trace, prompt, "a", "env", None)
+    with pytest.raises(DataError, match="action_target='external' needs tool_calls"):
+        AgentActStep._trusted(trace, prompt, "a", "external", None)

@@ -149,7 +149,8 @@ class Agent:
         parse_result, parse_info = self.parse_env_output(text, response.finish_reason)
         step = AgentActStep(
             trace=response.to_trace(),
-            prompt_messages=prompt_messages,
+            # A tuple of the context's frozen messages is shared as it is (a list would be re-checked).
+            prompt_messages=tuple(prompt_messages),
             action=text,
             action_target="env",
             parse_result=parse_result,
@@ -157,7 +158,7 @@ class Agent:
             info={**self._call_info(response), **render_info, **parse_info},
         )
         self._close_turn()
-        return AgentActResult(steps=(step,))
+        return AgentActResult._one(step)
 
     # --- building blocks for subclasses -------------------------------------------------------
 
@@ -224,14 +225,17 @@ class Agent:
         self._turn_calls += 1
         try:
             # Not wait_for (an extra task per call) nor asyncio.timeout (a loop timer per call).
-            async with call_timeout(timeout):
+            with call_timeout(timeout):
                 response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
             raise LudicTimeoutError(
                 f"model call {loop_index} of the turn: {type(self.client).__name__}.complete_tokens did not "
                 f"answer within timeout_s={timeout}"
             ) from exc
-        if tuple(response.prompt_token_ids) != tuple(request.prompt_token_ids):
+        # The same tuple handed back (what clients do) needs no element-by-element comparison.
+        if response.prompt_token_ids is not request.prompt_token_ids and tuple(
+            response.prompt_token_ids
+        ) != tuple(request.prompt_token_ids):
             raise ProtocolError(
                 f"{type(self.client).__name__} returned prompt_token_ids that differ from the request "
                 f"({len(response.prompt_token_ids)} vs {len(request.prompt_token_ids)} tokens)"

@@ -34,7 +34,6 @@ holds the event loop and no timeout can fire.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -79,6 +78,10 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
+
+# The spec of requests that give none. Shared: an InferenceSpec is frozen, and nothing changes its
+# extensions mapping.
+_DEFAULT_INFERENCE = InferenceSpec()
 
 
 @attrs.frozen
@@ -353,7 +356,25 @@ class RolloutEngine:
         sampling_seed = (
             request.sampling_seed if request.sampling_seed is not None else self._default_seed(episode_index)
         )
-        inference = request.inference or InferenceSpec()
+        inference = request.inference or _DEFAULT_INFERENCE
+        started = time.perf_counter()
+        # The coroutine runs when awaited, so inside the id scope when there is one; without one it is
+        # awaited directly, not through a context manager that does nothing.
+        run = self._run_protocol(
+            episode_index,
+            request,
+            env_factory,
+            protocol_factory,
+            settings,
+            env_seed,
+            sampling_seed,
+            inference,
+        )
+        if self.deterministic_ids:
+            with seeded_ids(derive_seed(self.base_seed, "ids", episode_index, env_seed, sampling_seed)):
+                rollouts, failure = await run
+        else:
+            rollouts, failure = await run
         engine_meta = {
             "episode_index": episode_index,
             **settings,
@@ -368,27 +389,11 @@ class RolloutEngine:
                 "top_logprobs_k": inference.return_.top_logprobs_k,
             },
         }
-        started = time.perf_counter()
-        rollouts: list[Rollout]
-        failure: EpisodeFailure | None = None
-        id_scope = (
-            seeded_ids(derive_seed(self.base_seed, "ids", episode_index, env_seed, sampling_seed))
-            if self.deterministic_ids
-            else contextlib.nullcontext()
-        )
-        with id_scope:
-            rollouts, failure = await self._run_protocol(
-                episode_index,
-                request,
-                env_factory,
-                protocol_factory,
-                settings,
-                env_seed,
-                sampling_seed,
-                inference,
+        for position, rollout in enumerate(rollouts):
+            # Each rollout gets its own meta dicts; the first takes the ones built for this episode.
+            self._stamp(
+                rollout, request, episode_index, engine_meta if position == 0 else _copy_meta(engine_meta)
             )
-        for rollout in rollouts:
-            self._stamp(rollout, request, episode_index, engine_meta)
         return EpisodeResult(
             episode_index=episode_index,
             request=request,
@@ -428,7 +433,7 @@ class RolloutEngine:
             # The timer cancels this task at the deadline (wait_for would wrap the run in a second task
             # per episode). Finished episodes hand their timer on to the next, whose deadline only
             # moves it: no loop timer scheduled and cancelled per episode (see call_timeout).
-            async with call_timeout(settings["episode_timeout_s"]):
+            with call_timeout(settings["episode_timeout_s"]):
                 rollouts = list(await run)
         except ConfigError:
             raise
@@ -447,23 +452,30 @@ class RolloutEngine:
                     stage="protocol", error_type="ProtocolError", message="the protocol returned no rollouts"
                 )
                 rollouts = [Rollout(steps=[], failure=failure)]
-            failure = next((r.failure for r in rollouts if r.failure is not None), failure)
+            for rollout in rollouts:
+                if rollout.failure is not None:
+                    failure = rollout.failure
+                    break
         return rollouts, failure
 
     @staticmethod
     def _stamp(
         rollout: Rollout, request: RolloutRequest, episode_index: int, engine_meta: dict[str, Any]
     ) -> None:
+        """Add the request meta and the engine block to ``rollout.meta``; ``engine_meta`` becomes the
+        rollout's own (pass each rollout a distinct dict)."""
         meta = rollout.meta
-        clashes = sorted(k for k in request.meta if k in meta)
-        if clashes:
-            # The protocol's keys describe what happened; the request's values stay under request_meta.
-            log.warning("rollout_engine.meta_key_clash", keys=clashes, protocol=request.protocol.kind)
-        for key, value in request.meta.items():
-            meta.setdefault(key, value)
-        meta["request_meta"] = dict(request.meta)
+        request_meta = request.meta
+        if request_meta:
+            clashes = sorted(k for k in request_meta if k in meta)
+            if clashes:
+                # The protocol's keys describe what happened; the request's values stay under request_meta.
+                log.warning("rollout_engine.meta_key_clash", keys=clashes, protocol=request.protocol.kind)
+            for key, value in request_meta.items():
+                meta.setdefault(key, value)
+        meta["request_meta"] = dict(request_meta)
         meta["episode_index"] = episode_index
-        meta["engine"] = dict(engine_meta)
+        meta["engine"] = engine_meta
 
     # -- SAW batches -------------------------------------------------------------------------------
 
@@ -486,6 +498,10 @@ class RolloutEngine:
             credit_assigner=credit_assigner,
             sample_filter=sample_filter,
         )
+
+
+def _copy_meta(engine_meta: dict[str, Any]) -> dict[str, Any]:
+    return {**engine_meta, "return_spec": dict(engine_meta["return_spec"])}
 
 
 def _group_id(rollout: Rollout) -> str | None:

@@ -70,6 +70,42 @@ class AgentActStep:
             self.action_target == "env" and self.parse_result is not None and self.parse_result.action is None
         )
 
+    @classmethod
+    def _trusted(
+        cls,
+        trace: TokenTrace,
+        prompt_messages: tuple[Message, ...],
+        action: str,
+        action_target: ActionTarget,
+        parse_result: ParseResult | None,
+        loop_index: int = 0,
+        tool_calls: tuple[ToolCall, ...] | None = None,
+        tool_results: tuple[ToolResult, ...] | None = None,
+        info: Info | None = None,
+    ) -> AgentActStep:
+        """Build from values an agent harness made itself: a trace from a checked
+        :class:`~ludic_core.types.ChatResponse`, its prompt as a tuple of
+        :class:`~ludic_core.types.FrozenMessage`, an action target it wrote as a literal, tool calls and
+        results already as tuples of their types. The converters of ``__init__`` would only copy them
+        again. The two rules between fields are still checked (a
+        parser may return ``None``). Private to Ludic's agents: anything else goes through ``__init__``."""
+        if action_target == "env" and parse_result is None:
+            raise DataError("an AgentActStep with action_target='env' needs a parse_result")
+        if action_target == "external" and not tool_calls:
+            raise DataError("an AgentActStep with action_target='external' needs tool_calls")
+        step = object.__new__(cls)
+        set_field = object.__setattr__
+        set_field(step, "trace", trace)
+        set_field(step, "prompt_messages", prompt_messages)
+        set_field(step, "action", action)
+        set_field(step, "action_target", action_target)
+        set_field(step, "parse_result", parse_result)
+        set_field(step, "loop_index", loop_index)
+        set_field(step, "tool_calls", tool_calls)
+        set_field(step, "tool_results", tool_results)
+        set_field(step, "info", {} if info is None else info)
+        return step
+
 
 def _to_steps(steps: Iterable[AgentActStep]) -> tuple[AgentActStep, ...]:
     return tuple(steps)
@@ -88,6 +124,13 @@ class AgentActResult:
     @property
     def final_step(self) -> AgentActStep:
         return self.steps[-1]
+
+    @classmethod
+    def _one(cls, step: AgentActStep) -> AgentActResult:
+        """The result of an ``act`` that made one model call (most do); private to Ludic's agents."""
+        result = object.__new__(cls)
+        object.__setattr__(result, "steps", (step,))
+        return result
 
 
 @runtime_checkable

@@ -84,7 +84,7 @@ class MessageAgent:
         spec = inference or self.inference
         prompt_messages = list(self.messages)
         try:
-            async with call_timeout(timeout_s):  # no extra task and no loop timer per call
+            with call_timeout(timeout_s):  # no extra task and no loop timer per call
                 completion = await self.client.complete_messages(
                     prompt_messages, spec.sampling, seed=sampling_seed
                 )

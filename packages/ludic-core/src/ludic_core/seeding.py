@@ -44,7 +44,10 @@ def seed_deriver(base: int, *prefix: object) -> Callable[..., int]:
 
     def derive(*rest: object) -> int:
         hasher = head.copy()
-        if rest:
+        if len(rest) == 2 and type(first := rest[0]) is int and type(second := rest[1]) is int:
+            # The per-call case (attempt, round): the bytes of repr(int) without building strings.
+            hasher.update(b"\x1f%d\x1f%d" % (first, second))
+        elif rest:
             hasher.update(("\x1f" + "\x1f".join(map(repr, rest))).encode("utf-8"))
         return int.from_bytes(hasher.digest(), "big") % (MAX_SEED + 1)
 

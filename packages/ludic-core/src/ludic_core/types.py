@@ -522,7 +522,8 @@ class AgentStep:
         timeline marks truncation with ``attrs.evolve``, which checks). Private: anything else goes
         through ``__init__``."""
         reward = float(reward)
-        _finite(None, _AGENT_STEP_REWARD, reward)
+        if not math.isfinite(reward):
+            _finite(None, _AGENT_STEP_REWARD, reward)  # raises, naming the field
         step = object.__new__(cls)
         set_field = object.__setattr__
         set_field(step, "index", index)
@@ -599,7 +600,8 @@ class EnvironmentStep:
         rewards, a str obs): the timeline's env steps skip the converters those values already passed.
         ``reward`` is still checked here: a sum of two finite floats can overflow. The truncation
         reason follows ``truncated`` (``"env"``). Private: anything else goes through ``__init__``."""
-        _finite(None, _ENV_STEP_REWARD, reward)
+        if not math.isfinite(reward):
+            _finite(None, _ENV_STEP_REWARD, reward)  # raises, naming the field
         step = object.__new__(cls)
         set_field = object.__setattr__
         set_field(step, "index", index)

@@ -7,15 +7,17 @@ one agent or many.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from ludic_core.env import LudicEnv, SingleAgentEnv
 from ludic_core.errors import LudicTimeoutError, ProtocolError, TransportError
 from ludic_core.harness import AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.inference import InferenceSpec
 from ludic_core.protocols.timeline import AgentTimeline
-from ludic_core.types import EpisodeFailure, ToolResult
+from ludic_core.types import EpisodeFailure, StepOutcome, ToolResult
 
-__all__ = ["EpisodeStageError", "act_with_external_tools", "failure_from"]
+__all__ = ["EpisodeStageError", "act_with_external_tools", "direct_step", "failure_from"]
 
 
 class EpisodeStageError(Exception):
@@ -38,22 +40,33 @@ def failure_from(exc: BaseException, default_stage: str = "protocol") -> Episode
     return EpisodeFailure.from_exception(stage, error)
 
 
-async def _call_agent(
-    agent: AgentHarness,
-    *,
-    inference: InferenceSpec | None,
-    sampling_seed: int | None,
-    timeout_s: float | None,
-) -> AgentActResult:
-    try:
-        result = await agent.act(inference=inference, sampling_seed=sampling_seed, timeout_s=timeout_s)
-    except Exception as exc:
-        raise EpisodeStageError("agent", exc) from exc
-    if not isinstance(result, AgentActResult):
-        raise EpisodeStageError(
-            "agent", ProtocolError(f"agent.act must return an AgentActResult, got {type(result).__name__}")
-        )
-    return result
+def direct_step(env: LudicEnv[Any]) -> Callable[[Mapping[str, str]], dict[str, StepOutcome]] | None:
+    """``env.step`` when awaiting ``env.astep`` would only call it, else None (await ``astep``).
+
+    The default ``astep`` of :class:`LudicEnv` (and ``astep``/``aenv_step`` of :class:`SingleAgentEnv`)
+    of an env without ``blocking_step`` only wraps the synchronous step in one or two coroutines; a
+    protocol that asks once per episode calls the step itself. An env that overrides ``astep`` or
+    ``aenv_step`` (it waits on I/O) or sets ``blocking_step`` is always awaited.
+    """
+    if env.blocking_step:
+        return None
+    cls = type(env)
+    if cls.astep is LudicEnv.astep:
+        return env.step
+    if (
+        issubclass(cls, SingleAgentEnv)
+        and cls.astep is SingleAgentEnv.astep
+        and cls.aenv_step is SingleAgentEnv.aenv_step
+        and cls.step is SingleAgentEnv.step
+    ):
+        return env.step
+    return None
+
+
+def _not_a_result(result: object) -> EpisodeStageError:
+    return EpisodeStageError(
+        "agent", ProtocolError(f"agent.act must return an AgentActResult, got {type(result).__name__}")
+    )
 
 
 async def _run_handler(handler: ExternalToolHandler, step: AgentActStep) -> list[ToolResult]:
@@ -92,17 +105,20 @@ async def act_with_external_tools(
     whose client reported none (a trainer must score the distribution the logprobs came from).
     """
     temperature = None if inference is None else inference.sampling.temperature
-    result = await _call_agent(
-        agent,
-        inference=inference,
-        sampling_seed=timeline.call_seed(sampling_seed, attempt, 0),
-        timeout_s=timeout_s,
-    )
+    # The agent is awaited here, not through a helper coroutine: one coroutine less per model call.
+    seed = timeline.call_seed(sampling_seed, attempt, 0)
+    try:
+        result = await agent.act(inference=inference, sampling_seed=seed, timeout_s=timeout_s)
+    except Exception as exc:
+        raise EpisodeStageError("agent", exc) from exc
+    if not isinstance(result, AgentActResult):
+        raise _not_a_result(result)
     timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
     rounds = 0
-    while result.final_step.action_target == "external":
+    final = result.steps[-1]
+    while final.action_target == "external":
         if external_tool_handler is None:
-            names = [c.name for c in result.final_step.tool_calls or ()]
+            names = [c.name for c in final.tool_calls or ()]
             raise EpisodeStageError(
                 "protocol",
                 ProtocolError(
@@ -118,17 +134,19 @@ async def act_with_external_tools(
                     f"agent {timeline.agent_id!r} exceeded max_external_rounds={max_external_rounds}"
                 ),
             )
-        tool_results = await _run_handler(external_tool_handler, result.final_step)
+        tool_results = await _run_handler(external_tool_handler, final)
         timeline.attach_tool_results(tool_results)
         try:
             agent.on_tool_results(tool_results)
         except Exception as exc:
             raise EpisodeStageError("agent", exc) from exc
-        result = await _call_agent(
-            agent,
-            inference=inference,
-            sampling_seed=timeline.call_seed(sampling_seed, attempt, rounds),
-            timeout_s=timeout_s,
-        )
+        seed = timeline.call_seed(sampling_seed, attempt, rounds)
+        try:
+            result = await agent.act(inference=inference, sampling_seed=seed, timeout_s=timeout_s)
+        except Exception as exc:
+            raise EpisodeStageError("agent", exc) from exc
+        if not isinstance(result, AgentActResult):
+            raise _not_a_result(result)
         timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
-    return result.final_step
+        final = result.steps[-1]
+    return final

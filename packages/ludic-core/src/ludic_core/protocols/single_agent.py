@@ -8,7 +8,7 @@ from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, ProtocolError
 from ludic_core.harness import AgentHarness, ExternalToolHandler
 from ludic_core.inference import InferenceSpec
-from ludic_core.protocols.acting import EpisodeStageError, act_with_external_tools, failure_from
+from ludic_core.protocols.acting import EpisodeStageError, act_with_external_tools, direct_step, failure_from
 from ludic_core.protocols.base import InteractionProtocol
 from ludic_core.protocols.timeline import DEFAULT_PARSE_FAILURE_OBS, AgentTimeline
 from ludic_core.types import EpisodeFailure, Rollout, is_strict_int
@@ -108,6 +108,7 @@ class SingleAgentProtocol(InteractionProtocol):
         except Exception as exc:
             raise EpisodeStageError("agent", exc) from exc
         timeline.turn_start_obs = obs
+        step_now = direct_step(env)
 
         for attempt in range(max_steps):
             if agent_id not in env.active_agents:
@@ -137,7 +138,8 @@ class SingleAgentProtocol(InteractionProtocol):
                 timeline.new_turn(feedback)
                 continue
             try:
-                outcomes = await env.astep({agent_id: final.parse_result.action})
+                actions = {agent_id: final.parse_result.action}
+                outcomes = step_now(actions) if step_now is not None else await env.astep(actions)
             except Exception as exc:
                 raise EpisodeStageError("env", exc) from exc
             if agent_id not in outcomes:

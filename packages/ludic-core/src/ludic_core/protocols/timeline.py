@@ -99,8 +99,10 @@ class AgentTimeline:
         ``temperature`` (the one the protocol asked the agent to sample with) is recorded on the traces
         whose client reported none; a temperature the client reported itself is kept.
         """
+        steps = result.steps
+        final = steps[-1]
         last: AgentStep | None = None
-        for act_step in result.steps:
+        for act_step in steps:
             trace = act_step.trace
             if temperature is not None and trace.sampling_temperature is None:
                 trace = (
@@ -115,15 +117,20 @@ class AgentTimeline:
                     if type(temperature) is float and 0.0 <= temperature < math.inf
                     else trace.with_sampling_temperature(temperature)
                 )
-            reward, components, _ = split_parser_reward(act_step)
+            # split_parser_reward, spelled out: this runs for every model call.
+            target = act_step.action_target
+            parse_result = act_step.parse_result
             info = dict(act_step.info)
-            info["action_target"] = act_step.action_target
-            parse_error = act_step.parse_error
+            info["action_target"] = target
+            parse_error = target == "env" and parse_result is not None and parse_result.action is None
+            reward = 0.0
+            components: dict[str, float] = {}
             if parse_error:
-                assert act_step.parse_result is not None
+                assert parse_result is not None
+                reward = parse_result.reward
+                components = {"parser": reward}
                 info["parse_error"] = True
-                info["parse_feedback_obs"] = act_step.parse_result.obs or DEFAULT_PARSE_FAILURE_OBS
-            is_final = act_step is result.final_step
+                info["parse_feedback_obs"] = parse_result.obs or DEFAULT_PARSE_FAILURE_OBS
             # The act step's fields were converted and checked when the agent built it; the recorded
             # step shares them (see AgentStep._trusted).
             last = AgentStep._trusted(
@@ -131,13 +138,13 @@ class AgentTimeline:
                 trace,
                 act_step.prompt_messages,
                 act_step.action,
-                act_step.action_target,
+                target,
                 self.turn_id,
                 act_step.loop_index,
                 reward,
                 components,
                 parse_error,
-                bool(parse_error and stop_on_parse_error and is_final),
+                bool(parse_error and stop_on_parse_error and act_step is final),
                 act_step.tool_calls,
                 act_step.tool_results,
                 info,
@@ -155,12 +162,14 @@ class AgentTimeline:
         self.steps[-1] = attrs.evolve(last, tool_results=[*previous, *results])
 
     def record_env_step(self, final_act: AgentActStep, outcome: StepOutcome) -> EnvironmentStep:
-        assert final_act.parse_result is not None and final_act.parse_result.action is not None
-        _, _, parser_reward = split_parser_reward(final_act)
+        parse_result = final_act.parse_result
+        assert parse_result is not None and parse_result.action is not None
+        # A parsed env action's parser reward goes onto its env step (split_parser_reward).
+        parser_reward = parse_result.reward if final_act.action_target == "env" else 0.0
         source = self.steps[-1]
         assert isinstance(source, AgentStep)
         ended = outcome.terminated or outcome.truncated
-        parsed_action = final_act.parse_result.action
+        parsed_action = parse_result.action
         info = {**source.info, **(outcome.info or {}), "parsed_action": parsed_action}
         # Every field comes from the recorded agent step, the checked StepOutcome or the parse result:
         # nothing to convert again (see EnvironmentStep._trusted).

@@ -15,12 +15,12 @@ import json
 from collections.abc import Collection, Sequence
 
 from ludic_core.call_timeout import call_timeout
-from ludic_core.errors import LudicTimeoutError
+from ludic_core.errors import LudicTimeoutError, ProtocolError
 from ludic_core.harness import AgentActResult, AgentActStep
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode
-from ludic_core.types import FrozenMessage, Info, Message, ToolCall, ToolResult
+from ludic_core.types import ChatResponse, FrozenMessage, Info, Message, ToolCall, ToolResult, _messages
 
 __all__ = ["ScriptedAgent", "identity_parser", "render_text_dialog"]
 
@@ -110,44 +110,39 @@ class ScriptedAgent:
         )
         try:
             # Not wait_for (an extra task per call) nor asyncio.timeout (a loop timer per call).
-            async with call_timeout(timeout_s):
+            with call_timeout(timeout_s):
                 response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
             raise LudicTimeoutError(f"model call did not answer within timeout_s={timeout_s}") from exc
-        prompt_messages = tuple(self.messages)
-        self.messages.append(FrozenMessage(role="assistant", content=response.text))
-        info: Info = {"finish_reason": response.finish_reason}
+        if not isinstance(response, ChatResponse):
+            raise ProtocolError(
+                f"{type(self.client).__name__}.complete_tokens returned {type(response).__name__}, "
+                "expected a ChatResponse"
+            )
+        # Shared, not copied: the agent's history is frozen (a plain dict someone appended is frozen here).
+        prompt_messages = _messages(tuple(self.messages))
+        text = response.text
+        self.messages.append(FrozenMessage(role="assistant", content=text))
+        finish_reason = response.finish_reason
+        info: Info = {"finish_reason": finish_reason}
         if response.policy_version is not None:
             info["policy_version"] = response.policy_version
+        # The trace comes from a checked ChatResponse and the messages are frozen: the step takes them
+        # as they are (AgentActStep._trusted).
         trace = response.to_trace()
-        call = (
-            self._tool_call(response.text)
-            if self.external_tools and response.finish_reason != "length"
-            else None
-        )
+        call = self._tool_call(text) if self.external_tools and finish_reason != "length" else None
         if call is not None:
-            step = AgentActStep(
-                trace=trace,
-                prompt_messages=prompt_messages,
-                action=response.text,
-                action_target="external",
-                tool_calls=[call],
-                info=info,
+            step = AgentActStep._trusted(
+                trace, prompt_messages, text, "external", None, tool_calls=(call,), info=info
             )
-            return AgentActResult(steps=(step,))
-        if response.finish_reason == "length":
+            return AgentActResult._one(step)
+        if finish_reason == "length":
             info["incomplete_completion"] = True
             parsed = ParseResult(
                 action=None, reward=self.incomplete_completion_penalty, obs=INCOMPLETE_FEEDBACK
             )
         else:
-            parsed = self.parser(response.text)
-        step = AgentActStep(
-            trace=trace,
-            prompt_messages=prompt_messages,
-            action=response.text,
-            action_target="env",
-            parse_result=parsed,
-            info=info,
+            parsed = self.parser(text)
+        return AgentActResult._one(
+            AgentActStep._trusted(trace, prompt_messages, text, "env", parsed, info=info)
         )
-        return AgentActResult(steps=(step,))
