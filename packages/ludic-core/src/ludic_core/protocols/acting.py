@@ -105,18 +105,20 @@ async def act_with_external_tools(
     whose client reported none (a trainer must score the distribution the logprobs came from).
     """
     temperature = None if inference is None else inference.sampling.temperature
-    # The agent is awaited here, not through a helper coroutine: one coroutine less per model call.
-    seed = timeline.call_seed(sampling_seed, attempt, 0)
-    try:
-        result = await agent.act(inference=inference, sampling_seed=seed, timeout_s=timeout_s)
-    except Exception as exc:
-        raise EpisodeStageError("agent", exc) from exc
-    if not isinstance(result, AgentActResult):
-        raise _not_a_result(result)
-    timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
     rounds = 0
-    final = result.steps[-1]
-    while final.action_target == "external":
+    while True:
+        # The agent is awaited here, not through a helper coroutine: one coroutine less per model call.
+        seed = timeline.call_seed(sampling_seed, attempt, rounds)
+        try:
+            result = await agent.act(inference=inference, sampling_seed=seed, timeout_s=timeout_s)
+        except Exception as exc:
+            raise EpisodeStageError("agent", exc) from exc
+        if not isinstance(result, AgentActResult):
+            raise _not_a_result(result)
+        timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
+        final = result.steps[-1]
+        if final.action_target != "external":
+            return final
         if external_tool_handler is None:
             names = [c.name for c in final.tool_calls or ()]
             raise EpisodeStageError(
@@ -140,13 +142,3 @@ async def act_with_external_tools(
             agent.on_tool_results(tool_results)
         except Exception as exc:
             raise EpisodeStageError("agent", exc) from exc
-        seed = timeline.call_seed(sampling_seed, attempt, rounds)
-        try:
-            result = await agent.act(inference=inference, sampling_seed=seed, timeout_s=timeout_s)
-        except Exception as exc:
-            raise EpisodeStageError("agent", exc) from exc
-        if not isinstance(result, AgentActResult):
-            raise _not_a_result(result)
-        timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
-        final = result.steps[-1]
-    return final
