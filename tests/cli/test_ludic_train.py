@@ -323,6 +323,16 @@ def test_on_policy_recipe_under_torchrun_is_refused_naming_the_pipeline(tmp_path
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
+def test_tinker_recipe_under_torchrun_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("ludic_tinker")
+    smoke = ROOT / "examples" / "tic_tac_toe" / "grpo_tinker_smoke.toml"
+    done = torchrun("train", "tictactoe-grpo-tinker", str(smoke), "run_dir=run", cwd=tmp_path)
+    assert done.returncode != 0
+    assert "the Tinker recipes train on Tinker's service, so they run as one process" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.redis
 @pytest.mark.slow
 def test_two_learner_ranks_claim_two_actors_batches_exactly_once(tmp_path: Path, redis_url: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,13 @@ def check_tinker_rl(config: TinkerRLRunConfig) -> None:
 
     if config.backend.kind != "tinker":
         raise ConfigError(f"backend.kind = {config.backend.kind!r}: this recipe samples on Tinker ('tinker')")
+    world_size = os.environ.get("WORLD_SIZE", "1")
+    if world_size != "1":
+        # Tinker trains remotely: every torchrun rank would run (and pay for) the same remote run.
+        raise ConfigError(
+            f"WORLD_SIZE = {world_size!r}: the Tinker recipes train on Tinker's service, so they run as "
+            "one process; run them without torchrun"
+        )
     # One owner per setting: what Tinker trains, and where, is the [tinker] table's.
     for field, owner in (("model", "base_model"), ("base_urls", "base_url")):
         value = getattr(config.backend, field)
