@@ -165,7 +165,7 @@ def _train(name: str, recipe: Recipe, config: Any, *, resume: bool, main: bool) 
         return str(run_dir)
 
     runner = recipe.load_runner()
-    run_dir = Path(on_main_rank(prepare_run_dir))
+    run_dir = Path(on_main_rank(prepare_run_dir, "preparing the run directory"))
     config = attrs.evolve(config, run_dir=str(run_dir))
     summary = runner(config, run_dir, dry_run=False, resume=resume)
     if main:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ludic_core.algorithms.spec import AlgorithmSpec
-from ludic_core.errors import ConfigError, DataError, LudicError
+from ludic_core.errors import ConfigError, DataError
 from ludic_core.loggers.base import TrainingLogger, canonicalize, is_number
 from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
@@ -36,6 +36,7 @@ from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
 from ludic_train.config import TrainerConfig
 from ludic_train.guards import check_items, model_vocab_size
 from ludic_train.microbatch import collate_micro_batches, micro_loss_scale
+from ludic_train.rank_zero import share_rank_zero_outcome
 from ludic_train.weights import is_fsdp_module, merged_state_dict
 
 if TYPE_CHECKING:
@@ -474,7 +475,7 @@ class Trainer:
                 await self.publisher.publish(tensors, version=self.step)  # type: ignore[union-attr]
             except Exception as exc:
                 failure = exc
-        _share_rank_zero_outcome(failure, f"publishing version {self.step}")
+        share_rank_zero_outcome(failure, f"publishing version {self.step}")
 
     def save_checkpoint(self) -> Path | None:
         if self.checkpointer is None:
@@ -544,19 +545,6 @@ def _on_every_rank_as_on_rank_zero(value: bool, *, sharded: bool) -> bool:
     box: list[Any] = [value]
     dist.broadcast_object_list(box, src=0)
     return bool(box[0])
-
-
-def _share_rank_zero_outcome(failure: Exception | None, what: str) -> None:
-    """Tell every rank whether rank 0's ``what`` failed: rank 0 re-raises its error, the other ranks
-    raise a :class:`LudicError` quoting it. Every rank must call this (one broadcast)."""
-    import torch.distributed as dist
-
-    box: list[Any] = [None if failure is None else f"{type(failure).__name__}: {failure}"]
-    dist.broadcast_object_list(box, src=0)
-    if failure is not None:
-        raise failure
-    if box[0] is not None:
-        raise LudicError(f"rank 0 failed {what}: {box[0]}")
 
 
 def _max_across_ranks(value: int, device: torch.device) -> int:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ludic_core.errors import ConfigError, LudicError
+from ludic_core.errors import ConfigError
 from ludic_core.loggers.base import TrainingLogger
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.cli_backend import load_local_model
@@ -133,30 +133,24 @@ def rank_device(device: str) -> str:
     return device
 
 
-def on_main_rank(compute: Callable[[], T]) -> T:
+def on_main_rank(compute: Callable[[], T], what: str) -> T:
     """``compute()`` on rank 0, its result handed to every rank; when it raises, rank 0 raises that
-    error and the other ranks a :class:`LudicError` quoting it, so no rank waits for the others until
-    the process group's timeout."""
+    error and the other ranks one quoting it, so no rank waits for the others until the process
+    group's timeout."""
     ranks = launched_ranks()
     if not ranks.distributed:
         return compute()
-    import torch.distributed as dist
+    from ludic_train.rank_zero import share_rank_zero_outcome
 
-    box: list[Any] = [None]
+    value: T | None = None
     failure: Exception | None = None
     if ranks.main:
         try:
-            box[0] = ("ok", compute())
+            value = compute()
         except Exception as exc:
             failure = exc
-            box[0] = ("error", f"{type(exc).__name__}: {exc}")
-    dist.broadcast_object_list(box, src=0)
-    if failure is not None:
-        raise failure
-    status, value = box[0]
-    if status == "error":
-        raise (ConfigError if value.startswith("ConfigError") else LudicError)(f"rank 0 failed: {value}")
-    return value
+    result: T = share_rank_zero_outcome(failure, what, value)
+    return result
 
 
 def check_ranks_agree(value: Any, what: str) -> None:

@@ -125,7 +125,9 @@ async def _learner(
     )
     if config.pipeline.clear_queue and not dry_run:
         # Before any rank claims: on_main_rank returns on every rank once rank 0 is done.
-        on_main_rank(lambda: _clear_queue(config.pipeline.redis_url, config.pipeline.queue_key))
+        on_main_rank(
+            lambda: _clear_queue(config.pipeline.redis_url, config.pipeline.queue_key), "clearing the queue"
+        )
     source = RedisBatchSource(
         config.pipeline.redis_url,
         queue_key=config.pipeline.queue_key,
