@@ -353,6 +353,64 @@ async def test_concurrency_is_bounded() -> None:
     assert peak == 3
 
 
+async def test_episodes_start_in_request_order_with_one_task_per_slot() -> None:
+    started: list[int] = []
+    tasks_seen: list[int] = []
+
+    class Recording(GuessNumberEnv):
+        def env_reset(self, *, seed: int | None = None) -> Any:
+            assert seed is not None
+            started.append(seed)
+            tasks_seen.append(len(asyncio.all_tasks()))
+            return super().env_reset(seed=seed)
+
+    # Replies of different lengths make episodes end out of order; starts must still follow the requests.
+    client = ScriptedChatClient(["1", "1" * 40, "2"], cycle=True, latency_s=0.001)
+    engine = RolloutEngine(
+        env_factories={"guess": Recording},
+        protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(client))},
+    )
+    requests = [guess_request(env_seed=s) for s in range(30)]
+    result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=3, concurrency=4))
+    assert started == list(range(30))
+    assert [e.env_seed for e in result.episodes] == list(range(30))  # results keep request order
+    # The test's own task and the 4 workers: no task waits for an episode that has not started.
+    assert max(tasks_seen) == 5
+
+
+async def test_failure_policy_raise_cancels_the_episodes_in_flight() -> None:
+    cancelled = 0
+
+    class Slow(ScriptedChatClient):
+        async def complete_tokens(self, request: TokenCompletionRequest) -> Any:
+            nonlocal cancelled
+            try:
+                await asyncio.sleep(5.0)
+            except asyncio.CancelledError:
+                cancelled += 1
+                raise
+            return await super().complete_tokens(request)
+
+    slow_engine = RolloutEngine(
+        env_factories={"guess": GuessNumberEnv},
+        protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(Slow(["1"], cycle=True)))},
+    )
+
+    def no_env() -> GuessNumberEnv:
+        raise RuntimeError("no env")
+
+    # Episode 0 fails at once (its env factory raises); episodes 1 and 2 are waiting on the model.
+    failing = RolloutRequest(EnvSpec("guess", factory=no_env), ProtocolSpec("single"))
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(EpisodeError, match=r"episode 0 .*stage 'env'.*no env"):
+        await slow_engine.generate_rollouts(
+            [guess_request(), guess_request(), failing][::-1],
+            RolloutSettings(max_steps=2, concurrency=3, on_failure="raise"),
+        )
+    assert asyncio.get_running_loop().time() - started < 2.0
+    assert cancelled == 2
+
+
 # -- rollout log -----------------------------------------------------------------------------------
 
 
