@@ -3,10 +3,14 @@ these tests pin that the sharing is safe and the values (seeds, ids, validation 
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import json
+import multiprocessing
+import os
 import pickle
 import re
+from typing import Any
 
 import attrs
 import pytest
@@ -116,6 +120,31 @@ def test_ids_are_uuid4_hex() -> None:
     ids = {new_id() for _ in range(200)}
     assert len(ids) == 200
     assert all(re.fullmatch(r"[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}", i) for i in ids)
+
+
+def _child_ids(conn: Any) -> None:
+    conn.send([new_id() for _ in range(3)])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_never_reuses_the_parents_ids() -> None:
+    new_id()  # the parent now holds ids drawn ahead of use
+    parent_end, child_end = multiprocessing.get_context("fork").Pipe()
+    child = multiprocessing.get_context("fork").Process(target=_child_ids, args=(child_end,))
+    child.start()
+    assert parent_end.poll(30), "the child sent no ids"
+    in_child = parent_end.recv()
+    child.join(30)
+    assert not set(in_child) & {new_id() for _ in range(200)}
+
+
+def test_threads_drawing_ids_at_once_never_share_one() -> None:
+    def draw() -> list[str]:
+        return [new_id() for _ in range(5_000)]
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        drawn = [i for ids in pool.map(lambda _: draw(), range(4)) for i in ids]
+    assert len(set(drawn)) == len(drawn) == 20_000
 
 
 def test_marking_a_step_truncated_equals_evolve_and_checks_the_reason() -> None:
