@@ -37,6 +37,7 @@ import random
 import statistics
 import sys
 import time
+from array import array
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -45,6 +46,7 @@ import attrs
 from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.credit import ConstantCredit
 from ludic_core.engine import RolloutEngine
+from ludic_core.packed_saw import UINT32, PackedSAWItem
 from ludic_core.pipeline import (
     WIRE_VERSION,
     BatchMessage,
@@ -59,18 +61,20 @@ from ludic_core.saw import SAWItem
 
 def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> BatchMessage:
     """A batch like an agentic GRPO batch: ``items`` turns of ``tokens`` tokens (40% actions, with
-    behaviour logprobs) and the per-item meta the SAW builder writes."""
+    behaviour logprobs) and the per-item meta the SAW builder writes, built as the SAW builder builds
+    its items: ``PackedSAWItem.from_arrays`` on an ``array("I")`` of ids, the mask's runs and an
+    ``array("d")`` of logprobs."""
     rng = random.Random(seed * 1_000_003 + index)
     out = []
     for i in range(items):
         n_action = max(1, int(tokens * 0.4))
         n_prompt = tokens - n_action
         out.append(
-            SAWItem(
-                input_ids=[rng.randrange(3, 150_000) for _ in range(tokens)],
-                action_mask=[0] * n_prompt + [1] * n_action,
+            PackedSAWItem.from_arrays(
+                input_ids=array(UINT32, [rng.randrange(3, 150_000) for _ in range(tokens)]),
+                action_runs=(n_prompt, n_action),
                 weight=rng.gauss(0.0, 1.0),
-                actor_logps=[math.log(rng.uniform(0.01, 1.0)) for _ in range(n_action)],
+                actor_logps=array("d", [math.log(rng.uniform(0.01, 1.0)) for _ in range(n_action)]),
                 meta={
                     "rollout_id": f"r{index}-{i // 2}",
                     "group_id": f"g{index}",

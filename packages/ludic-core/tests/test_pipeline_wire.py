@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from pipeline_messages import make_item, message
 
 from ludic_core.errors import DataError
+from ludic_core.packed_saw import PackedSAWItem
 from ludic_core.pipeline import BatchMessage, decode_message, encode_message
 from ludic_core.pipeline.dump import describe
-from ludic_core.pipeline.packed_item import PackedSAWItem
 from ludic_core.saw import SAWItem
 
 # --- round trips -------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import DataError, missing_extra
-from ludic_core.pipeline.packed_item import PackedArrays, PackedSAWItem
+from ludic_core.packed_saw import UINT32, PackedArrays, PackedSAWItem, packed_arrays
 from ludic_core.saw import LOGP_TOLERANCE, SAW_SCHEMA_VERSION, SAWItem
 
 try:
@@ -138,39 +138,79 @@ def _mask_runs(mask: Sequence[int], field: str) -> list[int]:
     return runs
 
 
-def _uint32_code() -> str:
-    for code in ("I", "L"):
-        if array(code).itemsize == 4:
-            return code
-    raise ImportError("this platform's array module has no 4-byte unsigned int")  # pragma: no cover
-
-
-_UINT32 = _uint32_code()
+def _ids_of(index: int, item: SAWItem) -> np.ndarray[Any, Any]:
+    """The item's ids as a numpy array (a view of its packed buffer, if it has one, else converted by
+    ``array``, which refuses negative, too large and non-int values in C)."""
+    packed = packed_arrays(item)
+    if packed is not None:
+        return np.frombuffer(
+            packed.ids, dtype=packed.id_format, count=packed.length, offset=packed.ids_offset
+        )
+    try:
+        return np.frombuffer(array(UINT32, item.input_ids), dtype=np.uint32)
+    except (OverflowError, TypeError):
+        bad = next(v for v in item.input_ids if not isinstance(v, int) or not 0 <= v < 2**32)
+        raise DataError(
+            f"{_label(index, item.meta)}: input_ids holds {bad!r}; token ids are ints in [0, 2**32)"
+        ) from None
 
 
 def _pack_ids(items: Sequence[SAWItem]) -> tuple[int, bytes]:
-    """``(width, bytes)``: every item's ids in the narrowest width that holds the largest. ``array``
-    converts a tuple of ints in C and refuses negative, too large and non-int values; numpy finds the
-    largest and narrows the whole column in one call each."""
-    parts: list[array[int]] = []
-    for index, item in enumerate(items):
-        try:
-            parts.append(array(_UINT32, item.input_ids))
-        except (OverflowError, TypeError):
-            bad = next(v for v in item.input_ids if not isinstance(v, int) or not 0 <= v < 2**32)
-            raise DataError(
-                f"{_label(index, item.meta)}: input_ids holds {bad!r}; token ids are ints in [0, 2**32)"
-            ) from None
-    ids = np.frombuffer(b"".join(parts), dtype=np.uint32)  # native byte order, as array wrote them
+    """``(width, bytes)``: every item's ids in the narrowest width that holds the largest; numpy joins
+    the items' arrays, finds the largest and narrows the whole column in one call each."""
+    ids = np.concatenate([_ids_of(index, item) for index, item in enumerate(items)])
     largest = int(ids.max())
     width = next(w for w, limit in ((1, 2**8), (2, 2**16), (4, 2**32)) if largest < limit)
     return width, ids.astype(_ID_DTYPES[width], copy=False).tobytes()
 
 
+def _tuple_logps(index: int, item: SAWItem, field: str, values: Sequence[float]) -> bytes:
+    try:
+        return struct.pack(f"<{len(values)}f", *values)
+    except (struct.error, OverflowError, TypeError) as exc:
+        raise DataError(
+            f"{_label(index, item.meta)}: {field} cannot be packed as float32 ({exc}); logprobs are "
+            "finite numbers <= 0"
+        ) from exc
+
+
+def _to_float32(parts: list[tuple[int, np.ndarray[Any, Any]]], items: Sequence[SAWItem], field: str) -> bytes:
+    """The float32 bytes of every item's logprobs (``(item index, values)`` in order), rounded in one
+    numpy call as ``struct`` rounds one value (to nearest); a finite value beyond float32's range is
+    refused as ``struct`` refuses it."""
+    if not parts:
+        return b""
+    values = np.concatenate([values for _, values in parts])
+    if values.dtype == np.float32:
+        return values.astype("<f4", copy=False).tobytes()
+    with np.errstate(over="ignore"):
+        rounded = values.astype("<f4")
+    overflow = np.isinf(rounded) & np.isfinite(values)
+    if overflow.any():
+        flat = int(np.argmax(overflow))
+        for index, part in parts:
+            if flat < part.size:
+                raise DataError(
+                    f"{_label(index, items[index].meta)}: {field}[{flat}] = {float(part[flat])!r} cannot "
+                    "be packed as float32 (beyond its range); logprobs are finite numbers <= 0"
+                )
+            flat -= part.size
+    return rounded.tobytes()
+
+
 def _pack_logps(items: Sequence[SAWItem], field: str, action_counts: list[int]) -> LogpColumn:
-    parts: list[bytes] = []
+    parts: list[tuple[int, np.ndarray[Any, Any]]] = []
     present: list[bool] = []
     for index, item in enumerate(items):
+        packed = packed_arrays(item)
+        if packed is not None:  # its runs gave action_counts, and its logprobs match them
+            present.append(field in packed.logps)
+            if present[-1]:
+                buffer, offset, count = packed.logps[field]
+                parts.append(
+                    (index, np.frombuffer(buffer, dtype=packed.logp_format, count=count, offset=offset))
+                )
+            continue
         values = getattr(item, field)
         present.append(values is not None)
         if values is None:
@@ -180,14 +220,8 @@ def _pack_logps(items: Sequence[SAWItem], field: str, action_counts: list[int]) 
                 f"{_label(index, item.meta)}: {field} has {len(values)} entries but action_mask has "
                 f"{action_counts[index]} ones"
             )
-        try:
-            parts.append(struct.pack(f"<{len(values)}f", *values))
-        except (struct.error, OverflowError, TypeError) as exc:
-            raise DataError(
-                f"{_label(index, item.meta)}: {field} cannot be packed as float32 ({exc}); logprobs are "
-                "finite numbers <= 0"
-            ) from exc
-    return LogpColumn(values=b"".join(parts), present=present)
+        parts.append((index, np.frombuffer(_tuple_logps(index, item, field, values), dtype="<f4")))
+    return LogpColumn(values=_to_float32(parts, items, field), present=present)
 
 
 # Meta values that cannot hold a float: skipped by one set lookup (metas are checked on every push).
@@ -224,19 +258,27 @@ def check_finite_meta(meta: Any, name: str) -> None:
 def _columns_from_items(items: Sequence[SAWItem]) -> ItemColumns:
     action_runs: list[list[int]] = []
     action_counts: list[int] = []
+    lengths: list[int] = []
     for index, item in enumerate(items):
         try:
-            n = len(item.input_ids)
-            if len(item.action_mask) != n:
-                raise DataError(f"action_mask has length {len(item.action_mask)}, input_ids has {n}")
-            action_runs.append(_mask_runs(item.action_mask, "action_mask"))
+            packed = packed_arrays(item)
+            if packed is not None:  # packed at build time: its runs are the mask's, without a scan
+                lengths.append(packed.length)
+                action_runs.append(list(packed.mask_runs))
+            else:
+                lengths.append(len(item.input_ids))
+                if len(item.action_mask) != lengths[-1]:
+                    raise DataError(
+                        f"action_mask has length {len(item.action_mask)}, input_ids has {lengths[-1]}"
+                    )
+                action_runs.append(_mask_runs(item.action_mask, "action_mask"))
             action_counts.append(sum(action_runs[-1][1::2]))
             check_finite_meta(item.meta, "meta")
         except DataError as exc:
             raise DataError(f"{_label(index, item.meta)}: {exc}") from exc
     token_bytes, input_ids = _pack_ids(items)
     return ItemColumns(
-        lengths=[len(item.input_ids) for item in items],
+        lengths=lengths,
         token_bytes=token_bytes,
         input_ids=input_ids,
         action_runs=action_runs,
@@ -406,7 +448,7 @@ def _check_columns(columns: ItemColumns) -> list[int]:
 
 def _items_from_columns(columns: ItemColumns, action_counts: list[int]) -> list[SAWItem]:
     """Items that hold their arrays as slices of the checked columns (unpacked when first read)."""
-    code = _ID_CODES[columns.token_bytes]
+    id_format = "<" + _ID_CODES[columns.token_bytes]
     offsets = dict.fromkeys(_LOGP_FIELDS, 0)
     id_offset = 0
     items: list[SAWItem] = []
@@ -420,7 +462,7 @@ def _items_from_columns(columns: ItemColumns, action_counts: list[int]) -> list[
                 offsets[field] += 4 * count
         packed = PackedArrays(
             ids=columns.input_ids,
-            id_code=code,
+            id_format=id_format,
             ids_offset=id_offset,
             length=length,
             mask_runs=columns.action_runs[index],
