@@ -83,6 +83,12 @@ def _canonical_runs(runs: Sequence[int], length: int) -> list[int]:
     return out
 
 
+def _span(buffer: bytes, offset: int, size: int) -> bytes | memoryview:
+    if offset == 0 and len(buffer) == size:
+        return buffer
+    return memoryview(buffer)[offset : offset + size]
+
+
 @attrs.define  # not frozen: a message builds one per item, and nothing changes one after that
 class PackedArrays:
     """Where one item's arrays sit in packed buffers (a message's checked columns, or the item's own).
@@ -102,6 +108,15 @@ class PackedArrays:
     mask_runs: list[int]
     logps: dict[str, tuple[bytes, int, int]]
     logp_format: str = "<f"
+
+    def id_bytes(self) -> bytes | memoryview:
+        """The item's ids as raw bytes of ``id_format`` (the buffer itself when it holds only them)."""
+        return _span(self.ids, self.ids_offset, self.length * struct.calcsize(self.id_format))
+
+    def logp_bytes(self, field: str) -> bytes | memoryview:
+        """The item's ``field`` logprobs as raw bytes of ``logp_format``."""
+        buffer, offset, count = self.logps[field]
+        return _span(buffer, offset, count * struct.calcsize(self.logp_format))
 
     def input_ids(self) -> tuple[int, ...]:
         order, code = self.id_format[0], self.id_format[1]

@@ -139,16 +139,27 @@ def _mask_runs(mask: Sequence[int], field: str) -> list[int]:
     return runs
 
 
-def _ids_of(index: int, item: SAWItem) -> np.ndarray[Any, Any]:
-    """The item's ids as a numpy array (a view of its packed buffer, if it has one, else converted by
-    ``array``, which refuses negative, too large and non-int values in C)."""
-    packed = packed_arrays(item)
+# A part of a column: raw bytes (or any buffer) and the struct format of their values, which numpy
+# reads as a dtype.
+_Part = tuple["bytes | memoryview | array[Any]", str]
+
+
+def _joined(parts: list[_Part]) -> np.ndarray[Any, Any]:
+    """The values of ``parts`` as one array: one join of their bytes when they share a format (items
+    of one builder or one message), else one conversion each (numpy widens to the widest)."""
+    formats = {fmt for _, fmt in parts}
+    if len(formats) == 1:
+        return np.frombuffer(b"".join([raw for raw, _ in parts]), dtype=formats.pop())
+    return np.concatenate([np.frombuffer(raw, dtype=fmt) for raw, fmt in parts])
+
+
+def _ids_of(index: int, item: SAWItem, packed: PackedArrays | None) -> _Part:
+    """The item's ids: its packed buffer, if it has one, else converted by ``array``, which refuses
+    negative, too large and non-int values in C."""
     if packed is not None:
-        return np.frombuffer(
-            packed.ids, dtype=packed.id_format, count=packed.length, offset=packed.ids_offset
-        )
+        return packed.id_bytes(), packed.id_format
     try:
-        return np.frombuffer(array(UINT32, item.input_ids), dtype=np.uint32)
+        return array(UINT32, item.input_ids), "=I"
     except (OverflowError, TypeError):
         bad = next(v for v in item.input_ids if not isinstance(v, int) or not 0 <= v < 2**32)
         raise DataError(
@@ -156,10 +167,10 @@ def _ids_of(index: int, item: SAWItem) -> np.ndarray[Any, Any]:
         ) from None
 
 
-def _pack_ids(items: Sequence[SAWItem]) -> tuple[int, bytes]:
-    """``(width, bytes)``: every item's ids in the narrowest width that holds the largest; numpy joins
-    the items' arrays, finds the largest and narrows the whole column in one call each."""
-    ids = np.concatenate([_ids_of(index, item) for index, item in enumerate(items)])
+def _pack_ids(items: Sequence[SAWItem], packed: list[PackedArrays | None]) -> tuple[int, bytes]:
+    """``(width, bytes)``: every item's ids in the narrowest width that holds the largest; numpy
+    finds the largest and narrows the whole column in one call each."""
+    ids = _joined([_ids_of(index, item, packed[index]) for index, item in enumerate(items)])
     largest = int(ids.max())
     width = next(w for w, limit in ((1, 2**8), (2, 2**16), (4, 2**32)) if largest < limit)
     return width, ids.astype(_ID_DTYPES[width], copy=False).tobytes()
@@ -175,42 +186,48 @@ def _tuple_logps(index: int, item: SAWItem, field: str, values: Sequence[float])
         ) from exc
 
 
-def _to_float32(parts: list[tuple[int, np.ndarray[Any, Any]]], items: Sequence[SAWItem], field: str) -> bytes:
-    """The float32 bytes of every item's logprobs (``(item index, values)`` in order), rounded in one
-    numpy call as ``struct`` rounds one value (to nearest); a finite value beyond float32's range is
-    refused as ``struct`` refuses it."""
+def _to_float32(
+    parts: list[_Part], owners: list[tuple[int, int]], items: Sequence[SAWItem], field: str
+) -> bytes:
+    """The float32 bytes of every item's logprobs (``owners``: item index and count of each part),
+    rounded in one numpy call as ``struct`` rounds one value (to nearest); a finite value beyond
+    float32's range is refused as ``struct`` refuses it."""
     if not parts:
         return b""
-    values = np.concatenate([values for _, values in parts])
+    values = _joined(parts)
     if values.dtype == np.float32:
         return values.astype("<f4", copy=False).tobytes()
     with np.errstate(over="ignore"):
         rounded = values.astype("<f4")
-    overflow = np.isinf(rounded) & np.isfinite(values)
-    if overflow.any():
-        flat = int(np.argmax(overflow))
-        for index, part in parts:
-            if flat < part.size:
-                raise DataError(
-                    f"{_label(index, items[index].meta)}: {field}[{flat}] = {float(part[flat])!r} cannot "
-                    "be packed as float32 (beyond its range); logprobs are finite numbers <= 0"
-                )
-            flat -= part.size
+    infinite = np.isinf(rounded)
+    if infinite.any():  # from an inf (refused by the checks), or from a finite value out of range
+        overflow = infinite & np.isfinite(values)
+        if overflow.any():
+            position = int(np.argmax(overflow))
+            value = float(values[position])
+            for index, count in owners:
+                if position < count:
+                    raise DataError(
+                        f"{_label(index, items[index].meta)}: {field}[{position}] = {value!r} cannot be "
+                        "packed as float32 (beyond its range); logprobs are finite numbers <= 0"
+                    )
+                position -= count
     return rounded.tobytes()
 
 
-def _pack_logps(items: Sequence[SAWItem], field: str, action_counts: list[int]) -> LogpColumn:
-    parts: list[tuple[int, np.ndarray[Any, Any]]] = []
+def _pack_logps(
+    items: Sequence[SAWItem], packed: list[PackedArrays | None], field: str, action_counts: list[int]
+) -> LogpColumn:
+    parts: list[_Part] = []
+    owners: list[tuple[int, int]] = []
     present: list[bool] = []
     for index, item in enumerate(items):
-        packed = packed_arrays(item)
-        if packed is not None:  # its runs gave action_counts, and its logprobs match them
-            present.append(field in packed.logps)
+        arrays = packed[index]
+        if arrays is not None:  # its runs gave action_counts, and its logprobs match them
+            present.append(field in arrays.logps)
             if present[-1]:
-                buffer, offset, count = packed.logps[field]
-                parts.append(
-                    (index, np.frombuffer(buffer, dtype=packed.logp_format, count=count, offset=offset))
-                )
+                parts.append((arrays.logp_bytes(field), arrays.logp_format))
+                owners.append((index, action_counts[index]))
             continue
         values = getattr(item, field)
         present.append(values is not None)
@@ -221,8 +238,9 @@ def _pack_logps(items: Sequence[SAWItem], field: str, action_counts: list[int]) 
                 f"{_label(index, item.meta)}: {field} has {len(values)} entries but action_mask has "
                 f"{action_counts[index]} ones"
             )
-        parts.append((index, np.frombuffer(_tuple_logps(index, item, field, values), dtype="<f4")))
-    return LogpColumn(values=_to_float32(parts, items, field), present=present)
+        parts.append((_tuple_logps(index, item, field, values), "<f"))
+        owners.append((index, len(values)))
+    return LogpColumn(values=_to_float32(parts, owners, items, field), present=present)
 
 
 # Meta values that cannot hold a float: skipped by one set lookup (metas are checked on every push).
@@ -265,12 +283,13 @@ def _columns_from_items(items: Sequence[SAWItem]) -> ItemColumns:
     action_runs: list[list[int]] = []
     action_counts: list[int] = []
     lengths: list[int] = []
+    packed = [packed_arrays(item) for item in items]
     for index, item in enumerate(items):
         try:
-            packed = packed_arrays(item)
-            if packed is not None:  # packed at build time: its runs are the mask's, without a scan
-                lengths.append(packed.length)
-                action_runs.append(list(packed.mask_runs))
+            arrays = packed[index]
+            if arrays is not None:  # packed at build time: its runs are the mask's, without a scan
+                lengths.append(arrays.length)
+                action_runs.append(list(arrays.mask_runs))
             else:
                 lengths.append(len(item.input_ids))
                 if len(item.action_mask) != lengths[-1]:
@@ -285,14 +304,14 @@ def _columns_from_items(items: Sequence[SAWItem]) -> ItemColumns:
     if _non_finite_path(metas) is not None:  # one walk over every meta; then name the item
         for index, meta in enumerate(metas):
             check_finite_meta(meta, f"{_label(index, meta)}: meta")
-    token_bytes, input_ids = _pack_ids(items)
+    token_bytes, input_ids = _pack_ids(items, packed)
     return ItemColumns(
         lengths=lengths,
         token_bytes=token_bytes,
         input_ids=input_ids,
         action_runs=action_runs,
         weights=[float(item.weight) for item in items],
-        logps={field: _pack_logps(items, field, action_counts) for field in _LOGP_FIELDS},
+        logps={field: _pack_logps(items, packed, field, action_counts) for field in _LOGP_FIELDS},
         temperatures=[item.sampling_temperature for item in items],
         metas=metas,
     )
