@@ -18,6 +18,12 @@ messages from the same seed, and the consumer times from its go signal to the la
   encoding, no decoding), with the same batching: one RPUSH per message, and per learner batch one
   BLPOP (plus, when a learner batch spans several messages, an LPOP of the rest in the same round trip).
 
+The actor's items are built as the SAW builder builds them, through the same public constructor
+(``PackedSAWItem.from_arrays`` on an ``array("I")`` of ids, the mask's runs and an ``array("d")`` of
+logprobs), so ``push`` encodes them from their packed arrays, as a real actor does; the time to build
+them is not measured (nor is a builder's in a real run: it is part of generating the batch). Items of
+tuples encode to the same bytes, reading one Python object per token.
+
 The ratios ``raw time / pipeline time`` are what the wire format, the checks and the exactly-once
 claims cost on top of Redis itself. Each repeat runs the three sides back to back (in a rotating
 order), and a ratio is taken within each repeat; the JSON gives the median, the range and the ratio of

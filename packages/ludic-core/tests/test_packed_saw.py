@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ludic_core.errors import DataError
-from ludic_core.packed_saw import UINT32, PackedSAWItem, packed_arrays
+from ludic_core.packed_saw import UINT32, PackedSAWItem, packed_arrays, with_meta
 from ludic_core.saw import SAWItem
 
 
@@ -110,6 +110,21 @@ def test_evolve_copy_and_pickle_give_equal_items_that_hold_tuples() -> None:
     assert packed_arrays(item) is not None and packed_arrays(same) is None
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         item.weight = 2.0  # type: ignore[misc]
+
+
+def test_with_meta_keeps_the_arrays_packed() -> None:
+    item = packed([5, 6, 7, 8], [2, 2], logps=[-0.5, -0.25], sampling_temperature=0.5)
+    tagged = with_meta(item, {"rollout_id": "r", "policy_version": 3})
+    assert packed_arrays(tagged) is packed_arrays(item) and tagged.meta["policy_version"] == 3
+    assert all(_unread(tagged, field) for field in ("input_ids", "action_mask", "actor_logps"))
+    assert tagged == attrs.evolve(item, meta={"rollout_id": "r", "policy_version": 3}) and item.meta == {
+        "rollout_id": "r"
+    }
+    plain = SAWItem(input_ids=[1], action_mask=[1], weight=0.0, actor_logps=[-1.0])
+    assert (
+        with_meta(plain, {"x": 1}) == attrs.evolve(plain, meta={"x": 1})
+        and type(with_meta(plain, {})) is SAWItem
+    )
 
 
 def test_the_item_keeps_its_own_copy_of_the_arrays() -> None:

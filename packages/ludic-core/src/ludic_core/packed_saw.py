@@ -38,7 +38,7 @@ from ludic_core.errors import DataError
 from ludic_core.saw import SAWItem
 from ludic_core.types import is_strict_int
 
-__all__ = ["UINT32", "PackedArrays", "PackedSAWItem", "packed_arrays"]
+__all__ = ["UINT32", "PackedArrays", "PackedSAWItem", "packed_arrays", "with_meta"]
 
 T = TypeVar("T")
 
@@ -312,3 +312,14 @@ def packed_arrays(item: SAWItem) -> PackedArrays | None:
     """The packed arrays ``item``'s fields hold, or ``None`` (a tuple-built item, or one made by
     ``evolve``, ``copy`` or unpickling)."""
     return getattr(item, "_packed", None) if isinstance(item, PackedSAWItem) else None
+
+
+def with_meta(item: SAWItem, meta: dict[str, Any]) -> SAWItem:
+    """``attrs.evolve(item, meta=meta)``, keeping a packed item's arrays packed: they do not change, so
+    they are neither unpacked nor checked again (``evolve`` reads and validates every field)."""
+    packed = packed_arrays(item)
+    if packed is None:
+        return attrs.evolve(item, meta=meta)
+    return PackedSAWItem.from_checked(
+        packed, weight=item.weight, meta=meta, sampling_temperature=item.sampling_temperature
+    )

@@ -36,10 +36,20 @@ require), weights finite, temperatures ``None`` or finite >= 0, metas maps. Inte
 float logprobs hold by construction (they are read from unsigned buffers, run lengths and float32
 buffers), so an item is built without re-running ``SAWItem``'s per-element validators, which cost
 ~200 µs per 1k-token item, several times the rest of decoding; and it keeps its arrays packed until
-they are read (:class:`~ludic_core.pipeline.packed_item.PackedSAWItem`), so decoding creates no Python
+they are read (:class:`~ludic_core.packed_saw.PackedSAWItem`), so decoding creates no Python
 object per token. Every check runs before the first item is built: a learner never holds an item of a
 message it refuses. :func:`pack_items` runs the same checks, so an actor never pushes what a learner
-would refuse. Errors name the item, the field and the value.
+would refuse. Errors name the item, the field and the value. The per-item checks (meta a map, runs,
+weight, temperature) run as a few passes in C over whole columns; only when one fails does a loop
+over the items find and name the defect.
+
+**Packed items.** The SAW builder's items keep their arrays packed from the start
+(:meth:`~ludic_core.packed_saw.PackedSAWItem.from_arrays`: an ``array("I")`` of ids, the mask's runs,
+float64 ``array("d")`` logprobs), and so do decoded items. :func:`pack_items` takes such an item's
+runs as they are and joins its buffers into the columns with numpy (ids narrowed, logprobs rounded
+to float32 as ``struct`` rounds them), so encoding reads no Python object per token; the column
+checks then run as for any item. Items of tuples are packed through ``array``, ``bytearray`` and
+``struct``; either way a message's bytes are the same.
 """
 
 from __future__ import annotations
@@ -509,32 +519,34 @@ def _check_each_item(columns: ItemColumns) -> list[int]:
 def _items_from_columns(columns: ItemColumns, action_counts: list[int]) -> list[SAWItem]:
     """Items that hold their arrays as slices of the checked columns (unpacked when first read)."""
     id_format = "<" + _ID_CODES[columns.token_bytes]
-    offsets = dict.fromkeys(_LOGP_FIELDS, 0)
-    id_offset = 0
+    actor, teacher = columns.logps["actor_logps"], columns.logps["teacher_logps"]
+    actor_offset = teacher_offset = id_offset = 0
     items: list[SAWItem] = []
-    for index, length in enumerate(columns.lengths):
-        count = action_counts[index]
+    for length, count, runs, weight, meta, temperature, has_actor, has_teacher in zip(
+        columns.lengths,
+        action_counts,
+        columns.action_runs,
+        columns.weights,
+        columns.metas,
+        columns.temperatures,
+        actor.present,
+        teacher.present,
+        strict=True,
+    ):
         logps: dict[str, tuple[bytes, int, int]] = {}
-        for field in _LOGP_FIELDS:
-            column = columns.logps[field]
-            if column.present[index]:
-                logps[field] = (column.values, offsets[field], count)
-                offsets[field] += 4 * count
-        packed = PackedArrays(
-            ids=columns.input_ids,
-            id_format=id_format,
-            ids_offset=id_offset,
-            length=length,
-            mask_runs=columns.action_runs[index],
-            logps=logps,
-        )
+        if has_actor:
+            logps["actor_logps"] = (actor.values, actor_offset, count)
+            actor_offset += 4 * count
+        if has_teacher:
+            logps["teacher_logps"] = (teacher.values, teacher_offset, count)
+            teacher_offset += 4 * count
+        packed = PackedArrays(columns.input_ids, id_format, id_offset, length, runs, logps)
         id_offset += length * columns.token_bytes
-        temperature = columns.temperatures[index]
         items.append(
             PackedSAWItem.from_checked(
                 packed,
-                weight=float(columns.weights[index]),  # a writer may send 1 for 1.0, as SAWItem allows
-                meta=columns.metas[index],
+                weight=float(weight),  # a writer may send 1 for 1.0, as SAWItem allows
+                meta=meta,
                 sampling_temperature=None if temperature is None else float(temperature),
             )
         )
