@@ -58,7 +58,7 @@ import math
 import struct
 from array import array
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, compress
 from typing import Any
 
 import attrs
@@ -423,9 +423,9 @@ def _first_bad_logp(columns: ItemColumns, field: str, counts: list[int], flat: i
 
 def _check_logps(columns: ItemColumns, field: str, counts: list[int]) -> None:
     column = columns.logps[field]
-    if not all(isinstance(p, bool) for p in column.present):
+    if not set(map(type, column.present)) <= {bool}:
         raise DataError(f"items column '{field}_present' must hold booleans, got {column.present!r:.80}")
-    expected = sum(count for count, present in zip(counts, column.present, strict=True) if present)
+    expected = sum(compress(counts, column.present))  # as many flags as counts: both have one per item
     if len(column.values) != 4 * expected:
         raise DataError(
             f"items column {field!r} holds {len(column.values)} bytes; the action tokens of the items "
