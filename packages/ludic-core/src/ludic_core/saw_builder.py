@@ -21,6 +21,11 @@ nothing. Such rollouts become SFT data with ``retokenize_with=`` the student's c
 Weight and reward come from the turn's final step: the env step, or the last agent step when the turn
 ended without one (a parse failure, an internal-only attempt).
 
+Items are :class:`~ludic_core.packed_saw.PackedSAWItem` s: the turn's token ids and logprobs are
+converted once, in C, into arrays (the only pass over them after the traces' own checks), and its
+mask is the calls' spans; the pipeline's actor packs such items for the wire from these buffers.
+They read, compare and serialise as any ``SAWItem``.
+
 The item's ``sampling_temperature`` is the one its calls' traces record. Calls of one turn sampled at
 different temperatures raise :class:`~ludic_core.errors.DataError`: the item's ``actor_logps`` would mix
 two distributions and one item carries one temperature.
