@@ -18,6 +18,12 @@ messages from the same seed, and the consumer times from its go signal to the la
   encoding, no decoding), with the same batching: one RPUSH per message, and per learner batch one
   BLPOP (plus, when a learner batch spans several messages, an LPOP of the rest in the same round trip).
 
+The actor's items are built as the SAW builder builds them, through the same public constructor
+(``PackedSAWItem.from_arrays`` on an ``array("I")`` of ids, the mask's runs and an ``array("d")`` of
+logprobs), so ``push`` encodes them from their packed arrays, as a real actor does; the time to build
+them is not measured (nor is a builder's in a real run: it is part of generating the batch). Items of
+tuples encode to the same bytes, reading one Python object per token.
+
 The ratios ``raw time / pipeline time`` are what the wire format, the checks and the exactly-once
 claims cost on top of Redis itself. Each repeat runs the three sides back to back (in a rotating
 order), and a ratio is taken within each repeat; the JSON gives the median, the range and the ratio of
@@ -37,6 +43,7 @@ import random
 import statistics
 import sys
 import time
+from array import array
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -45,6 +52,7 @@ import attrs
 from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.credit import ConstantCredit
 from ludic_core.engine import RolloutEngine
+from ludic_core.packed_saw import UINT32, PackedSAWItem
 from ludic_core.pipeline import (
     WIRE_VERSION,
     BatchMessage,
@@ -59,18 +67,20 @@ from ludic_core.saw import SAWItem
 
 def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> BatchMessage:
     """A batch like an agentic GRPO batch: ``items`` turns of ``tokens`` tokens (40% actions, with
-    behaviour logprobs) and the per-item meta the SAW builder writes."""
+    behaviour logprobs) and the per-item meta the SAW builder writes, built as the SAW builder builds
+    its items: ``PackedSAWItem.from_arrays`` on an ``array("I")`` of ids, the mask's runs and an
+    ``array("d")`` of logprobs."""
     rng = random.Random(seed * 1_000_003 + index)
     out = []
     for i in range(items):
         n_action = max(1, int(tokens * 0.4))
         n_prompt = tokens - n_action
         out.append(
-            SAWItem(
-                input_ids=[rng.randrange(3, 150_000) for _ in range(tokens)],
-                action_mask=[0] * n_prompt + [1] * n_action,
+            PackedSAWItem.from_arrays(
+                input_ids=array(UINT32, [rng.randrange(3, 150_000) for _ in range(tokens)]),
+                action_runs=(n_prompt, n_action),
                 weight=rng.gauss(0.0, 1.0),
-                actor_logps=[math.log(rng.uniform(0.01, 1.0)) for _ in range(n_action)],
+                actor_logps=array("d", [math.log(rng.uniform(0.01, 1.0)) for _ in range(n_action)]),
                 meta={
                     "rollout_id": f"r{index}-{i // 2}",
                     "group_id": f"g{index}",

@@ -4,10 +4,12 @@ the item, the field and the value."""
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import math
 import pickle
 import random
+from array import array
 from typing import Any
 
 import attrs
@@ -19,9 +21,9 @@ from hypothesis import strategies as st
 from pipeline_messages import make_item, message
 
 from ludic_core.errors import DataError
+from ludic_core.packed_saw import UINT32, PackedSAWItem, packed_arrays
 from ludic_core.pipeline import BatchMessage, decode_message, encode_message
 from ludic_core.pipeline.dump import describe
-from ludic_core.pipeline.packed_item import PackedSAWItem
 from ludic_core.saw import SAWItem
 
 # --- round trips -------------------------------------------------------------------------------------
@@ -146,11 +148,11 @@ _meta_value = st.recursive(
 
 
 @st.composite
-def saw_items(draw: st.DrawFn) -> SAWItem:
+def saw_items(draw: st.DrawFn, logp: st.SearchStrategy[float] = _logp) -> SAWItem:
     n = draw(st.integers(1, 40))
     action_mask = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
     ones = sum(action_mask)
-    logps = st.none() | st.lists(_logp, min_size=ones, max_size=ones)
+    logps = st.none() | st.lists(logp, min_size=ones, max_size=ones)
     return SAWItem(
         input_ids=draw(st.lists(_ids, min_size=n, max_size=n)),
         action_mask=action_mask,
@@ -237,6 +239,90 @@ def test_a_decoded_message_encodes_to_the_same_bytes() -> None:
     # The learner re-encodes a message it dead-letters; untouched decoded items pack as they came.
     payload = encode_message(message(3, version=2))
     assert encode_message(decode_message(payload)) == payload
+
+
+# --- items packed at build time -----------------------------------------------------------------------
+
+
+def _float32(values: tuple[float, ...] | None) -> tuple[float, ...] | None:
+    return None if values is None else tuple(float(np.float32(v)) for v in values)
+
+
+def as_built(item: SAWItem) -> PackedSAWItem:
+    """The item of the same values as the SAW builder builds it: arrays packed once."""
+    runs = [len(list(group)) for _, group in itertools.groupby(item.action_mask)]
+    return PackedSAWItem.from_arrays(
+        input_ids=array(UINT32, item.input_ids),
+        action_runs=[0, *runs] if item.action_mask[0] == 1 else runs,
+        weight=item.weight,
+        meta=item.meta,
+        actor_logps=None if item.actor_logps is None else array("d", item.actor_logps),
+        teacher_logps=None if item.teacher_logps is None else array("d", item.teacher_logps),
+        sampling_temperature=item.sampling_temperature,
+    )
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    # float64 logprobs: the packed path rounds them to float32 as struct does, on every value.
+    items=st.lists(saw_items(logp=st.floats(min_value=-1e30, max_value=0.0)), min_size=1, max_size=5),
+    built=st.lists(st.booleans(), min_size=5, max_size=5),
+)
+def test_items_packed_at_build_time_encode_to_the_same_bytes(items: list[SAWItem], built: list[bool]) -> None:
+    def encode(batch: list[SAWItem]) -> bytes:
+        return encode_message(BatchMessage(items=tuple(batch), actor_id="a", batch_index=0, created_at=1.0))
+
+    all_built = [as_built(item) for item in items]
+    payload = encode(all_built)
+    # pack_items read the packed buffers: no item's arrays were unpacked into tuples.
+    for item in all_built:
+        has = ("input_ids", "action_mask", *packed_arrays(item).logps)  # type: ignore[union-attr]
+        assert all(_unread(item, field) for field in has)
+    mixed = [as_built(item) if flag else item for item, flag in zip(items, built, strict=False)]
+    evolved = [attrs.evolve(item) for item in all_built]  # tuples again: packed the tuple way
+    assert encode(items) == payload and encode(mixed) == payload and encode(evolved) == payload
+    for got, item in zip(decode_message(payload).items, items, strict=True):
+        assert got == attrs.evolve(
+            item, actor_logps=_float32(item.actor_logps), teacher_logps=_float32(item.teacher_logps)
+        )
+
+
+def built_item(logps: list[float], meta: dict[str, Any] | None = None) -> PackedSAWItem:
+    return PackedSAWItem.from_arrays(
+        input_ids=array(UINT32, [5, 6, 7, 8]),
+        action_runs=[2, 2],
+        weight=0.5,
+        meta=meta or {"rollout_id": "r0", "policy_version": 0},
+        actor_logps=array("d", logps),
+    )
+
+
+@pytest.mark.parametrize(
+    ("items", "match"),
+    [
+        (
+            [built_item([-0.5, math.nan])],
+            r"items\[0\] \(rollout 'r0'\): actor_logps\[1\] = nan is not finite",
+        ),
+        (
+            [make_item(1), built_item([-0.5, 3.0])],
+            r"items\[1\] \(rollout 'r0'\): actor_logps\[1\] = 3.0 is > 0",
+        ),
+        (
+            [make_item(1), built_item([-1e300, -0.5])],
+            r"items\[1\] \(rollout 'r0'\): actor_logps\[0\] = -1e\+300 cannot be packed as float32",
+        ),
+        (
+            [built_item([-0.5, -1.0], {"policy_version": 0, "info": {"x": [math.inf]}})],
+            r"items\[0\]: meta\['info'\]\['x'\]\[0\] is not finite",
+        ),
+    ],
+    ids=["logp-nan", "logp-positive", "logp-overflow", "item-meta-inf"],
+)
+def test_encode_refuses_built_items_naming_item_field_and_value(items: list[SAWItem], match: str) -> None:
+    batch = BatchMessage(items=tuple(items), actor_id="a", batch_index=0, created_at=0.0)
+    with pytest.raises(DataError, match=match):
+        encode_message(batch)
 
 
 # --- refusals ---------------------------------------------------------------------------------------

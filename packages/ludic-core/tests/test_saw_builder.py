@@ -9,6 +9,7 @@ from core_data_builders import agent_step, env_step, trace
 
 from ludic_core.credit import ConstantCredit, PerStepReward
 from ludic_core.errors import DataError
+from ludic_core.packed_saw import PackedSAWItem, packed_arrays
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_core.saw_builder import build_saw_items, rollout_to_saw_items, split_turns
 from ludic_core.saw_io import read_saw_jsonl, write_saw_jsonl
@@ -68,6 +69,42 @@ def test_two_call_turn_concatenates_exactly() -> None:
     assert meta["truncated"] is False and meta["episode_truncated"] is False
     assert meta["step_info"] == {"correct": True}  # scalar info only; the list is left out
     assert "engine" not in meta and "request_meta" not in meta
+
+
+def test_items_are_built_with_their_arrays_packed_once() -> None:
+    rollout = two_call_rollout([10, 11, 20, 21, 30, 31])
+    [item] = rollout_to_saw_items(rollout, {("R", 0): 0.0, ("R", 1): 0.0, ("R", 2): 0.75})
+    packed = packed_arrays(item)
+    assert isinstance(item, PackedSAWItem) and packed is not None
+    # The mask is the calls' spans: prompt, completion, the tool output, the second completion.
+    assert packed.mask_runs == [2, 2, 2, 1] and packed.length == 7
+    assert item == SAWItem(
+        input_ids=(10, 11, 20, 21, 30, 31, 22),
+        action_mask=(0, 0, 1, 1, 0, 0, 1),
+        weight=0.75,
+        meta=item.meta,
+        actor_logps=(-0.1, -0.2, -0.3),
+    )
+
+
+def test_an_empty_completion_inside_a_turn_merges_the_prompt_spans() -> None:
+    steps: list[Step] = [
+        agent_step(0, "T", trace([10, 11], [], []), target="external"),
+        agent_step(1, "T", trace([10, 11, 30], [22], [-0.3])),
+    ]
+    rollout = Rollout(steps=steps)
+    rollout.id = "E"
+    [item] = rollout_to_saw_items(rollout, ConstantCredit().compute([rollout]))
+    assert packed_arrays(item).mask_runs == [3, 1]  # type: ignore[union-attr]  # as the wire writes it
+    assert (item.input_ids, item.action_mask, item.actor_logps) == ((10, 11, 30, 22), (0, 0, 0, 1), (-0.3,))
+
+
+def test_a_token_id_no_array_holds_gives_the_item_of_tuples_as_before() -> None:
+    # SAWItem takes any int id (the wire refuses one outside [0, 2**32) by name when it is sent).
+    rollout = Rollout(steps=[agent_step(0, "T", trace([-1, 11], [2**40], [-0.5]))])
+    rollout.id = "N"
+    [item] = rollout_to_saw_items(rollout, ConstantCredit().compute([rollout]))
+    assert type(item) is SAWItem and item.input_ids == (-1, 11, 2**40) and item.action_mask == (0, 0, 1)
 
 
 def test_items_carry_no_token_lists_in_meta() -> None:

@@ -21,6 +21,11 @@ nothing. Such rollouts become SFT data with ``retokenize_with=`` the student's c
 Weight and reward come from the turn's final step: the env step, or the last agent step when the turn
 ended without one (a parse failure, an internal-only attempt).
 
+Items are :class:`~ludic_core.packed_saw.PackedSAWItem` s: the turn's token ids and logprobs are
+converted once, in C, into arrays (the only pass over them after the traces' own checks), and its
+mask is the calls' spans; the pipeline's actor packs such items for the wire from these buffers.
+They read, compare and serialise as any ``SAWItem``.
+
 The item's ``sampling_temperature`` is the one its calls' traces record. Calls of one turn sampled at
 different temperatures raise :class:`~ludic_core.errors.DataError`: the item's ``actor_logps`` would mix
 two distributions and one item carries one temperature.
@@ -28,6 +33,7 @@ two distributions and one item carries one temperature.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,6 +42,7 @@ import attrs
 from ludic_core.credit import RolloutStepKey, group_key
 from ludic_core.errors import DataError
 from ludic_core.message_client import is_message_level
+from ludic_core.packed_saw import UINT32, PackedSAWItem
 from ludic_core.retokenize import MessageTemplate, check_template, retokenize_call
 from ludic_core.saw import SAWItem
 from ludic_core.types import AgentStep, EnvironmentStep, Rollout, Step
@@ -68,13 +75,21 @@ class Turn:
 
 @attrs.frozen
 class TurnTokens:
-    """A turn's concatenated sequence."""
+    """A turn's concatenated sequence; the action mask as run lengths of 0s, 1s, 0s, ... (one prompt
+    span and one completion span per model call), since the spans are what concatenation knows."""
 
     input_ids: tuple[int, ...]
-    action_mask: tuple[int, ...]
+    action_runs: tuple[int, ...]
     actor_logps: tuple[float, ...] | None
     completion_length: int
     sampling_temperature: float | None = None
+
+    @property
+    def action_mask(self) -> tuple[int, ...]:
+        mask: list[int] = []
+        for position, run in enumerate(self.action_runs):
+            mask += (position & 1,) * run
+        return tuple(mask)
 
 
 def split_turns(rollout: Rollout) -> list[Turn]:
@@ -129,16 +144,18 @@ def concat_turn_tokens(agent_steps: Sequence[AgentStep], *, where: str = "turn")
             "temperature); one SAW item carries one sampling_temperature, so sample every call of a turn "
             "at the same temperature"
         )
-    input_ids: list[int] = []
-    action_mask: list[int] = []
-    logps: list[float] | None = [] if all(with_logps) else None
+    # Tuples concatenate in C and share their ints with the traces: the sequence is never copied
+    # element by element, only packed once, into the item's array.
+    sequence: tuple[int, ...] = ()
+    runs: list[int] = []
+    logps: tuple[float, ...] | None = () if all(with_logps) else None
     completion_length = 0
     for step in agent_steps:
         prompt = step.trace.prompt_token_ids
-        n = len(input_ids)
-        if n and (len(prompt) < n or tuple(input_ids) != prompt[:n]):
+        n = len(sequence)
+        if n and (len(prompt) < n or prompt[:n] != sequence):
             mismatch = next(
-                (i for i, (a, b) in enumerate(zip(input_ids, prompt, strict=False)) if a != b),
+                (i for i, (a, b) in enumerate(zip(sequence, prompt, strict=False)) if a != b),
                 min(n, len(prompt)),
             )
             raise DataError(
@@ -146,20 +163,17 @@ def concat_turn_tokens(agent_steps: Sequence[AgentStep], *, where: str = "turn")
                 f"(sequence has {n} tokens, prompt has {len(prompt)}; first difference at position "
                 f"{mismatch}). Turn concatenation needs append-only contexts within a turn"
             )
-        new_prompt = prompt[n:]
-        input_ids.extend(new_prompt)
-        action_mask.extend([0] * len(new_prompt))
         completion = step.trace.completion_token_ids
-        input_ids.extend(completion)
-        action_mask.extend([1] * len(completion))
+        runs += (len(prompt) - n, len(completion))  # the new prompt suffix (0s), the completion (1s)
+        sequence = prompt + completion
         completion_length += len(completion)
         if logps is not None:
             assert step.trace.completion_logprobs is not None
-            logps.extend(step.trace.completion_logprobs)
+            logps += step.trace.completion_logprobs
     return TurnTokens(
-        input_ids=tuple(input_ids),
-        action_mask=tuple(action_mask),
-        actor_logps=None if logps is None else tuple(logps),
+        input_ids=sequence,
+        action_runs=tuple(runs),
+        actor_logps=logps,
         completion_length=completion_length,
         sampling_temperature=temperatures.pop(),
     )
@@ -259,7 +273,7 @@ def _retokenized_turn(agent_steps: Sequence[AgentStep], template: MessageTemplat
     prompt, completion = retokenize_call(agent_steps[0], template, where=where)
     return TurnTokens(
         input_ids=(*prompt, *completion),
-        action_mask=(0,) * len(prompt) + (1,) * len(completion),
+        action_runs=(len(prompt), len(completion)),
         actor_logps=None,
         completion_length=len(completion),
     )
@@ -275,6 +289,34 @@ def _refuse_message_level(agent_steps: Sequence[AgentStep], where: str) -> None:
             "(LocalPolicyClient, VLLMClient, TinkerChatClient), and re-tokenise message-level rollouts with "
             "the student's chat template before using them as SFT data"
         )
+
+
+def _item(tokens: TurnTokens, weight: float, meta: dict[str, Any]) -> SAWItem:
+    """The turn's item, its arrays packed once here (:class:`~ludic_core.packed_saw.PackedSAWItem`):
+    ``array`` converts the ids and logprobs in C, refusing an id outside ``[0, 2**32)``, and the mask
+    is its runs, so no pass over Python objects checks them again (the traces checked their types)."""
+    try:
+        input_ids = array(UINT32, tokens.input_ids)
+        logps = None if tokens.actor_logps is None else array("d", tokens.actor_logps)
+    except (OverflowError, TypeError):
+        # An id no array holds (a negative one): a SAWItem of tuples takes it, as it always has, and
+        # the wire refuses it by name if it is ever sent.
+        return SAWItem(
+            input_ids=tokens.input_ids,
+            action_mask=tokens.action_mask,
+            weight=weight,
+            meta=meta,
+            actor_logps=tokens.actor_logps,
+            sampling_temperature=tokens.sampling_temperature,
+        )
+    return PackedSAWItem.from_arrays(
+        input_ids=input_ids,
+        action_runs=tokens.action_runs,
+        weight=weight,
+        meta=meta,
+        actor_logps=logps,
+        sampling_temperature=tokens.sampling_temperature,
+    )
 
 
 def rollout_to_saw_items(
@@ -317,17 +359,8 @@ def rollout_to_saw_items(
         key = (rollout.id, turn.final_step.index)
         if key not in weights:
             raise DataError(f"{where}: no credit for its final step {key}; the credit assigner skipped it")
-        items.append(
-            SAWItem(
-                input_ids=tokens.input_ids,
-                action_mask=tokens.action_mask,
-                weight=weights[key],
-                meta=_turn_meta(rollout, turn, tokens, facts)
-                | ({"retokenized": True} if retokenized else {}),
-                actor_logps=tokens.actor_logps,
-                sampling_temperature=tokens.sampling_temperature,
-            )
-        )
+        meta = _turn_meta(rollout, turn, tokens, facts) | ({"retokenized": True} if retokenized else {})
+        items.append(_item(tokens, weights[key], meta))
     return items
 
 

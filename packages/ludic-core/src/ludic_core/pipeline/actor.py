@@ -50,6 +50,7 @@ from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
 from ludic_core.inference import VersionedClient
 from ludic_core.logs import get_logger
+from ludic_core.packed_saw import with_meta
 from ludic_core.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
 from ludic_core.pipeline.versions import read_policy_version
 from ludic_core.pipeline.wire import DEFAULT_QUEUE_KEY, BatchMessage, encode_message
@@ -345,7 +346,7 @@ class RedisPipelineActor:
                     "one from; pass client= (a VersionedClient) to RedisPipelineActor"
                 )
             self.stats.items_tagged_by_actor += 1
-            tagged.append(attrs.evolve(item, meta={**item.meta, "policy_version": version}))
+            tagged.append(with_meta(item, {**item.meta, "policy_version": version}))
         return tagged
 
     async def push(self, *messages: BatchMessage) -> None:

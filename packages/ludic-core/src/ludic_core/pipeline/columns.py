@@ -36,10 +36,20 @@ require), weights finite, temperatures ``None`` or finite >= 0, metas maps. Inte
 float logprobs hold by construction (they are read from unsigned buffers, run lengths and float32
 buffers), so an item is built without re-running ``SAWItem``'s per-element validators, which cost
 ~200 µs per 1k-token item, several times the rest of decoding; and it keeps its arrays packed until
-they are read (:class:`~ludic_core.pipeline.packed_item.PackedSAWItem`), so decoding creates no Python
+they are read (:class:`~ludic_core.packed_saw.PackedSAWItem`), so decoding creates no Python
 object per token. Every check runs before the first item is built: a learner never holds an item of a
 message it refuses. :func:`pack_items` runs the same checks, so an actor never pushes what a learner
-would refuse. Errors name the item, the field and the value.
+would refuse. Errors name the item, the field and the value. The per-item checks (meta a map, runs,
+weight, temperature) run as a few passes in C over whole columns; only when one fails does a loop
+over the items find and name the defect.
+
+**Packed items.** The SAW builder's items keep their arrays packed from the start
+(:meth:`~ludic_core.packed_saw.PackedSAWItem.from_arrays`: an ``array("I")`` of ids, the mask's runs,
+float64 ``array("d")`` logprobs), and so do decoded items. :func:`pack_items` takes such an item's
+runs as they are and joins its buffers into the columns with numpy (ids narrowed, logprobs rounded
+to float32 as ``struct`` rounds them), so encoding reads no Python object per token; the column
+checks then run as for any item. Items of tuples are packed through ``array``, ``bytearray`` and
+``struct``; either way a message's bytes are the same.
 """
 
 from __future__ import annotations
@@ -48,12 +58,13 @@ import math
 import struct
 from array import array
 from collections.abc import Sequence
+from itertools import chain, compress
 from typing import Any
 
 import attrs
 
 from ludic_core.errors import DataError, missing_extra
-from ludic_core.pipeline.packed_item import PackedArrays, PackedSAWItem
+from ludic_core.packed_saw import UINT32, PackedArrays, PackedSAWItem, packed_arrays
 from ludic_core.saw import LOGP_TOLERANCE, SAW_SCHEMA_VERSION, SAWItem
 
 try:
@@ -138,39 +149,96 @@ def _mask_runs(mask: Sequence[int], field: str) -> list[int]:
     return runs
 
 
-def _uint32_code() -> str:
-    for code in ("I", "L"):
-        if array(code).itemsize == 4:
-            return code
-    raise ImportError("this platform's array module has no 4-byte unsigned int")  # pragma: no cover
+# A part of a column: raw bytes (or any buffer) and the struct format of their values, which numpy
+# reads as a dtype.
+_Part = tuple["bytes | memoryview | array[Any]", str]
 
 
-_UINT32 = _uint32_code()
+def _joined(parts: list[_Part]) -> np.ndarray[Any, Any]:
+    """The values of ``parts`` as one array: one join of their bytes when they share a format (items
+    of one builder or one message), else one conversion each (numpy widens to the widest)."""
+    formats = {fmt for _, fmt in parts}
+    if len(formats) == 1:
+        return np.frombuffer(b"".join([raw for raw, _ in parts]), dtype=formats.pop())
+    return np.concatenate([np.frombuffer(raw, dtype=fmt) for raw, fmt in parts])
 
 
-def _pack_ids(items: Sequence[SAWItem]) -> tuple[int, bytes]:
-    """``(width, bytes)``: every item's ids in the narrowest width that holds the largest. ``array``
-    converts a tuple of ints in C and refuses negative, too large and non-int values; numpy finds the
-    largest and narrows the whole column in one call each."""
-    parts: list[array[int]] = []
-    for index, item in enumerate(items):
-        try:
-            parts.append(array(_UINT32, item.input_ids))
-        except (OverflowError, TypeError):
-            bad = next(v for v in item.input_ids if not isinstance(v, int) or not 0 <= v < 2**32)
-            raise DataError(
-                f"{_label(index, item.meta)}: input_ids holds {bad!r}; token ids are ints in [0, 2**32)"
-            ) from None
-    ids = np.frombuffer(b"".join(parts), dtype=np.uint32)  # native byte order, as array wrote them
+def _ids_of(index: int, item: SAWItem, packed: PackedArrays | None) -> _Part:
+    """The item's ids: its packed buffer, if it has one, else converted by ``array``, which refuses
+    negative, too large and non-int values in C."""
+    if packed is not None:
+        return packed.id_bytes(), packed.id_format
+    try:
+        return array(UINT32, item.input_ids), "=I"
+    except (OverflowError, TypeError):
+        bad = next(v for v in item.input_ids if not isinstance(v, int) or not 0 <= v < 2**32)
+        raise DataError(
+            f"{_label(index, item.meta)}: input_ids holds {bad!r}; token ids are ints in [0, 2**32)"
+        ) from None
+
+
+def _pack_ids(items: Sequence[SAWItem], packed: list[PackedArrays | None]) -> tuple[int, bytes]:
+    """``(width, bytes)``: every item's ids in the narrowest width that holds the largest; numpy
+    finds the largest and narrows the whole column in one call each."""
+    ids = _joined([_ids_of(index, item, packed[index]) for index, item in enumerate(items)])
     largest = int(ids.max())
     width = next(w for w, limit in ((1, 2**8), (2, 2**16), (4, 2**32)) if largest < limit)
     return width, ids.astype(_ID_DTYPES[width], copy=False).tobytes()
 
 
-def _pack_logps(items: Sequence[SAWItem], field: str, action_counts: list[int]) -> LogpColumn:
-    parts: list[bytes] = []
+def _tuple_logps(index: int, item: SAWItem, field: str, values: Sequence[float]) -> bytes:
+    try:
+        return struct.pack(f"<{len(values)}f", *values)
+    except (struct.error, OverflowError, TypeError) as exc:
+        raise DataError(
+            f"{_label(index, item.meta)}: {field} cannot be packed as float32 ({exc}); logprobs are "
+            "finite numbers <= 0"
+        ) from exc
+
+
+def _to_float32(
+    parts: list[_Part], owners: list[tuple[int, int]], items: Sequence[SAWItem], field: str
+) -> bytes:
+    """The float32 bytes of every item's logprobs (``owners``: item index and count of each part),
+    rounded in one numpy call as ``struct`` rounds one value (to nearest); a finite value beyond
+    float32's range is refused as ``struct`` refuses it."""
+    if not parts:
+        return b""
+    values = _joined(parts)
+    if values.dtype == np.float32:
+        return values.astype("<f4", copy=False).tobytes()
+    with np.errstate(over="ignore"):
+        rounded = values.astype("<f4")
+    infinite = np.isinf(rounded)
+    if infinite.any():  # from an inf (refused by the checks), or from a finite value out of range
+        overflow = infinite & np.isfinite(values)
+        if overflow.any():
+            position = int(np.argmax(overflow))
+            value = float(values[position])
+            for index, count in owners:
+                if position < count:
+                    raise DataError(
+                        f"{_label(index, items[index].meta)}: {field}[{position}] = {value!r} cannot be "
+                        "packed as float32 (beyond its range); logprobs are finite numbers <= 0"
+                    )
+                position -= count
+    return rounded.tobytes()
+
+
+def _pack_logps(
+    items: Sequence[SAWItem], packed: list[PackedArrays | None], field: str, action_counts: list[int]
+) -> LogpColumn:
+    parts: list[_Part] = []
+    owners: list[tuple[int, int]] = []
     present: list[bool] = []
     for index, item in enumerate(items):
+        arrays = packed[index]
+        if arrays is not None:  # its runs gave action_counts, and its logprobs match them
+            present.append(field in arrays.logps)
+            if present[-1]:
+                parts.append((arrays.logp_bytes(field), arrays.logp_format))
+                owners.append((index, action_counts[index]))
+            continue
         values = getattr(item, field)
         present.append(values is not None)
         if values is None:
@@ -180,14 +248,9 @@ def _pack_logps(items: Sequence[SAWItem], field: str, action_counts: list[int]) 
                 f"{_label(index, item.meta)}: {field} has {len(values)} entries but action_mask has "
                 f"{action_counts[index]} ones"
             )
-        try:
-            parts.append(struct.pack(f"<{len(values)}f", *values))
-        except (struct.error, OverflowError, TypeError) as exc:
-            raise DataError(
-                f"{_label(index, item.meta)}: {field} cannot be packed as float32 ({exc}); logprobs are "
-                "finite numbers <= 0"
-            ) from exc
-    return LogpColumn(values=b"".join(parts), present=present)
+        parts.append((_tuple_logps(index, item, field, values), "<f"))
+        owners.append((index, len(values)))
+    return LogpColumn(values=_to_float32(parts, owners, items, field), present=present)
 
 
 # Meta values that cannot hold a float: skipped by one set lookup (metas are checked on every push).
@@ -206,8 +269,13 @@ def _non_finite_path(value: Any) -> str | None:
     else:
         return None
     for key, inner in entries:
-        if type(inner) in _NO_FLOATS:
+        kind = type(inner)
+        if kind in _NO_FLOATS:
             continue
+        if kind is float:  # most values that are not skipped: checked here, without a call
+            if math.isfinite(inner):
+                continue
+            return f"[{key!r}]"
         path = _non_finite_path(inner)
         if path is not None:
             return f"[{key!r}]{path}"
@@ -224,26 +292,38 @@ def check_finite_meta(meta: Any, name: str) -> None:
 def _columns_from_items(items: Sequence[SAWItem]) -> ItemColumns:
     action_runs: list[list[int]] = []
     action_counts: list[int] = []
+    lengths: list[int] = []
+    packed = [packed_arrays(item) for item in items]
     for index, item in enumerate(items):
         try:
-            n = len(item.input_ids)
-            if len(item.action_mask) != n:
-                raise DataError(f"action_mask has length {len(item.action_mask)}, input_ids has {n}")
-            action_runs.append(_mask_runs(item.action_mask, "action_mask"))
+            arrays = packed[index]
+            if arrays is not None:  # packed at build time: its runs are the mask's, without a scan
+                lengths.append(arrays.length)
+                action_runs.append(list(arrays.mask_runs))
+            else:
+                lengths.append(len(item.input_ids))
+                if len(item.action_mask) != lengths[-1]:
+                    raise DataError(
+                        f"action_mask has length {len(item.action_mask)}, input_ids has {lengths[-1]}"
+                    )
+                action_runs.append(_mask_runs(item.action_mask, "action_mask"))
             action_counts.append(sum(action_runs[-1][1::2]))
-            check_finite_meta(item.meta, "meta")
         except DataError as exc:
             raise DataError(f"{_label(index, item.meta)}: {exc}") from exc
-    token_bytes, input_ids = _pack_ids(items)
+    metas = [item.meta for item in items]
+    if _non_finite_path(metas) is not None:  # one walk over every meta; then name the item
+        for index, meta in enumerate(metas):
+            check_finite_meta(meta, f"{_label(index, meta)}: meta")
+    token_bytes, input_ids = _pack_ids(items, packed)
     return ItemColumns(
-        lengths=[len(item.input_ids) for item in items],
+        lengths=lengths,
         token_bytes=token_bytes,
         input_ids=input_ids,
         action_runs=action_runs,
         weights=[float(item.weight) for item in items],
-        logps={field: _pack_logps(items, field, action_counts) for field in _LOGP_FIELDS},
+        logps={field: _pack_logps(items, packed, field, action_counts) for field in _LOGP_FIELDS},
         temperatures=[item.sampling_temperature for item in items],
-        metas=[item.meta for item in items],
+        metas=metas,
     )
 
 
@@ -343,9 +423,9 @@ def _first_bad_logp(columns: ItemColumns, field: str, counts: list[int], flat: i
 
 def _check_logps(columns: ItemColumns, field: str, counts: list[int]) -> None:
     column = columns.logps[field]
-    if not all(isinstance(p, bool) for p in column.present):
+    if not set(map(type, column.present)) <= {bool}:
         raise DataError(f"items column '{field}_present' must hold booleans, got {column.present!r:.80}")
-    expected = sum(count for count, present in zip(counts, column.present, strict=True) if present)
+    expected = sum(compress(counts, column.present))  # as many flags as counts: both have one per item
     if len(column.values) != 4 * expected:
         raise DataError(
             f"items column {field!r} holds {len(column.values)} bytes; the action tokens of the items "
@@ -382,8 +462,42 @@ def _check_columns(columns: ItemColumns) -> list[int]:
             f"items column 'input_ids' holds {len(columns.input_ids)} bytes; {total} tokens of "
             f"{columns.token_bytes} bytes need {total * columns.token_bytes}"
         )
+    if _items_hold(columns):
+        action_counts = [sum(runs[1::2]) for runs in columns.action_runs]
+    else:
+        action_counts = _check_each_item(columns)
+    for field in _LOGP_FIELDS:
+        _check_logps(columns, field, action_counts)
+    return action_counts
+
+
+def _items_hold(columns: ItemColumns) -> bool:
+    """Whether every item's meta, runs, weight and temperature pass :func:`_check_each_item`'s checks,
+    found with a few passes in C over whole columns (a message's items are checked on both sides).
+    ``False`` only says that :func:`_check_each_item` must look (it also accepts an int weight)."""
+    runs = columns.action_runs
+    if set(map(type, columns.metas)) != {dict} or set(map(type, runs)) != {list}:
+        return False
+    flat = list(chain.from_iterable(runs))
+    # type() is int leaves out bools; sums compare with the lengths item by item.
+    if not flat or set(map(type, flat)) != {int} or min(flat) < 0 or list(map(sum, runs)) != columns.lengths:
+        return False
+    # A sum of floats is finite only when every one is (a NaN or an inf makes it NaN or inf; an
+    # overflow of finite values makes it inf too, and the item by item checks then pass them).
+    weights = columns.weights
+    if set(map(type, weights)) != {float} or not math.isfinite(sum(weights)):
+        return False
+    temperatures = [t for t in columns.temperatures if t is not None]
+    return not temperatures or (
+        set(map(type, temperatures)) == {float}
+        and math.isfinite(sum(temperatures))
+        and min(temperatures) >= 0
+    )
+
+
+def _check_each_item(columns: ItemColumns) -> list[int]:
     action_counts: list[int] = []
-    for index, length in enumerate(lengths):
+    for index, length in enumerate(columns.lengths):
         meta = columns.metas[index]
         try:
             if not isinstance(meta, dict):
@@ -396,8 +510,6 @@ def _check_columns(columns: ItemColumns) -> list[int]:
                 _check_number(temperature, "sampling_temperature", minimum=0.0)
         except DataError as exc:
             raise DataError(f"{_label(index, meta)}: {exc}") from exc
-    for field in _LOGP_FIELDS:
-        _check_logps(columns, field, action_counts)
     return action_counts
 
 
@@ -406,33 +518,35 @@ def _check_columns(columns: ItemColumns) -> list[int]:
 
 def _items_from_columns(columns: ItemColumns, action_counts: list[int]) -> list[SAWItem]:
     """Items that hold their arrays as slices of the checked columns (unpacked when first read)."""
-    code = _ID_CODES[columns.token_bytes]
-    offsets = dict.fromkeys(_LOGP_FIELDS, 0)
-    id_offset = 0
+    id_format = "<" + _ID_CODES[columns.token_bytes]
+    actor, teacher = columns.logps["actor_logps"], columns.logps["teacher_logps"]
+    actor_offset = teacher_offset = id_offset = 0
     items: list[SAWItem] = []
-    for index, length in enumerate(columns.lengths):
-        count = action_counts[index]
+    for length, count, runs, weight, meta, temperature, has_actor, has_teacher in zip(
+        columns.lengths,
+        action_counts,
+        columns.action_runs,
+        columns.weights,
+        columns.metas,
+        columns.temperatures,
+        actor.present,
+        teacher.present,
+        strict=True,
+    ):
         logps: dict[str, tuple[bytes, int, int]] = {}
-        for field in _LOGP_FIELDS:
-            column = columns.logps[field]
-            if column.present[index]:
-                logps[field] = (column.values, offsets[field], count)
-                offsets[field] += 4 * count
-        packed = PackedArrays(
-            ids=columns.input_ids,
-            id_code=code,
-            ids_offset=id_offset,
-            length=length,
-            mask_runs=columns.action_runs[index],
-            logps=logps,
-        )
+        if has_actor:
+            logps["actor_logps"] = (actor.values, actor_offset, count)
+            actor_offset += 4 * count
+        if has_teacher:
+            logps["teacher_logps"] = (teacher.values, teacher_offset, count)
+            teacher_offset += 4 * count
+        packed = PackedArrays(columns.input_ids, id_format, id_offset, length, runs, logps)
         id_offset += length * columns.token_bytes
-        temperature = columns.temperatures[index]
         items.append(
             PackedSAWItem.from_checked(
                 packed,
-                weight=float(columns.weights[index]),  # a writer may send 1 for 1.0, as SAWItem allows
-                meta=columns.metas[index],
+                weight=float(weight),  # a writer may send 1 for 1.0, as SAWItem allows
+                meta=meta,
                 sampling_temperature=None if temperature is None else float(temperature),
             )
         )
