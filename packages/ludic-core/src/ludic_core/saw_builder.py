@@ -186,13 +186,20 @@ version at the start and end of each request; a weight update in between makes t
 
 def _policy_version(agent_steps: Sequence[AgentStep]) -> int | None:
     # The oldest version any call of the turn was sampled with: what staleness control must compare.
-    versions = [
-        s.info[key]
-        for s in agent_steps
-        for key in POLICY_VERSION_KEYS
-        if isinstance(s.info.get(key), int) and not isinstance(s.info.get(key), bool)
-    ]
-    return min(versions) if versions else None
+    oldest: int | None = None
+    for step in agent_steps:
+        info = step.info
+        for key in POLICY_VERSION_KEYS:
+            version = info.get(key)
+            # Most steps carry no version: one lookup each, the type checks only for those that do.
+            if (
+                version is not None
+                and isinstance(version, int)
+                and not isinstance(version, bool)
+                and (oldest is None or version < oldest)
+            ):
+                oldest = version
+    return oldest
 
 
 @attrs.frozen
