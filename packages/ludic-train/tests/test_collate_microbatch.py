@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import random
+from array import array
 
 import attrs
 import pytest
 import torch
 
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.packed_saw import UINT32, PackedSAWItem
 from ludic_core.saw import SAWItem
 from ludic_train.collate import collate_saw_items
 from ludic_train.losses import (
@@ -90,6 +93,81 @@ def test_collate_pads_right_and_scatters_logps_onto_action_positions() -> None:
     assert batch["teacher_logps"].tolist() == [[0, -0.25, 0, -0.75], [0, -3.0, 0, 0]]
     assert batch["input_ids"].dtype == torch.long and batch["attention_mask"].dtype == torch.long
     assert batch["action_mask"].dtype == torch.float32 and batch["weight"].dtype == torch.float32
+
+
+def reference_collate(items: list[SAWItem], pad: int) -> dict[str, torch.Tensor]:
+    """Collation written token by token, the obvious way: what the vectorised one must equal."""
+    length = max(len(i) for i in items)
+    out = {
+        "input_ids": torch.tensor([[*i.input_ids] + [pad] * (length - len(i)) for i in items]),
+        "attention_mask": torch.tensor([[1] * len(i) + [0] * (length - len(i)) for i in items]),
+        "action_mask": torch.tensor(
+            [[float(m) for m in i.action_mask] + [0.0] * (length - len(i)) for i in items]
+        ),
+        "weight": torch.tensor([i.weight for i in items], dtype=torch.float32),
+        "logit_positions": torch.tensor(
+            sorted({t - 1 for i in items for t in range(1, len(i)) if i.action_mask[t]}), dtype=torch.long
+        ),
+    }
+    for field in ("actor_logps", "teacher_logps"):
+        if getattr(items[0], field) is None:
+            continue
+        rows = []
+        for item in items:
+            values = iter(getattr(item, field))
+            rows.append([next(values) if m else 0.0 for m in item.action_mask] + [0.0] * (length - len(item)))
+        out[field] = torch.tensor(rows, dtype=torch.float32)
+    return out
+
+
+def packed(item: SAWItem) -> SAWItem:
+    """The same item as the SAW builder makes it: arrays packed, read back on first access."""
+    runs = [len(list(group)) for _, group in itertools.groupby(item.action_mask)]
+    return PackedSAWItem.from_arrays(
+        input_ids=array(UINT32, item.input_ids),
+        action_runs=runs if item.action_mask[0] == 0 else [0, *runs],
+        weight=item.weight,
+        meta=item.meta,
+        actor_logps=None if item.actor_logps is None else array("d", item.actor_logps),
+        teacher_logps=None if item.teacher_logps is None else array("d", item.teacher_logps),
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("logps", [True, False])
+def test_collate_equals_the_token_by_token_reference(seed: int, logps: bool) -> None:
+    rng = random.Random(seed)
+    items = [make_item(rng, rng.randint(2, 40), vocab=200_000, logps=logps) for _ in range(rng.randint(1, 9))]
+    # Items of tuples and packed items (as the SAW builder makes them) mixed.
+    items = [packed(item) if i % 2 else item for i, item in enumerate(items)]
+    batch = collate_saw_items(items, pad_token_id=PAD)
+    expected = reference_collate(items, PAD)
+    for key, tensor in expected.items():
+        assert batch[key].dtype == tensor.dtype, key
+        assert torch.equal(batch[key], tensor), key
+    assert set(batch) == set(expected) | {"temperature"} | ({"old_logp_action"} if logps else set())
+
+
+@pytest.mark.parametrize("vocab", [200, 60_000, 200_000])  # 1-, 2- and 4-byte ids on the wire
+def test_collate_of_items_decoded_from_the_pipeline_equals_the_reference(vocab: int) -> None:
+    wire = pytest.importorskip("ludic_core.pipeline.wire")
+    rng = random.Random(vocab)
+    # Logprobs exact in float32 (the wire's type), so the decoded items equal the sent ones.
+    sent = [
+        attrs.evolve(
+            item,
+            actor_logps=[float(torch.tensor(v).float()) for v in item.actor_logps or ()],
+            teacher_logps=None,
+            meta={**item.meta, "policy_version": 0},
+        )
+        for item in (make_item(rng, rng.randint(2, 40), vocab=vocab) for _ in range(7))
+    ]
+    message = wire.BatchMessage(items=tuple(sent), actor_id="a", batch_index=0, created_at=0.0)
+    decoded = list(wire.decode_message(wire.encode_message(message)).items)
+    assert decoded == sent
+    batch = collate_saw_items(decoded, pad_token_id=PAD)
+    for key, tensor in reference_collate(sent, PAD).items():
+        assert torch.equal(batch[key], tensor), key
 
 
 def test_collate_without_logps_has_no_logp_keys() -> None:
