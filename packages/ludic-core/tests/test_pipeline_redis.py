@@ -419,6 +419,79 @@ async def test_a_waiting_claim_is_one_blmove_with_its_llen(redis_url: str, queue
         assert batch_indices(await source.next_batch(), 2) == [2]
 
 
+async def kill_other_clients(redis_url: str) -> int:
+    """Drop every other client's connection (CLIENT KILL), as a restarted proxy or server would."""
+    import redis.asyncio as redis_asyncio
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    killed = int(await client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"))
+    await client.aclose()
+    return killed
+
+
+@pytest.mark.redis
+async def test_a_claim_cancelled_while_waiting_loses_nothing_and_the_next_works(
+    redis_url: str, queue_key: str
+) -> None:
+    await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 0)))
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=2, wait_timeout_s=5) as source:
+        assert batch_indices(await source.next_batch(), 2) == [0]
+        waiting = asyncio.create_task(source.next_batch())
+        await asyncio.sleep(0.2)  # the claim waits in BLMOVE on the empty queue
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in (1, 2)))
+        # The cancelled claim's connection was dropped (its reply can never be read): the next claim
+        # reconnects and gets every message, in order.
+        assert batch_indices(await source.next_batch(), 2) == [1]
+        assert batch_indices(await source.next_batch(), 2) == [2]
+    assert await raw_llen(redis_url, f"{queue_key}:processing:learner-0") == 3
+
+
+@pytest.mark.redis
+async def test_a_claim_whose_connection_is_killed_is_a_transport_error_then_recovers(
+    redis_url: str, queue_key: str
+) -> None:
+    await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 0)))
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=2, wait_timeout_s=5) as source:
+        assert batch_indices(await source.next_batch(), 2) == [0]
+        waiting = asyncio.create_task(source.next_batch())
+        await asyncio.sleep(0.2)
+        assert await kill_other_clients(redis_url) >= 1
+        with pytest.raises(TransportError, match=rf"Redis at {redis_url} failed BLMOVE '{queue_key}'"):
+            await waiting
+        await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 1)))
+        assert batch_indices(await source.next_batch(), 2) == [1]
+
+
+@pytest.mark.redis
+async def test_an_error_reply_to_a_claim_leaves_no_reply_for_the_next(redis_url: str, queue_key: str) -> None:
+    import redis.asyncio as redis_asyncio
+
+    from ludic_core.pipeline.claims import ClaimKeys
+    from ludic_core.pipeline.connection import PinnedConnection
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    connection = PinnedConnection(client)
+    keys = ClaimKeys(queue_key, "c")
+    try:
+        await client.set(queue_key, b"not a list")
+        # BLMOVE, LMOVE and LLEN all fail on a string: the first error is raised, and the replies
+        # left unread must not answer the next claim's commands.
+        with pytest.raises(redis_asyncio.ResponseError, match="WRONGTYPE"):
+            await keys.claim(connection, 2, 0.1)
+        await client.delete(queue_key)
+        await client.rpush(queue_key, b"m0", b"m1", b"m2")
+        assert await keys.claim(connection, 2, 0.1) == ([b"m0", b"m1"], 1)
+        assert await keys.claim(connection, 3, 0.1) == ([b"m2"], 0)
+        assert await client.lrange(keys.processing, 0, -1) == [b"m0", b"m1", b"m2"]
+    finally:
+        await connection.aclose()
+        await client.delete(keys.processing)
+        await client.aclose()
+
+
 @pytest.mark.redis
 async def test_messages_popped_ahead_are_served_next_in_order(redis_url: str, queue_key: str) -> None:
     # Sizes 1, 4, 4, 4 with min_items=5: after the 1-item message the source asks for 4 messages
