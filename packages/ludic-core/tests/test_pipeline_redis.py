@@ -214,6 +214,40 @@ async def test_actor_to_learner_round_trip_keeps_groups_whole(redis_url: str, qu
     assert await raw_llen(redis_url, queue_key) == 0
 
 
+def with_meta(item: Any, **meta: Any) -> Any:
+    return attrs.evolve(item, meta={**item.meta, **meta})
+
+
+@pytest.mark.redis
+async def test_batch_meta_counts_rollouts_and_lengths_across_messages(redis_url: str, queue_key: str) -> None:
+    first = (
+        with_meta(make_item(0, rollout="a"), total_reward=1.0, completion_length=10, prompt_length=30),
+        with_meta(make_item(1, rollout="b"), total_reward=True, completion_length=20, prompt_length=40),
+    )
+    second = (
+        # Rollout "a" again (a later turn): its reward counts once, the first seen.
+        with_meta(make_item(2, rollout="a"), total_reward=0.0, completion_length=30, prompt_length=50),
+        make_item(3, rollout="c"),  # no recorded lengths: counted from the mask (2 actions of 4)
+    )
+    await raw_rpush(
+        redis_url,
+        queue_key,
+        *(
+            encode_message(BatchMessage(items=items, actor_id=actor, batch_index=0, created_at=0.0))
+            for items, actor in ((first, "x"), (second, "w"))
+        ),
+    )
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=4, wait_timeout_s=5) as source:
+        meta = (await source.next_batch()).meta
+    assert meta["num_messages"] == 2 and meta["num_samples"] == 4 and meta["actor_ids"] == ["w", "x"]
+    assert meta["num_rollouts"] == 3  # a, b, c
+    # a: 1.0 (its first reward), b: a bool is no reward, c: 1.0 (make_item(3)'s)
+    assert meta["avg_total_reward"] == 1.0
+    assert meta["avg_completion_length"] == (10 + 20 + 30 + 2) / 4
+    assert meta["avg_prompt_length"] == (30 + 40 + 50 + 2) / 4
+    assert meta["policy_version_min"] == meta["policy_version_max"] == 0
+
+
 @pytest.mark.redis
 async def test_source_collects_whole_messages_up_to_min_items(redis_url: str, queue_key: str) -> None:
     await raw_rpush(redis_url, queue_key, *(encode_message(message(3, batch_index=i)) for i in range(3)))

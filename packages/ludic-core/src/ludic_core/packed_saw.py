@@ -198,13 +198,16 @@ class PackedSAWItem(SAWItem):
         """An item of arrays and values that :mod:`ludic_core.pipeline.columns` has checked as
         ``SAWItem``'s validators would (they are not run again: that is the point)."""
         item = object.__new__(cls)
-        object.__setattr__(item, "_packed", packed)
-        object.__setattr__(item, "weight", weight)
-        object.__setattr__(item, "meta", meta)
-        object.__setattr__(item, "sampling_temperature", sampling_temperature)
-        for field in ("actor_logps", "teacher_logps"):
-            if field not in packed.logps:
-                object.__setattr__(item, field, None)
+        set_field = object.__setattr__  # a learner builds 16 of these per message: no lookups per call
+        set_field(item, "_packed", packed)
+        set_field(item, "weight", weight)
+        set_field(item, "meta", meta)
+        set_field(item, "sampling_temperature", sampling_temperature)
+        logps = packed.logps
+        if "actor_logps" not in logps:
+            set_field(item, "actor_logps", None)
+        if "teacher_logps" not in logps:
+            set_field(item, "teacher_logps", None)
         return item
 
     @classmethod

@@ -25,12 +25,12 @@ re-delivery skips it instead of dead-lettering it twice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
 import attrs
 
 from ludic_core.errors import DataError
+from ludic_core.pipeline.connection import Command
 
 __all__ = ["TOMBSTONE", "ClaimKeys"]
 
@@ -48,7 +48,7 @@ class _RawCommands(Protocol):
     """Raw commands sent in one write, their replies read in order
     (:class:`~ludic_core.pipeline.connection.PinnedConnection`)."""
 
-    async def execute(self, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]: ...
+    async def execute(self, commands: tuple[Command, ...]) -> list[Any]: ...
 
 
 @attrs.frozen
@@ -92,11 +92,11 @@ class ClaimKeys:
         them.
         """
         queue, processing = self.queue, self.processing
-        commands: list[tuple[str | bytes | int | float, ...]] = [
-            ("BLMOVE", queue, processing, "LEFT", "RIGHT", wait_s)
-        ]
-        commands.extend([("LMOVE", queue, processing, "LEFT", "RIGHT")] * (count - 1))
-        commands.append(("LLEN", queue))
+        commands = (
+            ("BLMOVE", queue, processing, "LEFT", "RIGHT", wait_s),
+            *[("LMOVE", queue, processing, "LEFT", "RIGHT")] * (count - 1),
+            ("LLEN", queue),
+        )
         *moved, length = await connection.execute(commands)
         return [raw for raw in moved if raw is not None], int(length)
 

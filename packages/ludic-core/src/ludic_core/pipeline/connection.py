@@ -8,7 +8,7 @@ naming the server (password redacted), the key and what was being done.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,6 +39,13 @@ class AsyncRedis(Protocol):
     async def aclose(self) -> None: ...
 
 
+Command = tuple[str | bytes | int | float, ...]
+"""A Redis command and its arguments, as redis-py packs them."""
+
+# The most command lists a PinnedConnection keeps packed (a learner uses one per claim size).
+_MAX_PACKED = 256
+
+
 class PinnedConnection:
     """One connection of a ``redis.asyncio`` client's pool, kept for a hot round trip of raw commands.
 
@@ -59,15 +66,23 @@ class PinnedConnection:
     def __init__(self, client: object) -> None:
         self._pool: Any = cast(Any, client).connection_pool
         self._connection: Any = None
+        # The bytes of each command list sent so far: a learner sends the same few lists over and over
+        # (one per claim size), and packing one costs as much as its reply takes to parse.
+        self._packed: dict[tuple[Command, ...], list[bytes]] = {}
 
-    async def execute(self, commands: Sequence[tuple[str | bytes | int | float, ...]]) -> list[Any]:
+    async def execute(self, commands: tuple[Command, ...]) -> list[Any]:
         """Send ``commands`` in one write and return their raw replies, in order (bytes, ints, None,
         lists); an error reply raises redis-py's ``ResponseError``."""
         connection = self._connection
         if connection is None:
             connection = self._connection = await self._pool.get_connection()
+        packed = self._packed.get(commands)
+        if packed is None:
+            if len(self._packed) >= _MAX_PACKED:
+                self._packed.clear()
+            packed = self._packed[commands] = connection.pack_commands(commands)
         try:
-            await connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+            await connection.send_packed_command(packed, check_health=False)
             return [await connection.read_response() for _ in commands]
         except BaseException:
             # Unread replies would answer the next call's commands: drop the socket (nowait: nothing to

@@ -538,16 +538,24 @@ class RedisBatchSource:
         self, messages: list[BatchMessage], *, malformed: int, future: int, queue_len: int
     ) -> dict[str, Any]:
         items: list[SAWItem] = [item for m in messages for item in m.items]
-        versions = [int(item.meta["policy_version"]) for item in items]
+        metas = [item.meta for item in items]
+        # Decoding checked that every item has an int policy_version (BatchMessage refuses others).
+        versions = list(map(int, [meta["policy_version"] for meta in metas]))
         now = time.time()
         ages = [max(0.0, now - m.created_at) for m in messages]
         # Rewards per rollout, not per item: a 5-turn episode must not count five times.
         rollout_rewards: dict[Any, float] = {}
-        for item in items:
-            reward = item.meta.get("total_reward")
+        for item, meta in zip(items, metas, strict=True):
+            reward = meta.get("total_reward")
             if isinstance(reward, (int, float)) and not isinstance(reward, bool):
-                key = item.meta.get("rollout_id", id(item))
-                rollout_rewards.setdefault(key, float(reward))
+                rollout_rewards.setdefault(meta.get("rollout_id", id(item)), float(reward))
+        # The lengths the SAW builder records; counting the mask only for items without them.
+        completions = [meta.get("completion_length") for meta in metas]
+        if None in completions:
+            completions = [_completion_length(item) for item in items]
+        prompts = [meta.get("prompt_length") for meta in metas]
+        if None in prompts:
+            prompts = [_prompt_length(item) for item in items]
         meta: dict[str, Any] = {
             "source": "pipeline_redis",
             "queue_key": self.queue_key,
@@ -564,8 +572,8 @@ class RedisBatchSource:
             "consumer": self.consumer,
             "queue_len_after": queue_len,
             "avg_total_reward": _mean(list(rollout_rewards.values())),
-            "avg_completion_length": _mean([_completion_length(i) for i in items]),
-            "avg_prompt_length": _mean([_prompt_length(i) for i in items]),
+            "avg_completion_length": _mean(list(map(float, completions))),
+            "avg_prompt_length": _mean(list(map(float, prompts))),
         }
         for key in _SUMMED_META:
             values = [m.meta.get(key) for m in messages]
