@@ -540,20 +540,20 @@ class RedisBatchSource:
         items: list[SAWItem] = [item for m in messages for item in m.items]
         metas = [item.meta for item in items]
         # Decoding checked that every item has an int policy_version (BatchMessage refuses others).
-        versions = list(map(int, [meta["policy_version"] for meta in metas]))
+        versions = list(map(int, [m["policy_version"] for m in metas]))
         now = time.time()
         ages = [max(0.0, now - m.created_at) for m in messages]
         # Rewards per rollout, not per item: a 5-turn episode must not count five times.
         rollout_rewards: dict[Any, float] = {}
-        for item, meta in zip(items, metas, strict=True):
-            reward = meta.get("total_reward")
+        for item, item_meta in zip(items, metas, strict=True):
+            reward = item_meta.get("total_reward")
             if isinstance(reward, (int, float)) and not isinstance(reward, bool):
-                rollout_rewards.setdefault(meta.get("rollout_id", id(item)), float(reward))
+                rollout_rewards.setdefault(item_meta.get("rollout_id", id(item)), float(reward))
         # The lengths the SAW builder records; counting the mask only for items without them.
-        completions = [meta.get("completion_length") for meta in metas]
+        completions: list[Any] = [m.get("completion_length") for m in metas]
         if None in completions:
             completions = [_completion_length(item) for item in items]
-        prompts = [meta.get("prompt_length") for meta in metas]
+        prompts: list[Any] = [m.get("prompt_length") for m in metas]
         if None in prompts:
             prompts = [_prompt_length(item) for item in items]
         meta: dict[str, Any] = {

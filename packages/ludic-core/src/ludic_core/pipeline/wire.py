@@ -100,7 +100,7 @@ def _check_items(_instance: Any, _attribute: Any, items: tuple[SAWItem, ...]) ->
     # The usual message passes with one pass over the items and a few in C; the loop below, which
     # names the first defect, runs only when these fail (it also accepts int subclasses).
     if all(issubclass(kind, SAWItem) for kind in set(map(type, items))):
-        versions = [item.meta.get("policy_version") for item in items]
+        versions: list[Any] = [item.meta.get("policy_version") for item in items]
         if set(map(type, versions)) == {int} and min(versions) >= 0:
             return
     for i, item in enumerate(items):
