@@ -453,14 +453,25 @@ async def test_a_waiting_claim_is_one_blmove_with_its_llen(redis_url: str, queue
         assert batch_indices(await source.next_batch(), 2) == [2]
 
 
-async def kill_other_clients(redis_url: str) -> int:
-    """Drop every other client's connection (CLIENT KILL), as a restarted proxy or server would."""
+async def clients_in(redis_url: str, command: str) -> set[int]:
+    """The ids of the clients the server is running ``command`` for (blocked in it)."""
     import redis.asyncio as redis_asyncio
 
     client = redis_asyncio.Redis.from_url(redis_url)
-    killed = int(await client.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"))
+    ids = {int(c["id"]) for c in await client.client_list() if c.get("cmd") == command}
     await client.aclose()
-    return killed
+    return ids
+
+
+async def kill_clients(redis_url: str, ids: set[int]) -> None:
+    """Drop these clients' connections (CLIENT KILL ID), as a restarted proxy would; other clients of
+    a shared test server are left alone."""
+    import redis.asyncio as redis_asyncio
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    for client_id in ids:
+        await client.execute_command("CLIENT", "KILL", "ID", client_id)
+    await client.aclose()
 
 
 @pytest.mark.redis
@@ -490,9 +501,12 @@ async def test_a_claim_whose_connection_is_killed_is_a_transport_error_then_reco
     await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 0)))
     async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=2, wait_timeout_s=5) as source:
         assert batch_indices(await source.next_batch(), 2) == [0]
+        others = await clients_in(redis_url, "blmove")  # of other tests sharing the server, if any
         waiting = asyncio.create_task(source.next_batch())
         await asyncio.sleep(0.2)
-        assert await kill_other_clients(redis_url) >= 1
+        claiming = await clients_in(redis_url, "blmove") - others
+        assert len(claiming) == 1
+        await kill_clients(redis_url, claiming)
         with pytest.raises(TransportError, match=rf"Redis at {redis_url} failed BLMOVE '{queue_key}'"):
             await waiting
         await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 1)))
