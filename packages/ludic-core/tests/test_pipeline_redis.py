@@ -214,6 +214,40 @@ async def test_actor_to_learner_round_trip_keeps_groups_whole(redis_url: str, qu
     assert await raw_llen(redis_url, queue_key) == 0
 
 
+def with_meta(item: Any, **meta: Any) -> Any:
+    return attrs.evolve(item, meta={**item.meta, **meta})
+
+
+@pytest.mark.redis
+async def test_batch_meta_counts_rollouts_and_lengths_across_messages(redis_url: str, queue_key: str) -> None:
+    first = (
+        with_meta(make_item(0, rollout="a"), total_reward=1.0, completion_length=10, prompt_length=30),
+        with_meta(make_item(1, rollout="b"), total_reward=True, completion_length=20, prompt_length=40),
+    )
+    second = (
+        # Rollout "a" again (a later turn): its reward counts once, the first seen.
+        with_meta(make_item(2, rollout="a"), total_reward=0.0, completion_length=30, prompt_length=50),
+        make_item(3, rollout="c"),  # no recorded lengths: counted from the mask (2 actions of 4)
+    )
+    await raw_rpush(
+        redis_url,
+        queue_key,
+        *(
+            encode_message(BatchMessage(items=items, actor_id=actor, batch_index=0, created_at=0.0))
+            for items, actor in ((first, "x"), (second, "w"))
+        ),
+    )
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=4, wait_timeout_s=5) as source:
+        meta = (await source.next_batch()).meta
+    assert meta["num_messages"] == 2 and meta["num_samples"] == 4 and meta["actor_ids"] == ["w", "x"]
+    assert meta["num_rollouts"] == 3  # a, b, c
+    # a: 1.0 (its first reward), b: a bool is no reward, c: 1.0 (make_item(3)'s)
+    assert meta["avg_total_reward"] == 1.0
+    assert meta["avg_completion_length"] == (10 + 20 + 30 + 2) / 4
+    assert meta["avg_prompt_length"] == (30 + 40 + 50 + 2) / 4
+    assert meta["policy_version_min"] == meta["policy_version_max"] == 0
+
+
 @pytest.mark.redis
 async def test_source_collects_whole_messages_up_to_min_items(redis_url: str, queue_key: str) -> None:
     await raw_rpush(redis_url, queue_key, *(encode_message(message(3, batch_index=i)) for i in range(3)))
@@ -417,6 +451,93 @@ async def test_a_waiting_claim_is_one_blmove_with_its_llen(redis_url: str, queue
         # one BLMOVE and one LLEN, no LMOVE tried first on the empty queue, no LLEN after it.
         assert await command_calls(redis_url, "lmove", "blmove", "llen") - before == 2
         assert batch_indices(await source.next_batch(), 2) == [2]
+
+
+async def clients_in(redis_url: str, command: str) -> set[int]:
+    """The ids of the clients the server is running ``command`` for (blocked in it)."""
+    import redis.asyncio as redis_asyncio
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    ids = {int(c["id"]) for c in await client.client_list() if c.get("cmd") == command}
+    await client.aclose()
+    return ids
+
+
+async def kill_clients(redis_url: str, ids: set[int]) -> None:
+    """Drop these clients' connections (CLIENT KILL ID), as a restarted proxy would; other clients of
+    a shared test server are left alone."""
+    import redis.asyncio as redis_asyncio
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    for client_id in ids:
+        await client.execute_command("CLIENT", "KILL", "ID", client_id)
+    await client.aclose()
+
+
+@pytest.mark.redis
+async def test_a_claim_cancelled_while_waiting_loses_nothing_and_the_next_works(
+    redis_url: str, queue_key: str
+) -> None:
+    await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 0)))
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=2, wait_timeout_s=5) as source:
+        assert batch_indices(await source.next_batch(), 2) == [0]
+        waiting = asyncio.create_task(source.next_batch())
+        await asyncio.sleep(0.2)  # the claim waits in BLMOVE on the empty queue
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in (1, 2)))
+        # The cancelled claim's connection was dropped (its reply can never be read): the next claim
+        # reconnects and gets every message, in order.
+        assert batch_indices(await source.next_batch(), 2) == [1]
+        assert batch_indices(await source.next_batch(), 2) == [2]
+    assert await raw_llen(redis_url, f"{queue_key}:processing:learner-0") == 3
+
+
+@pytest.mark.redis
+async def test_a_claim_whose_connection_is_killed_is_a_transport_error_then_recovers(
+    redis_url: str, queue_key: str
+) -> None:
+    await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 0)))
+    async with RedisBatchSource(redis_url, queue_key=queue_key, min_items=2, wait_timeout_s=5) as source:
+        assert batch_indices(await source.next_batch(), 2) == [0]
+        others = await clients_in(redis_url, "blmove")  # of other tests sharing the server, if any
+        waiting = asyncio.create_task(source.next_batch())
+        await asyncio.sleep(0.2)
+        claiming = await clients_in(redis_url, "blmove") - others
+        assert len(claiming) == 1
+        await kill_clients(redis_url, claiming)
+        with pytest.raises(TransportError, match=rf"Redis at {redis_url} failed BLMOVE '{queue_key}'"):
+            await waiting
+        await raw_rpush(redis_url, queue_key, encode_message(indexed(2, 1)))
+        assert batch_indices(await source.next_batch(), 2) == [1]
+
+
+@pytest.mark.redis
+async def test_an_error_reply_to_a_claim_leaves_no_reply_for_the_next(redis_url: str, queue_key: str) -> None:
+    import redis.asyncio as redis_asyncio
+
+    from ludic_core.pipeline.claims import ClaimKeys
+    from ludic_core.pipeline.connection import PinnedConnection
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    connection = PinnedConnection(client)
+    keys = ClaimKeys(queue_key, "c")
+    try:
+        await client.set(queue_key, b"not a list")
+        # BLMOVE, LMOVE and LLEN all fail on a string: the first error is raised, and the replies
+        # left unread must not answer the next claim's commands.
+        with pytest.raises(redis_asyncio.ResponseError, match="WRONGTYPE"):
+            await keys.claim(connection, 2, 0.1)
+        await client.delete(queue_key)
+        await client.rpush(queue_key, b"m0", b"m1", b"m2")
+        assert await keys.claim(connection, 2, 0.1) == ([b"m0", b"m1"], 1)
+        assert await keys.claim(connection, 3, 0.1) == ([b"m2"], 0)
+        assert await client.lrange(keys.processing, 0, -1) == [b"m0", b"m1", b"m2"]
+    finally:
+        await connection.aclose()
+        await client.delete(keys.processing)
+        await client.aclose()
 
 
 @pytest.mark.redis

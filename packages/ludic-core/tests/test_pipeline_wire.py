@@ -24,6 +24,7 @@ from ludic_core.errors import DataError
 from ludic_core.packed_saw import UINT32, PackedSAWItem, packed_arrays
 from ludic_core.pipeline import BatchMessage, decode_message, encode_message
 from ludic_core.pipeline.dump import describe
+from ludic_core.pipeline.wire import count_rollouts
 from ludic_core.saw import SAWItem
 
 # --- round trips -------------------------------------------------------------------------------------
@@ -40,6 +41,49 @@ def test_message_round_trip_is_exact() -> None:
     decoded = decode_message(payload)
     assert decoded == original  # weights, temperatures, created_at: float64, bit for bit
     assert [item.sampling_temperature for item in decoded.items] == [None, 0.7, None, 0.7]
+
+
+def _with_meta(item: SAWItem, **changes: Any) -> SAWItem:
+    meta = {**item.meta, **changes}
+    return attrs.evolve(item, meta={k: v for k, v in meta.items() if v is not _DROP})
+
+
+_DROP = object()
+
+
+def test_rollouts_are_counted_by_distinct_id_and_items_without_one_count_alone() -> None:
+    ids = ["a", "b", "a", None, _DROP, "b", None, 0]
+    items = [_with_meta(make_item(i), rollout_id=rid) for i, rid in enumerate(ids)]
+    # a, b, 0, and three items without an id (None twice, missing once)
+    assert count_rollouts(items) == 6
+    assert count_rollouts(items[:3]) == 2 and count_rollouts([items[3]]) == 1
+    sent = BatchMessage(items=tuple(items), actor_id="a", batch_index=0, created_at=0.0)
+    assert msgpack.unpackb(encode_message(sent))["num_rollouts"] == 6
+    assert decode_message(encode_message(sent)).num_rollouts == 6
+
+
+@pytest.mark.parametrize(
+    ("version", "match"),
+    [
+        (True, "policy_version True"),
+        (-1, "policy_version -1"),
+        (2.0, "policy_version 2.0"),
+        (None, "policy_version None"),
+        (_DROP, "policy_version None"),
+    ],
+)
+def test_a_message_refuses_an_item_without_an_int_version_naming_it(version: object, match: str) -> None:
+    items = [make_item(0, version=3), _with_meta(make_item(1, version=3), policy_version=version)]
+    with pytest.raises(DataError, match=rf"BatchMessage.items\[1\] \(rollout 'r1'\) has {match}"):
+        BatchMessage(items=tuple(items), actor_id="a", batch_index=0, created_at=0.0)
+
+
+def test_a_message_takes_versions_of_int_subclasses() -> None:
+    class Version(int):
+        pass
+
+    items = (make_item(0, version=3), _with_meta(make_item(1), policy_version=Version(2)))
+    assert BatchMessage(items=items, actor_id="a", batch_index=0, created_at=0.0).policy_version == 2
 
 
 def test_logprobs_travel_as_float32_and_everything_else_exactly() -> None:

@@ -197,14 +197,18 @@ class PackedSAWItem(SAWItem):
     ) -> PackedSAWItem:
         """An item of arrays and values that :mod:`ludic_core.pipeline.columns` has checked as
         ``SAWItem``'s validators would (they are not run again: that is the point)."""
+        # A learner builds 16 of these per message: the slots are filled through their descriptors,
+        # a third of the cost of object.__setattr__ by name (frozen attrs refuses plain assignment).
         item = object.__new__(cls)
-        object.__setattr__(item, "_packed", packed)
-        object.__setattr__(item, "weight", weight)
-        object.__setattr__(item, "meta", meta)
-        object.__setattr__(item, "sampling_temperature", sampling_temperature)
-        for field in ("actor_logps", "teacher_logps"):
-            if field not in packed.logps:
-                object.__setattr__(item, field, None)
+        _set_packed(item, packed)
+        _set_weight(item, weight)
+        _set_meta(item, meta)
+        _set_temperature(item, sampling_temperature)
+        logps = packed.logps
+        if "actor_logps" not in logps:
+            _set_actor_logps(item, None)
+        if "teacher_logps" not in logps:
+            _set_teacher_logps(item, None)
         return item
 
     @classmethod
@@ -306,6 +310,15 @@ class PackedSAWItem(SAWItem):
         return all(getattr(self, f.name) == getattr(other, f.name) for f in attrs.fields(SAWItem))
 
     __hash__ = SAWItem.__hash__
+
+
+# The __set__ of each slot from_checked fills (SAWItem's own slots, as _UnpackedOnRead writes them).
+_set_packed = PackedSAWItem.__dict__["_packed"].__set__
+_set_weight = SAWItem.__dict__["weight"].__set__
+_set_meta = SAWItem.__dict__["meta"].__set__
+_set_temperature = SAWItem.__dict__["sampling_temperature"].__set__
+_set_actor_logps = SAWItem.__dict__["actor_logps"].__set__
+_set_teacher_logps = SAWItem.__dict__["teacher_logps"].__set__
 
 
 def packed_arrays(item: SAWItem) -> PackedArrays | None:

@@ -30,6 +30,7 @@ from typing import Any, Protocol, cast
 import attrs
 
 from ludic_core.errors import DataError
+from ludic_core.pipeline.connection import Command
 
 __all__ = ["TOMBSTONE", "ClaimKeys"]
 
@@ -41,6 +42,13 @@ class _Pipelined(Protocol):
     """The pipelined commands of ``redis.asyncio`` used here."""
 
     def pipeline(self, transaction: bool = True) -> Any: ...
+
+
+class _RawCommands(Protocol):
+    """Raw commands sent in one write, their replies read in order
+    (:class:`~ludic_core.pipeline.connection.PinnedConnection`)."""
+
+    async def execute(self, commands: tuple[Command, ...]) -> list[Any]: ...
 
 
 @attrs.frozen
@@ -73,21 +81,23 @@ class ClaimKeys:
         acked, processing, trained = await pipe.execute()
         return int(acked or 0), int(processing), int(trained)
 
-    async def claim(self, redis: object, count: int, wait_s: float) -> tuple[list[bytes], int]:
+    async def claim(self, connection: _RawCommands, count: int, wait_s: float) -> tuple[list[bytes], int]:
         """Move up to ``count`` messages from the queue to the processing list, waiting up to ``wait_s``
         for the first; returns them, in order, and the queue length after the claim.
 
-        One round trip: a ``BLMOVE`` then ``count - 1`` ``LMOVE`` s and an ``LLEN``, pipelined. Redis
-        runs one client's commands in order, so the others run once the ``BLMOVE`` has returned (at
-        once when the queue holds a message). Each move is atomic on its own: a kill part-way leaves
-        the moved ones on the processing list, where a restart re-delivers them.
+        One round trip on one connection: a ``BLMOVE`` then ``count - 1`` ``LMOVE`` s and an ``LLEN``,
+        sent in one write. Redis runs one client's commands in order, so the others run once the
+        ``BLMOVE`` has returned (at once when the queue holds a message). Each move is atomic on its
+        own: a kill part-way leaves the moved ones on the processing list, where a restart re-delivers
+        them.
         """
-        pipe = cast(_Pipelined, redis).pipeline(transaction=False)
-        pipe.blmove(self.queue, self.processing, wait_s, "LEFT", "RIGHT")
-        for _ in range(count - 1):
-            pipe.lmove(self.queue, self.processing, "LEFT", "RIGHT")
-        pipe.llen(self.queue)
-        *moved, length = await pipe.execute()
+        queue, processing = self.queue, self.processing
+        commands = (
+            ("BLMOVE", queue, processing, "LEFT", "RIGHT", wait_s),
+            *[("LMOVE", queue, processing, "LEFT", "RIGHT")] * (count - 1),
+            ("LLEN", queue),
+        )
+        *moved, length = await connection.execute(commands)
         return [raw for raw in moved if raw is not None], int(length)
 
     async def fetch(self, redis: Any, start: int, count: int) -> list[bytes]:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError, missing_extra
 
-__all__ = ["AsyncRedis", "connect_redis", "redact_url", "redis_call"]
+__all__ = ["AsyncRedis", "PinnedConnection", "connect_redis", "redact_url", "redis_call"]
 
 T = TypeVar("T")
 
@@ -37,6 +37,64 @@ class AsyncRedis(Protocol):
     async def lrange(self, name: str, start: int, end: int) -> list[bytes]: ...
 
     async def aclose(self) -> None: ...
+
+
+Command = tuple[str | bytes | int | float, ...]
+"""A Redis command and its arguments, as redis-py packs them."""
+
+# The most command lists a PinnedConnection keeps packed (a learner uses one per claim size).
+_MAX_PACKED = 256
+
+
+class PinnedConnection:
+    """One connection of a ``redis.asyncio`` client's pool, kept for a hot round trip of raw commands.
+
+    The learner claims on every batch: a ``BLMOVE``, some ``LMOVE`` s and an ``LLEN`` in one round trip.
+    Through a redis-py pipeline object that round trip pays, per call, a pooled connection taken and
+    given back (a lock, events, metrics), a retry wrapper and the pipeline's bookkeeping: about as much
+    again as Redis takes. Here the commands are packed, written in one send and their replies read in
+    order on a connection taken from the pool once, which is what the pipeline does on the wire; Redis
+    sees the same commands in the same order on one connection.
+
+    There is no retry: a claim sent again after a lost reply would move more messages than the caller
+    counts, so every failure is raised (the caller reads its positions back from Redis). Any failure
+    or cancellation while commands are in flight (a timeout, a dropped connection, an error reply that
+    leaves later replies unread) disconnects the connection, since its replies can no longer be matched
+    to its commands; the next call reconnects it. ``aclose`` gives it back to the pool.
+    """
+
+    def __init__(self, client: object) -> None:
+        self._pool: Any = cast(Any, client).connection_pool
+        self._connection: Any = None
+        # The bytes of each command list sent so far: a learner sends the same few lists over and over
+        # (one per claim size), and packing one costs as much as its reply takes to parse.
+        self._packed: dict[tuple[Command, ...], list[bytes]] = {}
+
+    async def execute(self, commands: tuple[Command, ...]) -> list[Any]:
+        """Send ``commands`` in one write and return their raw replies, in order (bytes, ints, None,
+        lists); an error reply raises redis-py's ``ResponseError``."""
+        connection = self._connection
+        if connection is None:
+            connection = self._connection = await self._pool.get_connection()
+        packed = self._packed.get(commands)
+        if packed is None:
+            if len(self._packed) >= _MAX_PACKED:
+                self._packed.clear()
+            packed = self._packed[commands] = connection.pack_commands(commands)
+        try:
+            await connection.send_packed_command(packed, check_health=False)
+            return [await connection.read_response() for _ in commands]
+        except BaseException:
+            # Unread replies would answer the next call's commands: drop the socket (nowait: nothing to
+            # flush, and a cancelled caller must not wait on a dead server).
+            await connection.disconnect(nowait=True)
+            raise
+
+    async def aclose(self) -> None:
+        """Give the connection back to the pool (before the client is closed)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await self._pool.release(connection)
 
 
 def redact_url(url: str) -> str:

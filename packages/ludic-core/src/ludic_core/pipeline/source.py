@@ -79,7 +79,13 @@ import attrs
 from ludic_core.errors import ConfigError, DataError, LudicError, LudicTimeoutError
 from ludic_core.logs import get_logger
 from ludic_core.pipeline.claims import TOMBSTONE, ClaimKeys
-from ludic_core.pipeline.connection import AsyncRedis, connect_redis, redact_url, redis_call
+from ludic_core.pipeline.connection import (
+    AsyncRedis,
+    PinnedConnection,
+    connect_redis,
+    redact_url,
+    redis_call,
+)
 from ludic_core.pipeline.wire import (
     DEFAULT_QUEUE_KEY,
     BatchMessage,
@@ -219,6 +225,8 @@ class RedisBatchSource:
         self._popped: deque[tuple[int, bytes]] = deque()
         self._largest_message = 0
         self._redis: AsyncRedis | None = None
+        # The claims' own connection: the hot round trip skips redis-py's pipeline and pool per call.
+        self._claims: PinnedConnection | None = None
 
     @property
     def dead_letter_key(self) -> str:
@@ -229,6 +237,7 @@ class RedisBatchSource:
     async def connect(self) -> None:
         if self._redis is None:
             self._redis = await connect_redis(self.redis_url, connect_timeout_s=self.connect_timeout_s)
+            self._claims = PinnedConnection(self._redis)
 
     async def aclose(self) -> None:
         """Acknowledge a committed checkpoint not yet acknowledged, then close the connection.
@@ -247,7 +256,12 @@ class RedisBatchSource:
             )
         finally:
             redis, self._redis = self._redis, None
-            await redis.aclose()
+            claims, self._claims = self._claims, None
+            try:
+                if claims is not None:
+                    await claims.aclose()
+            finally:
+                await redis.aclose()
 
     async def __aenter__(self) -> RedisBatchSource:
         await self.connect()
@@ -261,9 +275,9 @@ class RedisBatchSource:
             return await redis_call(
                 awaitable, what=what, url=self.redis_url, timeout_s=timeout_s or self.connect_timeout_s
             )
-        except LudicError:
-            # The command may or may not have run (a claim, an acknowledgement): read the positions
-            # back from Redis before the next one.
+        except BaseException:
+            # The command may or may not have run (a claim, an acknowledgement), also when the caller
+            # was cancelled while it was in flight: read the positions back from Redis before the next.
             self._synced = False
             raise
 
@@ -435,8 +449,9 @@ class RedisBatchSource:
         # One round trip: claim what the queue holds, waiting (at most one poll interval) only when
         # it is empty.
         poll = min(self.poll_timeout_s, remaining_s)
+        assert self._claims is not None
         raws, length = await self._call(
-            self.keys.claim(redis, wanted, poll),
+            self.keys.claim(self._claims, wanted, poll),
             f"BLMOVE {self.queue_key!r} -> {self.keys.processing!r} + LMOVE x{wanted - 1} + LLEN",
             timeout_s=poll + self.connect_timeout_s,
         )
@@ -523,16 +538,24 @@ class RedisBatchSource:
         self, messages: list[BatchMessage], *, malformed: int, future: int, queue_len: int
     ) -> dict[str, Any]:
         items: list[SAWItem] = [item for m in messages for item in m.items]
-        versions = [int(item.meta["policy_version"]) for item in items]
+        metas = [item.meta for item in items]
+        # Decoding checked that every item has an int policy_version (BatchMessage refuses others).
+        versions = list(map(int, [m["policy_version"] for m in metas]))
         now = time.time()
         ages = [max(0.0, now - m.created_at) for m in messages]
         # Rewards per rollout, not per item: a 5-turn episode must not count five times.
         rollout_rewards: dict[Any, float] = {}
-        for item in items:
-            reward = item.meta.get("total_reward")
+        for item, item_meta in zip(items, metas, strict=True):
+            reward = item_meta.get("total_reward")
             if isinstance(reward, (int, float)) and not isinstance(reward, bool):
-                key = item.meta.get("rollout_id", id(item))
-                rollout_rewards.setdefault(key, float(reward))
+                rollout_rewards.setdefault(item_meta.get("rollout_id", id(item)), float(reward))
+        # The lengths the SAW builder records; counting the mask only for items without them.
+        completions: list[Any] = [m.get("completion_length") for m in metas]
+        if None in completions:
+            completions = [_completion_length(item) for item in items]
+        prompts: list[Any] = [m.get("prompt_length") for m in metas]
+        if None in prompts:
+            prompts = [_prompt_length(item) for item in items]
         meta: dict[str, Any] = {
             "source": "pipeline_redis",
             "queue_key": self.queue_key,
@@ -549,8 +572,8 @@ class RedisBatchSource:
             "consumer": self.consumer,
             "queue_len_after": queue_len,
             "avg_total_reward": _mean(list(rollout_rewards.values())),
-            "avg_completion_length": _mean([_completion_length(i) for i in items]),
-            "avg_prompt_length": _mean([_prompt_length(i) for i in items]),
+            "avg_completion_length": _mean(list(map(float, completions))),
+            "avg_prompt_length": _mean(list(map(float, prompts))),
         }
         for key in _SUMMED_META:
             values = [m.meta.get(key) for m in messages]

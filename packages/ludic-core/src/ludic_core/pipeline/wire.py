@@ -84,8 +84,10 @@ def _is_int(value: object) -> bool:
 
 def count_rollouts(items: Sequence[SAWItem]) -> int:
     """Distinct ``meta["rollout_id"]`` values; an item without one counts as its own rollout."""
-    ids = {item.meta.get("rollout_id") for item in items if item.meta.get("rollout_id") is not None}
-    return len(ids) + sum(1 for item in items if item.meta.get("rollout_id") is None)
+    ids = [item.meta.get("rollout_id") for item in items]
+    missing = ids.count(None)
+    distinct = set(ids)
+    return len(distinct) - (None in distinct) + missing
 
 
 def _to_tuple(items: Iterable[SAWItem]) -> tuple[SAWItem, ...]:
@@ -95,6 +97,12 @@ def _to_tuple(items: Iterable[SAWItem]) -> tuple[SAWItem, ...]:
 def _check_items(_instance: Any, _attribute: Any, items: tuple[SAWItem, ...]) -> None:
     if not items:
         raise DataError("BatchMessage.items must not be empty")
+    # The usual message passes with one pass over the items and a few in C; the loop below, which
+    # names the first defect, runs only when these fail (it also accepts int subclasses).
+    if all(issubclass(kind, SAWItem) for kind in set(map(type, items))):
+        versions: list[Any] = [item.meta.get("policy_version") for item in items]
+        if set(map(type, versions)) == {int} and min(versions) >= 0:
+            return
     for i, item in enumerate(items):
         if not isinstance(item, SAWItem):
             raise DataError(f"BatchMessage.items[{i}] must be a SAWItem, got {type(item).__name__}")
