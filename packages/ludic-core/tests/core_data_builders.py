@@ -1,4 +1,5 @@
-"""Hand-built rollouts and an engine factory for the data-plane tests (credit, SAW builder, engine)."""
+"""Hand-built rollouts, an engine factory and item probes for the data-plane tests (credit, SAW builder,
+engine, packed items)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from ludic_core.engine import RolloutEngine
 from ludic_core.protocols import SingleAgentProtocol
+from ludic_core.saw import SAWItem
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
 from ludic_core.types import AgentStep, EnvironmentStep, Rollout, TokenTrace
 
@@ -84,3 +86,12 @@ def guess_engine(*, base_seed: int = 0, choices: Sequence[str] | None = None, **
         base_seed=base_seed,
         **kwargs,
     )
+
+
+def still_packed(item: SAWItem, field: str) -> bool:
+    """Whether a packed item's ``field`` has not been unpacked yet: ``SAWItem``'s own slot is empty."""
+    try:
+        SAWItem.__dict__[field].__get__(item, SAWItem)
+    except AttributeError:
+        return True
+    return False

@@ -12,21 +12,13 @@ from typing import Any
 
 import attrs
 import pytest
+from core_data_builders import still_packed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ludic_core.errors import DataError
 from ludic_core.packed_saw import UINT32, PackedSAWItem, packed_arrays, with_meta
 from ludic_core.saw import SAWItem
-
-
-def _unread(item: SAWItem, field: str) -> bool:
-    """Whether ``field`` is still packed: SAWItem's own slot for it is empty."""
-    try:
-        SAWItem.__dict__[field].__get__(item, SAWItem)
-    except AttributeError:
-        return True
-    return False
 
 
 def packed(
@@ -71,7 +63,7 @@ def test_an_item_built_from_arrays_is_the_item_of_the_same_tuples() -> None:
     arrays = ("input_ids", "action_mask", "actor_logps", "teacher_logps")
     # Lengths and counts come from the packed arrays, without unpacking them.
     assert len(item) == 5 and item.num_action_tokens == 3
-    assert all(_unread(item, field) for field in arrays)
+    assert all(still_packed(item, field) for field in arrays)
     assert item == same and same == item
     assert (item != same, same != item) == (False, False)
     assert item != attrs.evolve(same, weight=0.25) and attrs.evolve(same, weight=0.25) != item
@@ -116,7 +108,7 @@ def test_with_meta_keeps_the_arrays_packed() -> None:
     item = packed([5, 6, 7, 8], [2, 2], logps=[-0.5, -0.25], sampling_temperature=0.5)
     tagged = with_meta(item, {"rollout_id": "r", "policy_version": 3})
     assert packed_arrays(tagged) is packed_arrays(item) and tagged.meta["policy_version"] == 3
-    assert all(_unread(tagged, field) for field in ("input_ids", "action_mask", "actor_logps"))
+    assert all(still_packed(tagged, field) for field in ("input_ids", "action_mask", "actor_logps"))
     assert tagged == attrs.evolve(item, meta={"rollout_id": "r", "policy_version": 3}) and item.meta == {
         "rollout_id": "r"
     }

@@ -16,6 +16,7 @@ import attrs
 import msgpack
 import numpy as np
 import pytest
+from core_data_builders import still_packed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pipeline_messages import make_item, message
@@ -233,27 +234,18 @@ def test_round_trip_property(items: list[SAWItem], batch_meta: dict[str, Any], c
 # --- decoded items: arrays unpacked on first read -----------------------------------------------------
 
 
-def _unread(item: SAWItem, field: str) -> bool:
-    """Whether ``field`` is still packed: SAWItem's own slot for it is empty."""
-    try:
-        SAWItem.__dict__[field].__get__(item, SAWItem)
-    except AttributeError:
-        return True
-    return False
-
-
 def test_decoded_items_unpack_each_array_on_its_first_read() -> None:
     sent = message(3)
     item = decode_message(encode_message(sent)).items[1]
     arrays = ("input_ids", "action_mask", "actor_logps")
-    assert isinstance(item, PackedSAWItem) and all(_unread(item, field) for field in arrays)
+    assert isinstance(item, PackedSAWItem) and all(still_packed(item, field) for field in arrays)
     # The counts a batcher asks for come from the packed lengths and runs, without unpacking.
     assert len(item) == 4 and item.num_action_tokens == 2
-    assert all(_unread(item, field) for field in arrays) and item.teacher_logps is None
+    assert all(still_packed(item, field) for field in arrays) and item.teacher_logps is None
     ids = item.input_ids
     assert ids == (5, 6, 8, 8) and type(ids) is tuple and all(type(v) is int for v in ids)
     assert item.input_ids is ids  # kept: unpacked once
-    assert not _unread(item, "input_ids") and _unread(item, "action_mask")
+    assert not still_packed(item, "input_ids") and still_packed(item, "action_mask")
     assert item.action_mask == (0, 0, 1, 1) and item.actor_logps == (-0.5, -1.375)
 
 
@@ -321,7 +313,7 @@ def test_items_packed_at_build_time_encode_to_the_same_bytes(items: list[SAWItem
     # pack_items read the packed buffers: no item's arrays were unpacked into tuples.
     for item in all_built:
         has = ("input_ids", "action_mask", *packed_arrays(item).logps)  # type: ignore[union-attr]
-        assert all(_unread(item, field) for field in has)
+        assert all(still_packed(item, field) for field in has)
     mixed = [as_built(item) if flag else item for item, flag in zip(items, built, strict=False)]
     evolved = [attrs.evolve(item) for item in all_built]  # tuples again: packed the tuple way
     assert encode(items) == payload and encode(mixed) == payload and encode(evolved) == payload
