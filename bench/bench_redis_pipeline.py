@@ -11,9 +11,11 @@ messages from the same seed, and the consumer times from its go signal to the la
   messages into the learner's processing list: one pipelined BLMOVE + LMOVEs + LLEN round trip per
   claim, decode and check every item, batch meta), with a learner batch of ``--learner-items`` items
   (default: one actor batch);
-* ``pipeline_read`` — the same, and the consumer also reads every item's ``input_ids``,
-  ``action_mask`` and ``actor_logps`` as tuples (what a collate that reads the fields pays: decoded
-  items unpack their arrays on first read);
+* ``pipeline_read`` — the same, and the consumer also collates every learner batch into the tensors
+  a trainer trains on (``ludic_train.collate_saw_items``, which reads a decoded item's packed buffers);
+  without ludic-train installed it reads every item's ``input_ids``, ``action_mask`` and
+  ``actor_logps`` as tuples instead (decoded items unpack their arrays on first read), and the JSON's
+  ``read_side`` says which;
 * ``raw`` — ``redis.asyncio`` with pre-made byte blobs exactly as long as the encoded messages (no
   encoding, no decoding), with the same batching: one RPUSH per message, and per learner batch one
   BLPOP (plus, when a learner batch spans several messages, an LPOP of the rest in the same round trip).
@@ -44,6 +46,7 @@ import statistics
 import sys
 import time
 from array import array
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -290,14 +293,26 @@ async def run_other_process(work: Workload, side: str, url: str, queue: str, con
     return elapsed
 
 
-def read_arrays(items: list[SAWItem]) -> int:
-    """Read every array a trainer collates, as tuples; returns the number of tokens read."""
-    tokens = 0
+def _collate() -> Callable[[list[SAWItem]], object] | None:
+    try:
+        from ludic_train.collate import collate_saw_items
+    except ImportError:
+        return None
+    return lambda items: collate_saw_items(items, pad_token_id=0)
+
+
+COLLATE = _collate()
+READ_SIDE = "collate_saw_items" if COLLATE is not None else "tuples"
+
+
+def read_arrays(items: list[SAWItem]) -> None:
+    """What the learner does with a batch next: collate it (or, without ludic-train, read every
+    array a trainer collates, as tuples)."""
+    if COLLATE is not None:
+        COLLATE(items)
+        return
     for item in items:
-        tokens += len(item.input_ids) + len(item.action_mask)
-        if item.actor_logps is not None:
-            tokens += len(item.actor_logps)
-    return tokens
+        item.input_ids, item.action_mask, item.actor_logps  # noqa: B018 - the reads are the point
 
 
 def codec_times(messages: list[BatchMessage], payloads: list[bytes]) -> dict[str, float]:
@@ -352,6 +367,7 @@ async def measure(args: argparse.Namespace, url: str, conn: Connection | None) -
         "bytes_per_token": message_bytes / (args.items_per_message * args.tokens),
         "repeats": args.repeats,
         "load_average_1min": os.getloadavg()[0],
+        "read_side": READ_SIDE,
     }
     for side in ("pipeline", "pipeline_read"):
         ratios = [raw / own for raw, own in zip(times["raw"], times[side], strict=True)]
