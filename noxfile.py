@@ -40,7 +40,7 @@ nox.options.sessions = [
     "tinker",
     "vllm",
     "examples",
-    "bench",
+    # `bench` is not here: benchmarks are measurements (minutes of timed runs), run with `nox -s bench`.
     "demo",
     "docs",
     "doctest-md",
