@@ -319,13 +319,15 @@ class RolloutEngine:
                         "pass on_failure='continue' to keep the other episodes"
                     )
 
-        # ``concurrency`` long-lived workers, not a task per episode behind a semaphore: a task per
-        # episode, all created up front, cost ~30 µs per episode in task creation, semaphore waits
-        # and completion wake-ups, and held every pending episode's task in memory at once.
+        # ``concurrency`` long-lived workers, not a task per episode behind a semaphore: tasks for
+        # every episode, created up front, held every pending episode's task in memory at once and
+        # cost ~30 µs per episode (task creation, semaphore waits, wake-ups) when the requests far
+        # outnumber the slots.
         workers = [asyncio.ensure_future(worker()) for _ in range(min(settings.concurrency, len(requests)))]
         try:
             if workers:
                 # The first worker to raise (EpisodeError, a ConfigError from a factory) ends the call.
+                # No timeout of its own: every episode is bounded by episode_timeout_s.
                 await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
                 for task in workers:
                     if task.done() and not task.cancelled():
