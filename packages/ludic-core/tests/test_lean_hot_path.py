@@ -16,10 +16,11 @@ import attrs
 import pytest
 
 from ludic_core.errors import DataError
+from ludic_core.ids import new_id
 from ludic_core.protocols.timeline import AgentTimeline
 from ludic_core.saw import SAWItem
 from ludic_core.seeding import derive_seed, seed_deriver
-from ludic_core.types import AgentStep, ChatResponse, FrozenMessage, TokenTrace, freeze_message, new_id
+from ludic_core.types import AgentStep, ChatResponse, FrozenMessage, TokenTrace, freeze_message
 
 
 def step_with(messages: object) -> AgentStep:

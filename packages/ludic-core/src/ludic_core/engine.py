@@ -52,6 +52,7 @@ from ludic_core.credit import CreditAssigner, group_key
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
 from ludic_core.filters import SampleFilter, apply_filter
+from ludic_core.ids import seeded_ids
 from ludic_core.inference import InferenceSpec
 from ludic_core.logs import get_logger
 from ludic_core.protocols.base import InteractionProtocol
@@ -68,7 +69,7 @@ from ludic_core.rollout_settings import (
 from ludic_core.saw import SAWBatch
 from ludic_core.saw_builder import build_saw_items
 from ludic_core.seeding import MAX_SEED, derive_seed
-from ludic_core.types import EpisodeFailure, Rollout, seeded_ids
+from ludic_core.types import EpisodeFailure, Rollout
 
 __all__ = [
     "DEFAULT_EPISODE_TIMEOUT_S",

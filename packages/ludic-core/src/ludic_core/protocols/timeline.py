@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from ludic_core.harness import AgentActResult, AgentActStep
+from ludic_core.ids import new_id
 from ludic_core.seeding import seed_deriver
 from ludic_core.types import (
     AgentStep,
@@ -27,7 +28,6 @@ from ludic_core.types import (
     ToolResult,
     TruncationReason,
     _mark_step_truncated,
-    new_id,
 )
 
 __all__ = ["DEFAULT_PARSE_FAILURE_OBS", "AgentTimeline", "merge_step_info", "split_parser_reward"]
