@@ -475,6 +475,22 @@ async def test_thousand_small_episodes_run_and_reproduce_exactly() -> None:
     assert comparable(other) != comparable(first)[: len(other.items)]
 
 
+async def test_results_repr_as_counts_not_as_every_token() -> None:
+    # asyncio.run (Python 3.11, 3.12) builds the repr of what its coroutine returns: a result's repr
+    # must not spell out every step, or `asyncio.run(engine.generate_rollouts(...))` pays for it.
+    requests = [guess_request(inference=RL) for _ in range(40)]
+    engine = guess_engine(choices=["1", "x", "2"])
+    result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=3))
+    steps = sum(len(r.steps) for r in result.rollouts)
+    assert steps > 80
+    assert repr(result) == f"RolloutResult(40 episodes, 40 rollouts, {steps} steps, 0 failed)"
+    batch = await engine.generate_batch(
+        requests, RolloutSettings(max_steps=3), credit_assigner=MonteCarloReturn()
+    )
+    assert repr(batch) == f"SAWBatch(<{len(batch.items)} items>, meta={batch.meta!r})"
+    assert len(repr(batch)) < 1000 < len(repr(batch.items))
+
+
 async def test_deterministic_ids_make_reruns_identical_down_to_the_ids() -> None:
     base = [guess_request(inference=RL) for _ in range(20)]
     batches = []

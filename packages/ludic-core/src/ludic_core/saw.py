@@ -163,6 +163,11 @@ class SAWBatch:
     def __len__(self) -> int:
         return len(self.items)
 
+    def __repr__(self) -> str:
+        # The item count and the batch meta, not every item's token ids (megabytes for a batch; on
+        # Python 3.11 and 3.12 asyncio.run builds the repr of the value its coroutine returns, twice).
+        return f"SAWBatch(<{len(self.items)} items>, meta={self.meta!r})"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SAW_SCHEMA_VERSION,
