@@ -68,6 +68,8 @@ def test_sample_level_reducers_and_sync_wrapper() -> None:
     )
     assert result.metrics["sample_accuracy"] == 0.5
     assert result.metrics["n"] == 2.0
+    # A summary, not every record (asyncio.run builds the repr of what run_eval_sync returns).
+    assert repr(result) == f"EvalResult(metrics={result.metrics!r}, <2 rollouts>, <2 samples>)"
 
 
 def test_pass_at_k_and_mean_at_k_exact_values() -> None:

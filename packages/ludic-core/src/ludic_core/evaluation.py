@@ -278,6 +278,11 @@ class EvalResult:
     metrics: dict[str, float | int | None]
     episodes: tuple[EpisodeResult, ...] = attrs.field(repr=False)
 
+    def __repr__(self) -> str:
+        # The metrics and the record counts: the records themselves run to megabytes, and
+        # run_eval_sync's asyncio.run builds the repr of what it returns (Python 3.11 and 3.12).
+        return f"EvalResult(metrics={self.metrics!r}, <{len(self.rollouts)} rollouts>, <{len(self.samples)} samples>)"
+
 
 async def run_eval(
     engine: RolloutEngine,
