@@ -18,7 +18,8 @@ the engine itself loses. When the bare loop is far from 1.0, per-call CPU time o
 
 Each side's process CPU time is recorded too, per model call, next to the budget one core has per call
 when ``C`` calls share the latency (``latency / C``): a side whose CPU per call exceeds that budget
-cannot keep ``C`` calls in flight, however it schedules them.
+cannot keep ``C`` calls in flight, however it schedules them. So is the share of that CPU time spent in
+the garbage collector (``gc.callbacks``), which grows with the number of objects alive at once.
 
 Prints one JSON object: for each concurrency, the wall times, both ideals and the efficiencies
 ``ideal / measured`` (1.0 is perfect; what is lost is the engine's own work and event-loop scheduling),
@@ -35,6 +36,7 @@ import json
 import sys
 import time
 
+from _gc_timer import GCTimer
 from _guess_number import bare_episode, make_client, make_engine, requests
 
 from ludic_core import RolloutSettings
@@ -94,15 +96,21 @@ def main() -> None:
     latency_s = args.latency_ms / 1000
 
     results = {}
+    bare_gc, engine_gc = GCTimer(), GCTimer()
     for concurrency in args.concurrency:
         gc.collect()  # each side starts from a collected heap (see bench_engine_overhead.py)
+        bare_gc.seconds = engine_gc.seconds = 0.0
+        gc.callbacks.append(bare_gc)
         cpu_started = time.process_time()
         bare = asyncio.run(run_bare(args.episodes, args.max_steps, concurrency, latency_s))
         bare_cpu = time.process_time() - cpu_started
+        gc.callbacks.remove(bare_gc)
         gc.collect()
+        gc.callbacks.append(engine_gc)
         cpu_started = time.process_time()
         wall, calls = asyncio.run(run_engine(args.episodes, args.max_steps, concurrency, latency_s))
         engine_cpu = time.process_time() - cpu_started
+        gc.callbacks.remove(engine_gc)
         lower_bound = max(sum(calls) / concurrency, max(calls)) * latency_s
         fifo = fifo_makespan(calls, concurrency, latency_s)
         results[str(concurrency)] = {
@@ -120,6 +128,10 @@ def main() -> None:
             "cpu_us_per_call": engine_cpu / sum(calls) * 1e6,
             "bare_loop_cpu_us_per_call": bare_cpu / sum(calls) * 1e6,
             "cpu_budget_us_per_call": latency_s / concurrency * 1e6,
+            # The part of that CPU spent in the garbage collector: it grows with the objects alive at
+            # once (the episodes in flight and what the engine keeps until it returns them).
+            "gc_cpu_share": engine_gc.seconds / engine_cpu,
+            "bare_loop_gc_cpu_share": bare_gc.seconds / bare_cpu,
         }
         print(
             f"concurrency {concurrency}: {wall:.3f} s (bare loop {bare:.3f} s, fifo ideal {fifo:.3f} s)",

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from _gc_timer import GCTimer
 from _guess_number import bare_episode, make_client, make_engine, requests
 
 from ludic_core import RolloutSettings
@@ -57,20 +58,6 @@ async def engine_batch(episodes: int, max_steps: int, concurrency: int) -> int:
         credit_assigner=MonteCarloReturn(),
     )
     return sum(1 for item in batch.items if item.meta["step_kind"] == "env")
-
-
-class GCTimer:
-    """Process CPU time spent in the garbage collector, through ``gc.callbacks``."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._started = 0.0
-
-    def __call__(self, phase: str, _info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._started = time.process_time()
-        else:
-            self.seconds += time.process_time() - self._started
 
 
 def timed(fn: Callable[[], Coroutine[Any, Any, int]]) -> tuple[float, float, float, int]:
