@@ -217,3 +217,93 @@ def test_an_agents_trusted_act_step_still_checks_the_rules_between_fields() -> N
         AgentActStep._trusted(trace, prompt, "a", "env", None)
     with pytest.raises(DataError, match="action_target='external' needs tool_calls"):
         AgentActStep._trusted(trace, prompt, "a", "external", None)
+
+
+def test_trusted_constructors_put_every_value_in_its_own_field() -> None:
+    # The _trusted constructors fill slots through setters unpacked in field order: every field gets
+    # a value no other field has, so a setter out of order shows as a mismatch with __init__.
+    from ludic_core.harness import AgentActStep
+    from ludic_core.parsing import ParseResult
+    from ludic_core.types import EnvironmentStep, ToolCall, ToolResult
+
+    trace = TokenTrace._trusted((1, 2), (3,), (-0.5,), "stop", 0.7)
+    assert trace == TokenTrace(
+        prompt_token_ids=[1, 2],
+        completion_token_ids=[3],
+        completion_logprobs=[-0.5],
+        finish_reason="stop",
+        sampling_temperature=0.7,
+    )
+    prompt = (FrozenMessage(role="user", content="u"),)
+    calls, results = (ToolCall("c", "tool"),), (ToolResult("c", "tool", "out"),)
+    act = AgentActStep._trusted(
+        trace, prompt, "act", "external", ParseResult("p"), 4, calls, results, {"i": 1}
+    )
+    assert act == AgentActStep(
+        trace=trace,
+        prompt_messages=prompt,
+        action="act",
+        action_target="external",
+        parse_result=ParseResult("p"),
+        loop_index=4,
+        tool_calls=calls,
+        tool_results=results,
+        info={"i": 1},
+    )
+    for parse_error, terminated in ((True, False), (False, True)):  # the flags told apart both ways
+        agent = AgentStep._trusted(
+            7, trace, prompt, "act", "env", "turn", 2, -1.0, {"parser": -1.0}, parse_error, terminated,
+            calls, results, {"k": 1},
+        )  # fmt: skip
+        expected = AgentStep(
+            index=7,
+            trace=trace,
+            prompt_messages=prompt,
+            action="act",
+            action_target="env",
+            turn_id="turn",
+            loop_index=2,
+            reward=-1.0,
+            reward_components={"parser": -1.0},
+            parse_error=parse_error,
+            terminated=terminated,
+            tool_calls=calls,
+            tool_results=results,
+            info={"k": 1},
+        )
+        assert attrs.evolve(agent, id=expected.id, ts_ns=expected.ts_ns) == expected
+    env = EnvironmentStep._trusted(
+        3,
+        trace,
+        "before",
+        "act",
+        "parsed",
+        None,
+        "turn",
+        "src",
+        ("a", "b"),
+        1.5,
+        {"env": 1.5},
+        False,
+        True,
+        {"k": 2},
+    )
+    expected_env = EnvironmentStep(
+        index=3,
+        trace=trace,
+        prev_obs="before",
+        action="act",
+        parsed_action="parsed",
+        next_obs=None,
+        turn_id="turn",
+        source_agent_step_id="src",
+        agent_step_ids=("a", "b"),
+        reward=1.5,
+        reward_components={"env": 1.5},
+        terminated=False,
+        truncated=True,
+        truncation_reason="env",
+        info={"k": 2},
+    )
+    assert attrs.evolve(env, id=expected_env.id, ts_ns=expected_env.ts_ns) == expected_env
+    assert (agent.kind, env.kind) == ("agent", "env")

@@ -33,6 +33,7 @@ from ludic_core.types import (
     ToolResult,
     _check_action_target,
     _messages,
+    _slot_setters,
     _tool_calls,
     _tool_results,
 )
@@ -94,17 +95,31 @@ class AgentActStep:
         if action_target == "external" and not tool_calls:
             raise DataError("an AgentActStep with action_target='external' needs tool_calls")
         step = object.__new__(cls)
-        set_field = object.__setattr__
-        set_field(step, "trace", trace)
-        set_field(step, "prompt_messages", prompt_messages)
-        set_field(step, "action", action)
-        set_field(step, "action_target", action_target)
-        set_field(step, "parse_result", parse_result)
-        set_field(step, "loop_index", loop_index)
-        set_field(step, "tool_calls", tool_calls)
-        set_field(step, "tool_results", tool_results)
-        set_field(step, "info", {} if info is None else info)
+        # The slots' own setters, in field order (see ludic_core.types._slot_setters).
+        (
+            set_trace,
+            set_prompt_messages,
+            set_action,
+            set_action_target,
+            set_parse_result,
+            set_loop_index,
+            set_tool_calls,
+            set_tool_results,
+            set_info,
+        ) = _ACT_STEP_SLOTS
+        set_trace(step, trace)
+        set_prompt_messages(step, prompt_messages)
+        set_action(step, action)
+        set_action_target(step, action_target)
+        set_parse_result(step, parse_result)
+        set_loop_index(step, loop_index)
+        set_tool_calls(step, tool_calls)
+        set_tool_results(step, tool_results)
+        set_info(step, {} if info is None else info)
         return step
+
+
+_ACT_STEP_SLOTS = _slot_setters(AgentActStep, [f.name for f in attrs.fields(AgentActStep)])
 
 
 def _to_steps(steps: Iterable[AgentActStep]) -> tuple[AgentActStep, ...]:

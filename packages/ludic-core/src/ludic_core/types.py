@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeAlias
 
 import attrs
@@ -136,6 +136,16 @@ def _check_prompt_logprobs_length(instance: Any, _attr: attrs.Attribute[Any], va
         )
 
 
+def _slot_setters(cls: type, names: Iterable[str]) -> tuple[Callable[[Any, Any], None], ...]:
+    """The ``__set__`` of each named slot of a slotted attrs class, for its ``_trusted`` constructor.
+
+    A frozen class refuses assignment, so a constructor that skips ``__init__`` must fill the slots
+    some other way: ``object.__setattr__(obj, name, value)`` looks the name up and unpacks an argument
+    tuple per field, where a slot's own setter does neither (about 30 ns less per field, ~55 fields
+    per env step)."""
+    return tuple(cls.__dict__[name].__set__ for name in names)
+
+
 @attrs.frozen
 class TokenTrace:
     """The exact tokens of one model call: the single source of truth for training.
@@ -171,12 +181,19 @@ class TokenTrace:
         trace's): token tuples are checked once where they enter, not again in every object they pass
         through. Private: anything else goes through ``__init__``."""
         trace = object.__new__(cls)
-        set_field = object.__setattr__
-        set_field(trace, "prompt_token_ids", prompt_token_ids)
-        set_field(trace, "completion_token_ids", completion_token_ids)
-        set_field(trace, "completion_logprobs", completion_logprobs)
-        set_field(trace, "finish_reason", finish_reason)
-        set_field(trace, "sampling_temperature", sampling_temperature)
+        # The slots' own setters, in field order: a third cheaper than object.__setattr__ (_slot_setters).
+        (
+            set_prompt_token_ids,
+            set_completion_token_ids,
+            set_completion_logprobs,
+            set_finish_reason,
+            set_sampling_temperature,
+        ) = _TOKEN_TRACE_SLOTS
+        set_prompt_token_ids(trace, prompt_token_ids)
+        set_completion_token_ids(trace, completion_token_ids)
+        set_completion_logprobs(trace, completion_logprobs)
+        set_finish_reason(trace, finish_reason)
+        set_sampling_temperature(trace, sampling_temperature)
         return trace
 
     def with_sampling_temperature(self, temperature: float | None) -> TokenTrace:
@@ -222,6 +239,7 @@ class TokenTrace:
 
 
 _TRACE_TEMPERATURE = attrs.fields(TokenTrace).sampling_temperature
+_TOKEN_TRACE_SLOTS = _slot_setters(TokenTrace, [f.name for f in attrs.fields(TokenTrace)])
 
 
 @attrs.frozen
@@ -482,26 +500,47 @@ class AgentStep:
         if not math.isfinite(reward):
             _finite(None, _AGENT_STEP_REWARD, reward)  # raises, naming the field
         step = object.__new__(cls)
-        set_field = object.__setattr__
-        set_field(step, "index", index)
-        set_field(step, "trace", trace)
-        set_field(step, "prompt_messages", prompt_messages)
-        set_field(step, "action", action)
-        set_field(step, "action_target", action_target)
-        set_field(step, "turn_id", turn_id)
-        set_field(step, "loop_index", loop_index)
-        set_field(step, "reward", reward)
-        set_field(step, "reward_components", reward_components)
-        set_field(step, "parse_error", parse_error)
-        set_field(step, "terminated", terminated)
-        set_field(step, "truncated", False)
-        set_field(step, "truncation_reason", None)
-        set_field(step, "tool_calls", tool_calls)
-        set_field(step, "tool_results", tool_results)
-        set_field(step, "info", info)
-        set_field(step, "id", new_id())
-        set_field(step, "ts_ns", time.time_ns())
-        set_field(step, "kind", "agent")
+        # The slots' own setters, in field order: a third cheaper than object.__setattr__ (_slot_setters).
+        (
+            set_index,
+            set_trace,
+            set_prompt_messages,
+            set_action,
+            set_action_target,
+            set_turn_id,
+            set_loop_index,
+            set_reward,
+            set_reward_components,
+            set_parse_error,
+            set_terminated,
+            set_truncated,
+            set_truncation_reason,
+            set_tool_calls,
+            set_tool_results,
+            set_info,
+            set_id,
+            set_ts_ns,
+            set_kind,
+        ) = _AGENT_STEP_SLOTS
+        set_index(step, index)
+        set_trace(step, trace)
+        set_prompt_messages(step, prompt_messages)
+        set_action(step, action)
+        set_action_target(step, action_target)
+        set_turn_id(step, turn_id)
+        set_loop_index(step, loop_index)
+        set_reward(step, reward)
+        set_reward_components(step, reward_components)
+        set_parse_error(step, parse_error)
+        set_terminated(step, terminated)
+        set_truncated(step, False)
+        set_truncation_reason(step, None)
+        set_tool_calls(step, tool_calls)
+        set_tool_results(step, tool_results)
+        set_info(step, info)
+        set_id(step, new_id())
+        set_ts_ns(step, time.time_ns())
+        set_kind(step, "agent")
         return step
 
 
@@ -560,29 +599,51 @@ class EnvironmentStep:
         if not math.isfinite(reward):
             _finite(None, _ENV_STEP_REWARD, reward)  # raises, naming the field
         step = object.__new__(cls)
-        set_field = object.__setattr__
-        set_field(step, "index", index)
-        set_field(step, "trace", trace)
-        set_field(step, "prev_obs", prev_obs)
-        set_field(step, "action", action)
-        set_field(step, "parsed_action", parsed_action)
-        set_field(step, "next_obs", next_obs)
-        set_field(step, "turn_id", turn_id)
-        set_field(step, "source_agent_step_id", source_agent_step_id)
-        set_field(step, "agent_step_ids", agent_step_ids)
-        set_field(step, "reward", reward)
-        set_field(step, "reward_components", reward_components)
-        set_field(step, "terminated", terminated)
-        set_field(step, "truncated", truncated)
-        set_field(step, "truncation_reason", "env" if truncated else None)
-        set_field(step, "info", info)
-        set_field(step, "id", new_id())
-        set_field(step, "ts_ns", time.time_ns())
-        set_field(step, "kind", "env")
+        # The slots' own setters, in field order: a third cheaper than object.__setattr__ (_slot_setters).
+        (
+            set_index,
+            set_trace,
+            set_prev_obs,
+            set_action,
+            set_parsed_action,
+            set_next_obs,
+            set_turn_id,
+            set_source_agent_step_id,
+            set_agent_step_ids,
+            set_reward,
+            set_reward_components,
+            set_terminated,
+            set_truncated,
+            set_truncation_reason,
+            set_info,
+            set_id,
+            set_ts_ns,
+            set_kind,
+        ) = _ENVIRONMENT_STEP_SLOTS
+        set_index(step, index)
+        set_trace(step, trace)
+        set_prev_obs(step, prev_obs)
+        set_action(step, action)
+        set_parsed_action(step, parsed_action)
+        set_next_obs(step, next_obs)
+        set_turn_id(step, turn_id)
+        set_source_agent_step_id(step, source_agent_step_id)
+        set_agent_step_ids(step, agent_step_ids)
+        set_reward(step, reward)
+        set_reward_components(step, reward_components)
+        set_terminated(step, terminated)
+        set_truncated(step, truncated)
+        set_truncation_reason(step, "env" if truncated else None)
+        set_info(step, info)
+        set_id(step, new_id())
+        set_ts_ns(step, time.time_ns())
+        set_kind(step, "env")
         return step
 
 
 _AGENT_STEP_REWARD = attrs.fields(AgentStep).reward
+_AGENT_STEP_SLOTS = _slot_setters(AgentStep, [f.name for f in attrs.fields(AgentStep)])
+_ENVIRONMENT_STEP_SLOTS = _slot_setters(EnvironmentStep, [f.name for f in attrs.fields(EnvironmentStep)])
 _TRUNCATION_REASON = attrs.fields(AgentStep).truncation_reason
 _STEP_FIELDS: dict[type, tuple[str, ...]] = {
     cls: tuple(f.name for f in attrs.fields(cls)) for cls in (AgentStep, EnvironmentStep)
