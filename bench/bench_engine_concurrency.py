@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import heapq
 import json
 import sys
 import time
 
-from _gc_timer import GCTimer
+from _cpu_timer import CPUTimer
 from _guess_number import bare_episode, make_client, make_engine, requests
 
 from ludic_core import RolloutSettings
@@ -96,21 +95,12 @@ def main() -> None:
     latency_s = args.latency_ms / 1000
 
     results = {}
-    bare_gc, engine_gc = GCTimer(), GCTimer()
     for concurrency in args.concurrency:
-        gc.collect()  # each side starts from a collected heap (see bench_engine_overhead.py)
-        bare_gc.seconds = engine_gc.seconds = 0.0
-        gc.callbacks.append(bare_gc)
-        cpu_started = time.process_time()
-        bare = asyncio.run(run_bare(args.episodes, args.max_steps, concurrency, latency_s))
-        bare_cpu = time.process_time() - cpu_started
-        gc.callbacks.remove(bare_gc)
-        gc.collect()
-        gc.callbacks.append(engine_gc)
-        cpu_started = time.process_time()
-        wall, calls = asyncio.run(run_engine(args.episodes, args.max_steps, concurrency, latency_s))
-        engine_cpu = time.process_time() - cpu_started
-        gc.callbacks.remove(engine_gc)
+        # Each side starts from a collected heap (see CPUTimer).
+        with CPUTimer() as bare_cpu:
+            bare = asyncio.run(run_bare(args.episodes, args.max_steps, concurrency, latency_s))
+        with CPUTimer() as engine_cpu:
+            wall, calls = asyncio.run(run_engine(args.episodes, args.max_steps, concurrency, latency_s))
         lower_bound = max(sum(calls) / concurrency, max(calls)) * latency_s
         fifo = fifo_makespan(calls, concurrency, latency_s)
         results[str(concurrency)] = {
@@ -125,13 +115,13 @@ def main() -> None:
             "model_calls": sum(calls),
             # What limits the fraction of ideal: the CPU each model call (with its env step) costs,
             # against the CPU one core has per call when `concurrency` calls share the latency.
-            "cpu_us_per_call": engine_cpu / sum(calls) * 1e6,
-            "bare_loop_cpu_us_per_call": bare_cpu / sum(calls) * 1e6,
+            "cpu_us_per_call": engine_cpu.seconds / sum(calls) * 1e6,
+            "bare_loop_cpu_us_per_call": bare_cpu.seconds / sum(calls) * 1e6,
             "cpu_budget_us_per_call": latency_s / concurrency * 1e6,
             # The part of that CPU spent in the garbage collector: it grows with the objects alive at
             # once (the episodes in flight and what the engine keeps until it returns them).
-            "gc_cpu_share": engine_gc.seconds / engine_cpu,
-            "bare_loop_gc_cpu_share": bare_gc.seconds / bare_cpu,
+            "gc_cpu_share": engine_cpu.gc_seconds / engine_cpu.seconds,
+            "bare_loop_gc_cpu_share": bare_cpu.gc_seconds / bare_cpu.seconds,
         }
         print(
             f"concurrency {concurrency}: {wall:.3f} s (bare loop {bare:.3f} s, fifo ideal {fifo:.3f} s)",

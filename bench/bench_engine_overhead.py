@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import statistics
 import sys
@@ -30,7 +29,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from _gc_timer import GCTimer
+from _cpu_timer import CPUTimer
 from _guess_number import bare_episode, make_client, make_engine, requests
 
 from ludic_core import RolloutSettings
@@ -61,20 +60,13 @@ async def engine_batch(episodes: int, max_steps: int, concurrency: int) -> int:
 
 
 def timed(fn: Callable[[], Coroutine[Any, Any, int]]) -> tuple[float, float, float, int]:
-    """Wall seconds, process CPU seconds, CPU seconds in the garbage collector and env steps of one run."""
-    # Every side starts from a collected heap: the collector's thresholds for a full collection depend
-    # on what survived the last one, so without this a side pays (or skips) a full collection
-    # because of the side that ran before it.
-    gc.collect()
-    collector = GCTimer()
-    gc.callbacks.append(collector)
-    try:
-        started, cpu_started = time.perf_counter(), time.process_time()
+    """Wall seconds, process CPU seconds, CPU seconds in the garbage collector and env steps of one run
+    (from a collected heap, see CPUTimer)."""
+    with CPUTimer() as cpu:
+        started = time.perf_counter()
         steps = asyncio.run(fn())
-        wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    finally:
-        gc.callbacks.remove(collector)
-    return wall, cpu, collector.seconds, steps
+        wall = time.perf_counter() - started
+    return wall, cpu.seconds, cpu.gc_seconds, steps
 
 
 def main() -> None:
