@@ -119,7 +119,7 @@ class AgentActStep:
         return step
 
 
-_ACT_STEP_SLOTS = _slot_setters(AgentActStep, [f.name for f in attrs.fields(AgentActStep)])
+_ACT_STEP_SLOTS = _slot_setters(AgentActStep)
 
 
 def _to_steps(steps: Iterable[AgentActStep]) -> tuple[AgentActStep, ...]:
