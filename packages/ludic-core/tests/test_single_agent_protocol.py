@@ -261,26 +261,32 @@ async def test_sampling_seeds_differ_per_turn_and_are_reproducible() -> None:
 async def test_traces_record_the_temperature_the_calls_sampled_with() -> None:
     secret = secret_for(SECRET_SEED)
     spec = InferenceSpec(sampling=SamplingParams(temperature=0.6))
-    protocol = SingleAgentProtocol(
-        ScriptedAgent(ScriptedChatClient(["garbage", f"<n>{secret}</n>"]), parser=tagged_parser)
-    )
-    [rollout] = await protocol.run(env=GuessNumberEnv(), max_steps=5, env_seed=SECRET_SEED, inference=spec)
-    assert [s.trace.sampling_temperature for s in rollout.steps] == [0.6, 0.6, 0.6]  # the env step too
+
+    class SilentClient(ScriptedChatClient):
+        """Reports no temperature: the protocol records the one it asked for."""
+
+        async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
+            return attrs.evolve(await super().complete_tokens(request), sampling_temperature=None)
 
     class ReportingClient(ScriptedChatClient):
         async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
-            response = await super().complete_tokens(request)
-            return attrs.evolve(response, sampling_temperature=1.0)
+            return attrs.evolve(await super().complete_tokens(request), sampling_temperature=1.0)
 
-    protocol = SingleAgentProtocol(ScriptedAgent(ReportingClient([f"<n>{secret}</n>"]), parser=tagged_parser))
-    [rollout] = await protocol.run(env=GuessNumberEnv(), max_steps=5, env_seed=SECRET_SEED, inference=spec)
-    assert {s.trace.sampling_temperature for s in rollout.steps} == {1.0}  # what the client reported wins
-    # Without a spec the agent samples with its own; the protocol cannot know it.
-    protocol = SingleAgentProtocol(
-        ScriptedAgent(ScriptedChatClient([f"<n>{secret}</n>"]), parser=tagged_parser)
-    )
-    [rollout] = await protocol.run(env=GuessNumberEnv(), max_steps=5, env_seed=SECRET_SEED)
-    assert {s.trace.sampling_temperature for s in rollout.steps} == {None}
+    async def temperatures(client: ScriptedChatClient, inference: InferenceSpec | None) -> list[float | None]:
+        protocol = SingleAgentProtocol(ScriptedAgent(client, parser=tagged_parser))
+        [rollout] = await protocol.run(
+            env=GuessNumberEnv(), max_steps=5, env_seed=SECRET_SEED, inference=inference
+        )
+        return [s.trace.sampling_temperature for s in rollout.steps]
+
+    # Filled in by the protocol (the env step's trace too), or reported by the client.
+    assert await temperatures(SilentClient(["garbage", f"<n>{secret}</n>"]), spec) == [0.6, 0.6, 0.6]
+    assert await temperatures(ScriptedChatClient(["garbage", f"<n>{secret}</n>"]), spec) == [0.6, 0.6, 0.6]
+    assert set(await temperatures(ReportingClient([f"<n>{secret}</n>"]), spec)) == {1.0}  # the client wins
+    # Without a spec the agent samples with its own (InferenceSpec's default): only the client knows.
+    own = InferenceSpec().sampling.temperature
+    assert set(await temperatures(SilentClient([f"<n>{secret}</n>"]), None)) == {None}
+    assert set(await temperatures(ScriptedChatClient([f"<n>{secret}</n>"]), None)) == {own}
 
 
 async def test_env_with_two_agents_is_rejected() -> None:

@@ -175,8 +175,10 @@ class ChatClient(Protocol):
     * when ``return_.return_chosen_logprobs`` is set, one logprob per completion token (after
       temperature: ``log softmax(logits / temperature)``; at temperature 0, greedy decoding, the
       untempered ``log softmax(logits)``); otherwise logprobs may be omitted;
-    * ``ChatResponse.sampling_temperature``, when set, is the temperature those logprobs are under
-      (trainers score the same distribution); ``None`` lets the protocol record the request's;
+    * ``ChatResponse.sampling_temperature`` is the temperature those logprobs are under (trainers
+      score the same distribution); every client in Ludic reports the request's. ``None`` (not
+      reported) lets the protocol record the temperature it asked the agent to sample with, on a copy
+      of the trace;
     * when ``return_.return_prompt_logprobs`` is set, ``prompt_logprobs`` has ``len(prompt_token_ids) - 1``
       entries, entry ``i`` being ``log p(prompt[i+1] | prompt[:i+1])`` under the untempered, unfiltered
       distribution ``log softmax(logits)`` whatever the sampling parameters; a client that cannot compute

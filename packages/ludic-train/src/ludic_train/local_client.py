@@ -335,6 +335,8 @@ class LocalPolicyClient:
                         finish_reason=reason,
                         policy_version_start=p.version_start,
                         policy_version_end=version_end,
+                        # The logprobs are under softmax(logits / temperature), untempered at 0.
+                        sampling_temperature=p.request.sampling.temperature,
                         prompt_logprobs=prompt_logps,
                     )
                 )

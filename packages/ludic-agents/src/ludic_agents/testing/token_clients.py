@@ -105,5 +105,6 @@ class ScriptedTokenClient:
             completion_token_ids=ids,
             completion_logprobs=logprobs,
             finish_reason=finish_reason,
+            sampling_temperature=request.sampling.temperature,
             prompt_logprobs=prompt_logprobs,
         )

@@ -104,6 +104,8 @@ class TextChatClient(abc.ABC):
             finish_reason=finish_reason,
             policy_version_start=self.policy_version,
             policy_version_end=self.policy_version,
+            # Reported as a real client reports it, so the trace is complete where it is made.
+            sampling_temperature=request.sampling.temperature,
             prompt_logprobs=prompt_logprobs,
         )
 
