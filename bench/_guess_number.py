@@ -48,12 +48,16 @@ def requests(episodes: int) -> list[RolloutRequest]:
     ]
 
 
-async def bare_episode(client: ScriptedChatClient, episode: int, max_steps: int) -> int:
+async def bare_episode(
+    client: ScriptedChatClient, episode: int, max_steps: int, keep: list[object] | None = None
+) -> int:
     """The baseline both benchmarks compare with: one episode as a minimal hand-written loop (render,
     tokenise, call the client, step the env), no engine. Returns the model calls it made.
 
     It renders the same prompts the engine's agent does, the env's suggested system prompt included,
-    so both sides tokenise, send and check the same number of tokens."""
+    so both sides tokenise, send and check the same number of tokens. With ``keep``, it appends each
+    step's response and env outcome there, and the episode's messages at its end, as a loop that
+    returns what it ran would (the engine keeps every rollout until it returns them)."""
     encode = ByteTokenizer().encode
     env = GuessNumberEnv()
     obs, _ = env.env_reset(seed=episode)
@@ -69,7 +73,13 @@ async def bare_episode(client: ScriptedChatClient, episode: int, max_steps: int)
         response = await client.complete_tokens(request)
         messages.append({"role": "assistant", "content": response.text})
         outcome = env.env_step(response.text.strip())
+        if keep is not None:
+            keep.append((response, outcome))
         if outcome.terminated or outcome.truncated:
+            if keep is not None:
+                keep.append(messages)
             return step + 1
         messages.append({"role": "user", "content": outcome.obs})
+    if keep is not None:
+        keep.append(messages)
     return max_steps

@@ -4,11 +4,14 @@ Both sides play the same GuessNumber episodes (same env seeds, same scripted rep
 rendering and byte tokenisation, a zero-latency scripted client), so they make the same model calls and
 env steps; the difference is what the engine adds: a fresh env and protocol per episode, the protocol's
 timeline (AgentStep/EnvironmentStep objects, turn ids, truncation marks), seeds, meta, per-call and
-per-episode timeouts and the semaphore. A third measurement adds credit assignment and SAW-item
-building (``generate_batch``).
+per-episode timeouts and the worker tasks. A third measurement adds credit assignment and SAW-item
+building (``generate_batch``). A second baseline, ``baseline_keeping``, is the same loop keeping every
+step's response and env outcome until it returns, as the engine keeps its rollouts: the
+``cpu_ratio_engine_c64_vs_baseline_keeping`` ratio leaves out what only holding on to results costs.
 
-The machine may be shared, so every measurement runs ``--repeats`` times, interleaved (baseline, engine,
-engine, batch, then again), and the medians are compared: a burst of load hits every side alike. Each
+The machine may be shared, so every measurement runs ``--repeats`` times, interleaved (baseline,
+keeping baseline, engine, engine, batch, then again), and the medians are compared: a burst of load
+hits every side alike. Each
 side's process CPU time is recorded as well as its wall time: on a loaded machine the wall clock also
 counts time the process spent waiting for a core, the CPU time only the work it did, and the ``cpu_*``
 ratios (medians of the same interleaved repeats) are the steadier measure of the engine's overhead.
@@ -40,6 +43,14 @@ async def baseline(episodes: int, max_steps: int) -> int:
     """The minimal loop over every episode in turn. Returns env steps taken."""
     client = make_client()
     return sum([await bare_episode(client, episode, max_steps) for episode in range(episodes)])
+
+
+async def baseline_keeping(episodes: int, max_steps: int) -> int:
+    """The minimal loop that also keeps every step's response and env outcome until it returns, as
+    the engine keeps its rollouts: how much of the engine's cost is only holding on to results."""
+    client = make_client()
+    kept: list[object] = []
+    return sum([await bare_episode(client, episode, max_steps, kept) for episode in range(episodes)])
 
 
 async def engine_rollouts(episodes: int, max_steps: int, concurrency: int) -> int:
@@ -79,6 +90,7 @@ def main() -> None:
 
     sides: dict[str, Callable[[], Coroutine[Any, Any, int]]] = {
         "baseline": lambda: baseline(n, k),
+        "baseline_keeping": lambda: baseline_keeping(n, k),
         "engine_c1": lambda: engine_rollouts(n, k, 1),
         "engine_c64": lambda: engine_rollouts(n, k, 64),
         "engine_batch_c64": lambda: engine_batch(n, k, 64),
@@ -119,6 +131,7 @@ def main() -> None:
                 "cpu_ratio_engine_c1_vs_baseline": cpu["engine_c1"] / cpu["baseline"],
                 "cpu_ratio_engine_c64_vs_baseline": cpu["engine_c64"] / cpu["baseline"],
                 "cpu_ratio_engine_batch_vs_baseline": cpu["engine_batch_c64"] / cpu["baseline"],
+                "cpu_ratio_engine_c64_vs_baseline_keeping": cpu["engine_c64"] / cpu["baseline_keeping"],
                 # Part of the CPU time above spent in the garbage collector (gc.callbacks).
                 "gc_cpu_seconds_per_env_step": {name: t / env_steps for name, t in in_gc.items()},
             }
