@@ -541,6 +541,27 @@ async def test_an_error_reply_to_a_claim_leaves_no_reply_for_the_next(redis_url:
 
 
 @pytest.mark.redis
+async def test_pushed_payloads_are_packed_for_their_call_only(redis_url: str, queue_key: str) -> None:
+    import redis.asyncio as redis_asyncio
+
+    from ludic_core.pipeline.connection import PinnedConnection
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    connection = PinnedConnection(client)
+    try:
+        # A push's payloads are new every time: keeping their packed bytes would only hold memory.
+        assert await connection.execute((("RPUSH", queue_key, b"a", b"b"),), keep_packed=False) == [2]
+        assert connection._packed == {}
+        assert await connection.execute((("LLEN", queue_key),)) == [2]
+        assert list(connection._packed) == [(("LLEN", queue_key),)]  # a command sent again stays packed
+        assert await client.lrange(queue_key, 0, -1) == [b"a", b"b"]
+    finally:
+        await connection.aclose()
+        await client.delete(queue_key)
+        await client.aclose()
+
+
+@pytest.mark.redis
 async def test_messages_popped_ahead_are_served_next_in_order(redis_url: str, queue_key: str) -> None:
     # Sizes 1, 4, 4, 4 with min_items=5: after the 1-item message the source asks for 4 messages
     # (enough if they held 1 item each), gets the other three and keeps two for the next call.

@@ -49,7 +49,8 @@ _MAX_PACKED = 256
 class PinnedConnection:
     """One connection of a ``redis.asyncio`` client's pool, kept for a hot round trip of raw commands.
 
-    The learner claims on every batch: a ``BLMOVE``, some ``LMOVE`` s and an ``LLEN`` in one round trip.
+    The learner claims on every batch: a ``BLMOVE``, some ``LMOVE`` s and an ``LLEN`` in one round trip;
+    an actor pushes every batch with an ``RPUSH``.
     Through a redis-py pipeline object that round trip pays, per call, a pooled connection taken and
     given back (a lock, events, metrics), a retry wrapper and the pipeline's bookkeeping: about as much
     again as Redis takes. Here the commands are packed, written in one send and their replies read in
@@ -70,17 +71,23 @@ class PinnedConnection:
         # (one per claim size), and packing one costs as much as its reply takes to parse.
         self._packed: dict[tuple[Command, ...], list[bytes]] = {}
 
-    async def execute(self, commands: tuple[Command, ...]) -> list[Any]:
+    async def execute(self, commands: tuple[Command, ...], *, keep_packed: bool = True) -> list[Any]:
         """Send ``commands`` in one write and return their raw replies, in order (bytes, ints, None,
-        lists); an error reply raises redis-py's ``ResponseError``."""
+        lists); an error reply raises redis-py's ``ResponseError``.
+
+        ``keep_packed=False`` for commands that are never sent twice (a push of new payloads): they
+        are packed for this call only, and never hashed as a key of the packed lists.
+        """
         connection = self._connection
         if connection is None:
             connection = self._connection = await self._pool.get_connection()
-        packed = self._packed.get(commands)
+        packed = self._packed.get(commands) if keep_packed else None
         if packed is None:
-            if len(self._packed) >= _MAX_PACKED:
-                self._packed.clear()
-            packed = self._packed[commands] = connection.pack_commands(commands)
+            packed = connection.pack_commands(commands)
+            if keep_packed:
+                if len(self._packed) >= _MAX_PACKED:
+                    self._packed.clear()
+                self._packed[commands] = packed
         try:
             await connection.send_packed_command(packed, check_health=False)
             return [await connection.read_response() for _ in commands]
