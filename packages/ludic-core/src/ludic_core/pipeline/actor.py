@@ -54,6 +54,7 @@ from ludic_core.packed_saw import with_meta
 from ludic_core.pipeline.connection import (
     AsyncRedis,
     PinnedConnection,
+    close_client,
     connect_redis,
     redact_url,
     redis_call,
@@ -199,11 +200,7 @@ class RedisPipelineActor:
         if self._redis is not None:
             redis, self._redis = self._redis, None
             pushes, self._pushes = self._pushes, None
-            try:
-                if pushes is not None:
-                    await pushes.aclose()
-            finally:
-                await redis.aclose()
+            await close_client(redis, pushes)
 
     async def __aenter__(self) -> RedisPipelineActor:
         await self.connect()

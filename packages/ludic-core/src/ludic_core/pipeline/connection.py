@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError, missing_extra
 
-__all__ = ["AsyncRedis", "PinnedConnection", "connect_redis", "redact_url", "redis_call"]
+__all__ = ["AsyncRedis", "PinnedConnection", "close_client", "connect_redis", "redact_url", "redis_call"]
 
 T = TypeVar("T")
 
@@ -102,6 +102,16 @@ class PinnedConnection:
         connection, self._connection = self._connection, None
         if connection is not None:
             await self._pool.release(connection)
+
+
+async def close_client(client: AsyncRedis, pinned: PinnedConnection | None) -> None:
+    """Give ``pinned``'s connection back to ``client``'s pool, then close ``client`` (also when that
+    fails)."""
+    try:
+        if pinned is not None:
+            await pinned.aclose()
+    finally:
+        await client.aclose()
 
 
 def redact_url(url: str) -> str:

@@ -82,6 +82,7 @@ from ludic_core.pipeline.claims import TOMBSTONE, ClaimKeys
 from ludic_core.pipeline.connection import (
     AsyncRedis,
     PinnedConnection,
+    close_client,
     connect_redis,
     redact_url,
     redis_call,
@@ -257,11 +258,7 @@ class RedisBatchSource:
         finally:
             redis, self._redis = self._redis, None
             claims, self._claims = self._claims, None
-            try:
-                if claims is not None:
-                    await claims.aclose()
-            finally:
-                await redis.aclose()
+            await close_client(redis, claims)
 
     async def __aenter__(self) -> RedisBatchSource:
         await self.connect()
