@@ -65,21 +65,21 @@ async def bare_episode(
         {"role": "system", "content": env.suggested_sysprompt},
         {"role": "user", "content": obs},
     ]
-    for step in range(max_steps):
+    calls = 0
+    while calls < max_steps:
         prompt = render_text_dialog(messages)
         request = TokenCompletionRequest.from_spec(
             encode(prompt), INFERENCE, seed=episode, prompt_text=prompt
         )
         response = await client.complete_tokens(request)
+        calls += 1
         messages.append({"role": "assistant", "content": response.text})
         outcome = env.env_step(response.text.strip())
         if keep is not None:
             keep.append((response, outcome))
         if outcome.terminated or outcome.truncated:
-            if keep is not None:
-                keep.append(messages)
-            return step + 1
+            break
         messages.append({"role": "user", "content": outcome.obs})
     if keep is not None:
         keep.append(messages)
-    return max_steps
+    return calls
