@@ -116,6 +116,9 @@ NO_DEPS_TEST_ASSETS: dict[str, tuple[str, ...]] = {
 }
 TEST_MARKERS = "not gpu and not vllm"
 TEST_TIMEOUT_S = 300
+# Each pytest run writes a JUnit XML report here, named after its session; after a failed run,
+# `.ci/run` prints the failed tests from them (tools/print_test_failures.py), so they end CI's log.
+TEST_REPORTS = ROOT / ".test-reports"
 
 # Every package with every extra that installs on a CPU machine (ludic-vllm[server] needs a CUDA vLLM;
 # the `vllm` session installs the CPU build instead).
@@ -309,6 +312,21 @@ def _existing(paths: Iterable[str]) -> list[str]:
     return [path for path in paths if (ROOT / path).exists()]
 
 
+def _report_args(session: nox.Session, part: str = "") -> tuple[str, ...]:
+    """pytest options that write the session's JUnit XML report, with the output of failed tests.
+
+    ``part`` tells apart the reports of a session that runs pytest more than once.
+    """
+    name = "".join(c if c.isalnum() or c in "-." else "_" for c in session.name + part)
+    return (
+        f"--junitxml={TEST_REPORTS / name}.xml",
+        "-o",
+        "junit_logging=all",
+        "-o",
+        "junit_log_passing_tests=false",
+    )
+
+
 def _run_pytest(session: nox.Session, *args: str) -> None:
     # Exit code 5 means "no tests collected": a package whose tests are not written yet is not a failure.
     session.run(
@@ -317,6 +335,7 @@ def _run_pytest(session: nox.Session, *args: str) -> None:
         "-m",
         TEST_MARKERS,
         f"--timeout={TEST_TIMEOUT_S}",
+        *_report_args(session),
         *session.posargs,
         success_codes=[0, 5],
     )
@@ -548,6 +567,7 @@ def vllm(session: nox.Session) -> None:
         "-m",
         "vllm and not gpu",
         f"--timeout={TEST_TIMEOUT_S}",
+        *_report_args(session),
         *session.posargs,
     )
     # The README blocks that need a server (fenced `fixture:vllm_url`; doctest-md deselects them).
@@ -609,6 +629,7 @@ def _run_markdown_blocks(session: nox.Session, markers: str, *pytest_args: str) 
         "-m",
         markers,
         f"--timeout={TEST_TIMEOUT_S}",
+        *_report_args(session, "-markdown"),
         *_markdown_files(),
         *pytest_args,
         env={"PYTHONPATH": str(ROOT / "tools")},
