@@ -177,8 +177,7 @@ class FakeTinkerService:
         class Handler(_Handler):
             fake = service
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _LoopbackServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-tinker", daemon=True)
         self._thread.start()
         return self
@@ -668,6 +667,20 @@ _JSON_ROUTES: dict[str, Callable[[FakeTinkerService, dict[str, Any]], Any]] = {
     "/api/v1/retrieve_future": FakeTinkerService.retrieve_future,
     "/api/v1/healthz": lambda s, b: {"status": "ok"},
 }
+
+
+class _LoopbackServer(ThreadingHTTPServer):
+    """The fake's HTTP server: a thread per connection, and a listen backlog the SDK's bursts fit in.
+
+    ``socketserver``'s default backlog is 5. A GRPO step samples a group at once, each sample on a
+    connection of its own (the fake answers HTTP/1.0, one request per connection). On a busy machine
+    the accepting thread falls behind, and past the backlog the kernel drops connection attempts: each
+    costs the client a second or more, and one not made within the SDK's 5 s connect timeout makes
+    the SDK send its request again.
+    """
+
+    request_queue_size = socket.SOMAXCONN
+    daemon_threads = True
 
 
 class _Handler(BaseHTTPRequestHandler):
