@@ -17,6 +17,15 @@ simulated machine is valgrind's model, not this CPU: read the ratios, not the ab
 both this benchmark and the timed one: this one for a change's effect on the work done, the timed
 one for what it costs.
 
+``--attribute`` says where the engine's extra work goes: it counts the engine side again with one
+part of its per-call work replaced by a constant each time (``seeds``: each call's seed; ``ids``: the
+step and turn ids; ``call_timeouts``: each model call's timeout block), and reports the instructions
+per env step each part costs. The stand-ins exist only in the measured child process, and no episode
+takes another course with them (the scripted replies do not depend on the seed, only the values of the
+pseudo-logprobs do; nothing reads the ids; no call comes near its timeout): every run still takes the
+same env steps, which the benchmark checks. What each costs is what the library promises: seeds stable
+across releases, uuid4 ids, a bound on every call.
+
 Prints one JSON object (``{"skipped": ...}`` without valgrind): instructions per env step of each side
 and their ratios to the bare loop (and with ``--simulate`` the same for each simulated event).
 """
@@ -25,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,6 +49,33 @@ from ludic_core import RolloutSettings
 from ludic_core.credit import MonteCarloReturn
 
 SIDES = ("none", "bare", "engine", "engine_batch")
+
+
+def _constant_seeds() -> None:
+    from ludic_core.protocols.timeline import AgentTimeline
+
+    AgentTimeline.call_seed = lambda self, sampling_seed, attempt, round_: 0  # type: ignore[method-assign]
+
+
+def _constant_ids() -> None:
+    import ludic_core.protocols.timeline
+    import ludic_core.types
+
+    for module in (ludic_core.types, ludic_core.protocols.timeline):
+        module.new_id = lambda: "0" * 32  # type: ignore[attr-defined]
+
+
+def _no_call_timeouts() -> None:
+    import ludic_core.testing.scripted_agent
+
+    def no_timeout(seconds: float | None) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    ludic_core.testing.scripted_agent.call_timeout = no_timeout  # type: ignore[assignment]
+
+
+# --attribute: a part of the engine's per-call work, and what replaces it by a constant.
+STAND_INS = {"seeds": _constant_seeds, "ids": _constant_ids, "call_timeouts": _no_call_timeouts}
 
 
 async def run_side(side: str, episodes: int, max_steps: int, concurrency: int) -> int:
@@ -61,8 +99,9 @@ INSTRUCTIONS = "I refs"
 SIMULATED = {"I1 misses": "i1_misses", "D1 misses": "d1_misses", "Mispredicts": "branch_mispredicts"}
 
 
-def count(side: str, args: argparse.Namespace) -> tuple[dict[str, int], int]:
-    """``({event: count}, env steps)`` of one side in a fresh process under cachegrind."""
+def count(side: str, args: argparse.Namespace, without: str | None = None) -> tuple[dict[str, int], int]:
+    """``({event: count}, env steps)`` of one side in a fresh process under cachegrind (with the part
+    ``without`` names replaced by its stand-in)."""
     simulate = "yes" if args.simulate else "no"
     command = [
         "valgrind",
@@ -77,8 +116,13 @@ def count(side: str, args: argparse.Namespace) -> tuple[dict[str, int], int]:
         f"--episodes={args.episodes}",
         f"--max-steps={args.max_steps}",
         f"--concurrency={args.concurrency}",
+        *([f"--without={without}"] if without is not None else []),
     ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
+    # One hash seed for every child: str hashes, and so dict and set layouts and the instructions spent
+    # probing them, vary with it; with a random seed per process two runs of one side differ by ~1k
+    # instructions per env step.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{side} failed under valgrind:\n{done.stderr[-2000:]}")
     labels = [INSTRUCTIONS, *SIMULATED] if args.simulate else [INSTRUCTIONS]
@@ -102,9 +146,17 @@ def main() -> None:
         action="store_true",
         help="also simulate caches and branch prediction (slower): misses and mispredicts per env step",
     )
+    parser.add_argument(
+        "--attribute",
+        action="store_true",
+        help=f"also count the engine without each of {', '.join(STAND_INS)}: what each costs per env step",
+    )
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # the child processes
+    parser.add_argument("--without", choices=STAND_INS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side is not None:
+        if args.without is not None:
+            STAND_INS[args.without]()
         print(asyncio.run(run_side(args.side, args.episodes, args.max_steps, args.concurrency)))
         return
     if shutil.which("valgrind") is None:
@@ -123,7 +175,7 @@ def main() -> None:
         }
 
     instructions = per_step(INSTRUCTIONS)
-    result = {
+    result: dict[str, object] = {
         "benchmark": "engine_instructions",
         "episodes": args.episodes,
         "max_steps": args.max_steps,
@@ -133,6 +185,19 @@ def main() -> None:
         "ratio_engine_vs_bare": instructions["engine"] / instructions["bare"],
         "ratio_engine_batch_vs_bare": instructions["engine_batch"] / instructions["bare"],
     }
+    if args.attribute:
+        engine_events = counts["engine"][0][INSTRUCTIONS]
+        extra = instructions["engine"] - instructions["bare"]
+        costs: dict[str, float] = {}
+        for part in STAND_INS:
+            part_events, part_steps = count("engine", args, without=part)
+            if part_steps != steps:
+                raise SystemExit(
+                    f"the engine without {part} took {part_steps} env steps, the bare loop {steps}"
+                )
+            costs[part] = (engine_events - part_events[INSTRUCTIONS]) / steps
+        result["instructions_per_env_step_by_part"] = costs
+        result["share_of_engine_extra_by_part"] = {part: cost / extra for part, cost in costs.items()}
     if args.simulate:
         for label, name in SIMULATED.items():
             events = per_step(label)
