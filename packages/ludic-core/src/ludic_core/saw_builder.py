@@ -92,6 +92,11 @@ class TurnTokens:
         return tuple(mask)
 
 
+def _where(rollout: Rollout, step: Step) -> str:
+    """A turn's place, for error messages (formatted only when one is raised)."""
+    return f"rollout {rollout.id!r}, turn {step.turn_id!r}"
+
+
 def split_turns(rollout: Rollout) -> list[Turn]:
     """Group a rollout's steps into turns (consecutive steps with the same ``turn_id``)."""
     runs: list[list[Step]] = []
@@ -102,18 +107,21 @@ def split_turns(rollout: Rollout) -> list[Turn]:
             runs.append([step])
     turns: list[Turn] = []
     for index, run in enumerate(runs):
-        where = f"rollout {rollout.id!r}, turn {run[0].turn_id!r}"
         env_steps = [s for s in run if isinstance(s, EnvironmentStep)]
         if len(env_steps) > 1:
             raise DataError(
-                f"{where} has {len(env_steps)} env steps (indices {[s.index for s in env_steps]}); a turn has at most one"
+                f"{_where(rollout, run[0])} has {len(env_steps)} env steps (indices "
+                f"{[s.index for s in env_steps]}); a turn has at most one"
             )
         if env_steps and run[-1] is not env_steps[0]:
-            raise DataError(f"{where}: env step {env_steps[0].index} is not the last step of its turn")
+            raise DataError(
+                f"{_where(rollout, run[0])}: env step {env_steps[0].index} is not the last step of its turn"
+            )
         agent_steps = tuple(s for s in run if isinstance(s, AgentStep))
         if not agent_steps:
             raise DataError(
-                f"{where} has no model call (step indices {[s.index for s in run]}); nothing to train on"
+                f"{_where(rollout, run[0])} has no model call (step indices {[s.index for s in run]}); "
+                "nothing to train on"
             )
         turns.append(
             Turn(
@@ -235,32 +243,31 @@ class _RolloutFacts:
 def _turn_meta(rollout: Rollout, turn: Turn, tokens: TurnTokens, facts: _RolloutFacts) -> dict[str, Any]:
     final = turn.final_step
     last_call = turn.agent_steps[-1]
-    meta: dict[str, Any] = dict(facts.scalar_meta)
-    meta["group_id"] = facts.group_id
-    meta.update(
-        {
-            "rollout_id": rollout.id,
-            "step_index": final.index,
-            "step_kind": final.kind,
-            "turn_id": turn.turn_id,
-            "turn_index": turn.index,
-            "reward": final.reward,
-            "total_reward": facts.total_reward,
-            "terminated": final.terminated,
-            "truncated": final.truncated,
-            "truncation_reason": final.truncation_reason,
-            "episode_truncated": facts.truncated,
-            "episode_truncation_reason": facts.truncation_reason,
-            "parse_error": isinstance(final, AgentStep) and final.parse_error,
-            "incomplete_completion": bool(last_call.info.get("incomplete_completion", False)),
-            "finish_reason": last_call.trace.finish_reason,
-            "completion_length": tokens.completion_length,
-            "prompt_length": len(tokens.input_ids) - tokens.completion_length,
-            "turn_has_env_step": turn.env_step is not None,
-            "turn_agent_step_indices": [s.index for s in turn.agent_steps],
-            "turn_action_targets": [s.action_target for s in turn.agent_steps],
-        }
-    )
+    # One dict display: the rollout's scalar meta first, so the turn's own keys win, as they always did.
+    meta: dict[str, Any] = {
+        **facts.scalar_meta,
+        "group_id": facts.group_id,
+        "rollout_id": rollout.id,
+        "step_index": final.index,
+        "step_kind": final.kind,
+        "turn_id": turn.turn_id,
+        "turn_index": turn.index,
+        "reward": final.reward,
+        "total_reward": facts.total_reward,
+        "terminated": final.terminated,
+        "truncated": final.truncated,
+        "truncation_reason": final.truncation_reason,
+        "episode_truncated": facts.truncated,
+        "episode_truncation_reason": facts.truncation_reason,
+        "parse_error": isinstance(final, AgentStep) and final.parse_error,
+        "incomplete_completion": bool(last_call.info.get("incomplete_completion", False)),
+        "finish_reason": last_call.trace.finish_reason,
+        "completion_length": tokens.completion_length,
+        "prompt_length": len(tokens.input_ids) - tokens.completion_length,
+        "turn_has_env_step": turn.env_step is not None,
+        "turn_agent_step_indices": [s.index for s in turn.agent_steps],
+        "turn_action_targets": [s.action_target for s in turn.agent_steps],
+    }
     version = _policy_version(turn.agent_steps)
     if version is None and isinstance(rollout.meta.get("policy_version"), int):
         version = rollout.meta["policy_version"]
@@ -366,7 +373,9 @@ def rollout_to_saw_items(
         key = (rollout.id, turn.final_step.index)
         if key not in weights:
             raise DataError(f"{where}: no credit for its final step {key}; the credit assigner skipped it")
-        meta = _turn_meta(rollout, turn, tokens, facts) | ({"retokenized": True} if retokenized else {})
+        meta = _turn_meta(rollout, turn, tokens, facts)
+        if retokenized:
+            meta["retokenized"] = True
         items.append(_item(tokens, weights[key], meta))
     return items
 
