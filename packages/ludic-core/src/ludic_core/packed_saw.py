@@ -64,11 +64,17 @@ def _what(value: object) -> str:
 def _canonical_runs(runs: Sequence[int], length: int) -> list[int]:
     """``runs`` (0s, 1s, 0s, ...) without empty runs but the first, as the wire writes a mask: a
     builder may give an empty completion or an empty prompt suffix."""
-    if isinstance(runs, (str, bytes)) or not isinstance(runs, Sequence):
+    kind = type(runs)
+    # A tuple or a list (what builders pass) skips the ABC check, which costs more than the loop below.
+    if (
+        kind is not tuple
+        and kind is not list
+        and (isinstance(runs, (str, bytes)) or not isinstance(runs, Sequence))
+    ):
         raise DataError(f"PackedSAWItem.action_runs must be a sequence of run lengths, got {_what(runs)}")
     out: list[int] = []
     for position, run in enumerate(runs):
-        if not is_strict_int(run) or run < 0:
+        if (type(run) is not int and not is_strict_int(run)) or run < 0:
             raise DataError(f"PackedSAWItem.action_runs[{position}] must be an int >= 0, got {run!r}")
         if run == 0:
             continue
