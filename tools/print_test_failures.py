@@ -10,6 +10,7 @@ a session's failure, printed minutes earlier, is lost there. ``.ci/run`` calls t
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 TRACEBACK_LINES = 30
 OUTPUT_LINES = 15
 MAX_FAILURES = 6
+_SECTION = re.compile(r"-+ Captured \w+ -+")
 
 
 def failures(report: Path) -> list[tuple[str, str]]:
@@ -28,9 +30,9 @@ def failures(report: Path) -> list[tuple[str, str]]:
     found = []
     for case in ElementTree.parse(report).getroot().iter("testcase"):
         captured = [
-            f"--- captured {stream.tag}\n{tail(stream.text or '', OUTPUT_LINES)}"
+            f"--- captured {stream.tag}\n{tail(text, OUTPUT_LINES)}"
             for stream in case
-            if stream.tag in {"system-out", "system-err"} and (stream.text or "").strip()
+            if stream.tag in {"system-out", "system-err"} and (text := _without_headers(stream.text or ""))
         ]
         for problem in (*case.findall("failure"), *case.findall("error")):
             test_id = f"{case.get('classname', '')}::{case.get('name', '')}"
@@ -38,6 +40,12 @@ def failures(report: Path) -> list[tuple[str, str]]:
             parts = [f"{problem.tag}: {message}", tail(problem.text or "", TRACEBACK_LINES)]
             found.append((test_id, "\n".join([*parts, *captured])))
     return found
+
+
+def _without_headers(text: str) -> str:
+    """A captured stream without pytest's "--- Captured Out ---" section lines and blank lines."""
+    kept = [line for line in text.splitlines() if line.strip() and not _SECTION.fullmatch(line.strip())]
+    return "\n".join(kept)
 
 
 def tail(text: str, lines: int) -> str:
