@@ -672,11 +672,11 @@ _JSON_ROUTES: dict[str, Callable[[FakeTinkerService, dict[str, Any]], Any]] = {
 class _LoopbackServer(ThreadingHTTPServer):
     """The fake's HTTP server: a thread per connection, and a listen backlog the SDK's bursts fit in.
 
-    ``socketserver``'s default backlog is 5. A GRPO step samples a group at once, each sample on a
-    connection of its own (the fake answers HTTP/1.0, one request per connection). On a busy machine
-    the accepting thread falls behind, and past the backlog the kernel drops connection attempts: each
-    costs the client a second or more, and one not made within the SDK's 5 s connect timeout makes
-    the SDK send its request again.
+    ``socketserver``'s default backlog is 5. A GRPO step samples a group at once, and each request in
+    flight holds a connection of its own (keep-alive reuses only the idle ones), so a burst opens many
+    connections together. On a busy machine the accepting thread falls behind, and past the backlog
+    the kernel drops connection attempts: each costs the client a second or more, and one not made
+    within the SDK's 5 s connect timeout makes the SDK send its request again.
     """
 
     request_queue_size = socket.SOMAXCONN
