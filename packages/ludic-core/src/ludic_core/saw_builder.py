@@ -92,9 +92,9 @@ class TurnTokens:
         return tuple(mask)
 
 
-def _where(rollout: Rollout, step: Step) -> str:
-    """A turn's place, for error messages (formatted only when one is raised)."""
-    return f"rollout {rollout.id!r}, turn {step.turn_id!r}"
+def _where(rollout: Rollout, turn_id: str) -> str:
+    """A turn's place, for error messages."""
+    return f"rollout {rollout.id!r}, turn {turn_id!r}"
 
 
 def split_turns(rollout: Rollout) -> list[Turn]:
@@ -110,17 +110,17 @@ def split_turns(rollout: Rollout) -> list[Turn]:
         env_steps = [s for s in run if isinstance(s, EnvironmentStep)]
         if len(env_steps) > 1:
             raise DataError(
-                f"{_where(rollout, run[0])} has {len(env_steps)} env steps (indices "
+                f"{_where(rollout, run[0].turn_id)} has {len(env_steps)} env steps (indices "
                 f"{[s.index for s in env_steps]}); a turn has at most one"
             )
         if env_steps and run[-1] is not env_steps[0]:
             raise DataError(
-                f"{_where(rollout, run[0])}: env step {env_steps[0].index} is not the last step of its turn"
+                f"{_where(rollout, run[0].turn_id)}: env step {env_steps[0].index} is not the last step of its turn"
             )
         agent_steps = tuple(s for s in run if isinstance(s, AgentStep))
         if not agent_steps:
             raise DataError(
-                f"{_where(rollout, run[0])} has no model call (step indices {[s.index for s in run]}); "
+                f"{_where(rollout, run[0].turn_id)} has no model call (step indices {[s.index for s in run]}); "
                 "nothing to train on"
             )
         turns.append(
@@ -359,7 +359,7 @@ def rollout_to_saw_items(
     facts = _RolloutFacts.of(rollout)
     items: list[SAWItem] = []
     for turn in split_turns(rollout):
-        where = f"rollout {rollout.id!r}, turn {turn.turn_id!r}"
+        where = _where(rollout, turn.turn_id)
         retokenized = retokenize_with is not None and any(is_message_level(s.info) for s in turn.agent_steps)
         if retokenized:
             tokens = _retokenized_turn(turn.agent_steps, check_template(retokenize_with), where)
