@@ -12,10 +12,7 @@ as ``spec`` so that other backends can run the same method.
 
 from __future__ import annotations
 
-import inspect
-import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import attrs
 import torch
@@ -28,39 +25,9 @@ from ludic_core.errors import ConfigError, DataError
 from ludic_core.saw import SAWBatch
 from ludic_train.losses.base import HOW_TO_PROVIDE, Loss, Stats
 from ludic_train.losses.build import build_loss
+from ludic_train.policy_forward import accepts_logits_to_keep, policy_logits
 
 __all__ = ["KNOWN_INPUTS", "RLAlgorithm", "accepts_logits_to_keep"]
-
-
-_ACCEPTS_LOGITS_TO_KEEP: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
-
-
-def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    """Whether ``model``'s forward takes ``logits_to_keep`` as a tensor of sequence positions (HF causal
-    LMs do, directly or behind a PEFT adapter). Inspected once per model."""
-    known = _ACCEPTS_LOGITS_TO_KEEP.get(model)
-    if known is None:
-        known = _inspect_logits_to_keep(model)
-        _ACCEPTS_LOGITS_TO_KEEP[model] = known
-    return known
-
-
-def _inspect_logits_to_keep(model: torch.nn.Module) -> bool:
-    get_base_model = getattr(model, "get_base_model", None)
-    if callable(get_base_model):
-        # A PEFT wrapper forwards **kwargs to the base model. Prompt-learning adapters prepend virtual
-        # tokens, which would shift every position; the full logits then fail the loss's shape check.
-        config = getattr(model, "active_peft_config", None)
-        if config is None or getattr(config, "is_prompt_learning", True):
-            return False
-        base = get_base_model()
-        return isinstance(base, torch.nn.Module) and base is not model and accepts_logits_to_keep(base)
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-    # Only an explicit parameter counts: a forward that swallows **kwargs may ignore it.
-    return "logits_to_keep" in parameters
 
 
 def _input_names(values: Iterable[str]) -> frozenset[str]:
@@ -174,21 +141,17 @@ class RLAlgorithm:
         return batch
 
     def compute_loss(
-        self, model: torch.nn.Module, batch: Mapping[str, Tensor], *, cast_logits_to_fp32: bool = False
+        self,
+        model: torch.nn.Module,
+        batch: Mapping[str, Tensor],
+        *,
+        cast_logits_to_fp32: bool = False,
+        share_prefix: bool = True,
     ) -> tuple[Tensor, Stats]:
-        """One forward pass on a collated micro-batch, then the loss (a mean over its sequences).
-
-        When the batch has ``logit_positions`` (collated batches do) and the model takes
-        ``logits_to_keep``, the lm-head runs only at those positions: the loss reads no other logits, and
-        with long prompts and a large vocabulary the full ``[B, T, V]`` logits are most of the step's
-        time and memory. Other models return full logits, which the loss handles the same way.
-        """
-        kwargs: dict[str, Tensor] = {}
-        positions = batch.get("logit_positions")
-        if positions is not None and accepts_logits_to_keep(model):
-            kwargs["logits_to_keep"] = positions
-        output: Any = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs)
-        logits = output if isinstance(output, Tensor) else output.logits
+        """One forward pass on a collated micro-batch (:func:`~ludic_train.policy_forward.policy_logits`:
+        logits only where the loss reads them, a prefix common to every row run once when
+        ``share_prefix``), then the loss (a mean over its sequences)."""
+        logits = policy_logits(model, batch, share_prefix=share_prefix)
         if cast_logits_to_fp32:
             logits = logits.float()
         return self.loss.compute(logits, batch)

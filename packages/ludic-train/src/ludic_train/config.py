@@ -51,6 +51,14 @@ def _positive_int(name: str) -> Any:
     return check
 
 
+def _boolean(name: str) -> Any:
+    def check(_i: Any, _a: Any, value: Any) -> None:
+        if not isinstance(value, bool):
+            raise ConfigError(f"TrainerConfig.{name} must be true or false, got {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class TrainerConfig:
     """Everything the optimisation loop needs; nothing about envs or rollouts.
@@ -65,6 +73,12 @@ class TrainerConfig:
     * ``publish_every_steps`` — publish weights every N steps with ``version = step`` (0: never).
     * ``cast_logits_to_fp32`` — compute the loss on fp32 logits (else the model's dtype, e.g. bf16).
     * ``gradient_checkpointing`` — trade compute for activation memory (HF models).
+    * ``share_prompt_prefix`` — run a prompt prefix that every row of a micro-batch shares once and
+      repeat its KV cache per row (:mod:`ludic_train.policy_forward`; same loss and gradient up to float
+      rounding). Off under FSDP2 and with gradient checkpointing.
+    * ``skip_zero_weight_items`` — leave items of weight 0 out of the forward pass when the loss says
+      they add nothing (``zero_weight_items_inert``: the policy-gradient and SFT losses; not the KL or
+      entropy terms). The loss stays the mean over every item; stats are means over the items that ran.
     * ``max_lag`` — drop items whose ``meta["policy_version"]`` is more than this many steps behind.
     * ``max_refills`` — how many consecutive empty batches (everything stale or filtered) before giving up.
     * ``eval_at_start`` / ``eval_every_steps`` — when the trainer's evaluator runs.
@@ -86,6 +100,8 @@ class TrainerConfig:
     publish_every_steps: int = attrs.field(default=1, validator=_non_negative_int("publish_every_steps"))
     cast_logits_to_fp32: bool = False
     gradient_checkpointing: bool = False
+    share_prompt_prefix: bool = attrs.field(default=True, validator=_boolean("share_prompt_prefix"))
+    skip_zero_weight_items: bool = attrs.field(default=True, validator=_boolean("skip_zero_weight_items"))
     max_lag: int | None = attrs.field(default=None, validator=_non_negative_int("max_lag"))
     max_refills: int = attrs.field(default=100, validator=_positive("max_refills"))
     log_every: int = attrs.field(default=1, validator=_positive("log_every"))

@@ -64,7 +64,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import inspect
 import itertools
 import random
 import time
@@ -78,6 +77,7 @@ from ludic_core.inference import TokenCompletionRequest
 from ludic_core.logs import get_logger
 from ludic_core.seeding import MAX_SEED
 from ludic_core.types import ChatResponse
+from ludic_train.model_signature import forward_takes
 
 if TYPE_CHECKING:
     import torch
@@ -176,7 +176,7 @@ class LocalPolicyClient:
         self._queue: list[_Pending] = []
         self._worker: asyncio.Task[None] | None = None
         self._compute_lock = asyncio.Lock()
-        self._keeps_last_logits_only = _forward_takes(model, "logits_to_keep")
+        self._keeps_last_logits_only = forward_takes(model, "logits_to_keep")
         self._cache_shareable: bool | None = None  # known after the first batch
         self.stats: dict[str, float] = {
             "requests": 0,
@@ -714,17 +714,6 @@ def _common_len(a: Sequence[int], b: Sequence[int]) -> int:
 def _can_copy_rows(cache: Any) -> bool:
     """Whether a KV cache can be repeated and re-indexed along the batch (a transformers ``Cache``)."""
     return hasattr(cache, "batch_repeat_interleave") and hasattr(cache, "batch_select_indices")
-
-
-def _forward_takes(model: Any, name: str) -> bool:
-    """Whether the causal LM's forward names ``name`` (a PEFT wrapper passes keywords through to the
-    model it wraps, so ask that one)."""
-    get_base = getattr(model, "get_base_model", None)
-    target = get_base() if callable(get_base) else model
-    try:
-        return name in inspect.signature(target.forward).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False
 
 
 class _BatchSampler:

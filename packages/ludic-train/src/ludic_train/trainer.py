@@ -35,7 +35,7 @@ from ludic_train.algorithm import RLAlgorithm
 from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
 from ludic_train.config import TrainerConfig
 from ludic_train.guards import check_items, model_vocab_size
-from ludic_train.microbatch import collate_micro_batches, micro_loss_scale
+from ludic_train.microbatch import MicroBatch, collate_micro_batches, micro_loss_scale
 from ludic_train.rank_zero import share_rank_zero_outcome
 from ludic_train.weights import is_fsdp_module, merged_state_dict
 
@@ -141,6 +141,13 @@ class Trainer:
             self._enable_gradient_checkpointing(model)
         self.model = model
         self._vocab_size = model_vocab_size(model)
+        # Under FSDP2 every rank must run the same forward passes, and a prefix pass is one more that
+        # only some ranks' micro-batches would take; gradient checkpointing turns the KV cache off.
+        self._share_prefix = (
+            config.share_prompt_prefix and not self._fsdp and not config.gradient_checkpointing
+        )
+        inert = getattr(self.algorithm.loss, "zero_weight_items_inert", None)
+        self._skip_zero_weight = config.skip_zero_weight_items and callable(inert) and bool(inert())
         self._consecutive_skips = 0
         self.optimizer = optimizer if optimizer is not None else self._make_optimizer()
         self.optimizer.zero_grad(set_to_none=True)
@@ -239,26 +246,28 @@ class Trainer:
         t_data = time.perf_counter()
 
         self.model.train()
-        micro_batches = collate_micro_batches(
-            batch.items,
-            pad_token_id=cfg.pad_token_id,
-            micro_token_budget=cfg.micro_token_budget,
-            max_seq_len=cfg.max_seq_len,
-            device=self.device,
-        )
         total_items = len(batch.items)
+        # Items of weight 0 add nothing to an inert loss or its gradient (the loss is a mean over all
+        # items, theirs counted as 0, so each micro-batch is still scaled by the whole batch's count).
+        trained = [i for i in batch.items if i.weight != 0.0] if self._skip_zero_weight else list(batch.items)
+        micro_batches = self._collate(trained)
         stat_sums: dict[str, torch.Tensor] = {}
         loss_sum = torch.zeros((), device=self.device)
         # Sharded ranks must run the same number of forward/backward passes (each one is a collective);
-        # a rank with fewer micro-batches repeats its last one with a zero loss scale.
+        # a rank with fewer micro-batches repeats its last one (or, with none, its batch's first item)
+        # with a zero loss scale.
         passes = _max_across_ranks(len(micro_batches), self.device) if self._fsdp else len(micro_batches)
+        padding = micro_batches or (self._collate(list(batch.items[:1])) if passes else [])
         for index in range(passes):
             padding_pass = index >= len(micro_batches)
-            micro = micro_batches[min(index, len(micro_batches) - 1)]
+            micro = padding[min(index, len(padding) - 1)]
             if self._fsdp:
                 self.model.set_requires_gradient_sync(index == passes - 1)
             loss, stats = self.algorithm.compute_loss(
-                self.model, micro.tensors, cast_logits_to_fp32=cfg.cast_logits_to_fp32
+                self.model,
+                micro.tensors,
+                cast_logits_to_fp32=cfg.cast_logits_to_fp32,
+                share_prefix=self._share_prefix,
             )
             if padding_pass:
                 (loss * 0.0).backward()
@@ -266,9 +275,17 @@ class Trainer:
             scale = micro_loss_scale(micro.num_items, total_items)
             (loss * scale).backward()
             loss_sum = loss_sum + loss.detach() * scale
+            # Stats are means over the items that ran, except a loss's "loss", which like the objective
+            # is a mean over every item (a skipped one adds exactly 0 to it).
+            stat_scale = micro_loss_scale(micro.num_items, len(trained))
             for key, value in stats.items():
-                weighted = value.detach().float() * scale
+                weighted = value.detach().float() * (scale if key == "loss" else stat_scale)
                 stat_sums[key] = stat_sums[key] + weighted if key in stat_sums else weighted
+        if not passes:
+            # The optimiser must see the zero gradient the skipped items have: AdamW skips parameters
+            # whose grad is None, but steps its moments (and decays weights) on a zero grad.
+            for param in self._trainable_parameters():
+                param.grad = torch.zeros_like(param)
 
         grad_norm = _grad_norm(self._trainable_parameters(), cfg.max_grad_norm)
         real_tokens = sum(m.num_tokens for m in micro_batches)
@@ -279,6 +296,7 @@ class Trainer:
             "num_tokens": float(real_tokens),
             "num_action_tokens": float(sum(i.num_action_tokens for i in batch.items)),
             "num_truncated": float(sum(m.num_truncated for m in micro_batches)),
+            "num_skipped": float(total_items - len(trained)),
         }
         means = {"loss": loss_sum, **stat_sums}
         # One device→host transfer for every stat of the step; sharded ranks first combine theirs in
@@ -323,6 +341,7 @@ class Trainer:
                 "train/num_tokens": totals["num_tokens"],
                 "train/num_action_tokens": totals["num_action_tokens"],
                 "train/seq_len_truncated_rate": totals["num_truncated"] / totals["num_samples"],
+                "train/zero_weight_items_skipped": totals["num_skipped"],
                 "train/stale_items_dropped": float(stale["dropped"]),
                 "train/invalid_items_dropped": float(stale["invalid"]),
                 "train/skipped_steps": 1.0 if nonfinite else 0.0,
@@ -364,6 +383,16 @@ class Trainer:
         if self.logger is not None and (self.step % cfg.log_every == 0) and _rank() == 0:
             self.logger.log(self.step, result)
         return result
+
+    def _collate(self, items: list[SAWItem]) -> list[MicroBatch]:
+        cfg = self.config
+        return collate_micro_batches(
+            items,
+            pad_token_id=cfg.pad_token_id,
+            micro_token_budget=cfg.micro_token_budget,
+            max_seq_len=cfg.max_seq_len,
+            device=self.device,
+        )
 
     def _skip_step(self, nonfinite: list[str], values: Mapping[str, float]) -> None:
         """Drop the step's gradients instead of applying them (weights and optimiser state unchanged),

@@ -35,7 +35,7 @@ import abc
 import contextlib
 import contextvars
 from collections.abc import Iterator, Mapping
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import attrs
 import torch
@@ -320,6 +320,16 @@ class SequenceLoss(abc.ABC):
 
     required_inputs: frozenset[str] = frozenset()
     """SAW item fields this loss needs (``"actor_logps"``, ``"teacher_logps"``)."""
+
+    weight_proportional: ClassVar[bool] = False
+    """Whether each sequence's term is its item's weight times a finite factor, so that an item of
+    weight 0 adds exactly nothing to the loss and its gradient (see :meth:`zero_weight_items_inert`)."""
+
+    def zero_weight_items_inert(self) -> bool:
+        """Whether items of weight 0 may be left out of the forward pass without changing the loss (a
+        mean over every item, the left-out ones counted as 0) or its gradient. A trainer skips them
+        then: GRPO groups whose games all end alike carry advantage 0 on every item."""
+        return self.weight_proportional
 
     @abc.abstractmethod
     def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:

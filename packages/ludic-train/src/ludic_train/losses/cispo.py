@@ -23,6 +23,8 @@ __all__ = ["CISPOLoss"]
 class CISPOLoss(TokenLoss):
     """Defaults as the original: ε_lo = 1e6 (no lower clip), ε_hi = 0.2, length-normalised."""
 
+    weight_proportional = True
+
     clip_eps_low: float = 1e6
     clip_eps_high: float = 0.2
     length_normalize: bool = True

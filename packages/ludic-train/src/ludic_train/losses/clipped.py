@@ -40,6 +40,8 @@ def _active_clip(ratio: Tensor, advantages: Tensor, low: float, high: float) -> 
 class TokenClippedSurrogateLoss(TokenLoss):
     """GRPO's token-level clipped surrogate (defaults: ε_lo = 0.2, ε_hi = 0.27, no length normalisation)."""
 
+    weight_proportional = True
+
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.27
     length_normalize: bool = False
@@ -75,6 +77,8 @@ class TokenClippedSurrogateLoss(TokenLoss):
 class SequenceClippedSurrogateLoss(SequenceLoss):
     """GSPO's sequence-level clipped surrogate (class defaults as the original's ``ClippedSurrogateLoss``:
     ε_lo = 3e-4, ε_hi = 4e-4, ``length_normalize=False``; the GSPO preset turns length normalisation on)."""
+
+    weight_proportional = True
 
     clip_eps_low: float = 3e-4
     clip_eps_high: float = 4e-4

@@ -58,6 +58,9 @@ class CompositeLoss(SequenceLoss):
         if duplicates:
             raise ConfigError(f"CompositeLoss term names must be unique; repeated: {duplicates}")
 
+    def zero_weight_items_inert(self) -> bool:
+        return all(isinstance(t.loss, SequenceLoss) and t.loss.zero_weight_items_inert() for t in self.terms)
+
     def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         foreign = [t.name for t in self.terms if not isinstance(t.loss, SequenceLoss)]
         if foreign:

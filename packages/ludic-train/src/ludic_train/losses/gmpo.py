@@ -32,6 +32,8 @@ __all__ = ["GMPOLoss"]
 class GMPOLoss(SequenceLoss):
     """Defaults as the original: log-space band ``[−0.4, 0.4]``, length-normalised, no ratio cap."""
 
+    weight_proportional = True
+
     clip_eps_low: float = 0.4
     clip_eps_high: float = 0.4
     length_normalize: bool = True

@@ -26,6 +26,8 @@ __all__ = ["ReinforceLoss"]
 class ReinforceLoss(TokenLoss):
     """Per token ``−A_b · log π(a_t)``; summed per sequence (÷ ``n_b`` when ``length_normalize``)."""
 
+    weight_proportional = True
+
     length_normalize: bool = False
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:

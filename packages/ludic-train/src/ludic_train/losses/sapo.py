@@ -30,6 +30,8 @@ __all__ = ["SAPOLoss"]
 class SAPOLoss(TokenLoss):
     """Defaults as the original: τ_pos = 1.0, τ_neg = 1.05, no length normalisation."""
 
+    weight_proportional = True
+
     tau_pos: float = 1.0
     tau_neg: float = 1.05
     length_normalize: bool = False

@@ -20,6 +20,8 @@ __all__ = ["MaskedCrossEntropyLoss"]
 
 @attrs.frozen
 class MaskedCrossEntropyLoss(TokenLoss):
+    weight_proportional = True
+
     length_normalize: bool = True
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:

@@ -72,6 +72,10 @@ class TruncatedISCorrection(SequenceLoss):
                 "use level='sequence'"
             )
 
+    def zero_weight_items_inert(self) -> bool:
+        # The correction multiplies the inner loss's terms by finite importance weights.
+        return self.loss.zero_weight_items_inert()
+
     def _truncate(self, log_weight: Tensor) -> Tensor:
         if self.cap is not None:
             log_weight = log_weight.clamp(max=math.log(self.cap))

@@ -1,0 +1,120 @@
+"""The training forward pass on a collated micro-batch: only the logits the loss reads, and a prompt
+prefix that every row shares run once.
+
+* **Logits at the loss's positions.** When the batch has ``logit_positions`` (collated batches do) and
+  the model takes ``logits_to_keep``, the lm-head runs only at those positions; with long prompts and a
+  large vocabulary the full ``[B, T, V]`` logits would be most of the step's time and memory.
+* **A shared prefix, run once.** The rows of a micro-batch usually begin alike (the system prompt and
+  the chat template's header open every turn of every episode). Under causal attention a prefix's
+  keys and values do not depend on what follows it, so the prefix runs once at batch size 1, its KV
+  cache is repeated for every row, and only the suffixes run at full batch size. The gradient flows
+  back through the repeated cache into the prefix pass (the repeat's backward sums every row's
+  contribution), so loss and gradient are the full pass's up to float rounding. The prefix ends before
+  the first position whose logits the loss reads, so every logit comes from the suffix pass.
+
+Prefix sharing needs a model that takes ``past_key_values``, ``position_ids``, ``use_cache`` and
+``logits_to_keep`` and returns a transformers ``Cache`` (transformers' causal LMs, PEFT-wrapped or
+not); other models, and prefixes shorter than :data:`MIN_SHARED_PREFIX` tokens, get one ordinary pass.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ludic_train.model_signature import forward_takes
+
+__all__ = ["MIN_SHARED_PREFIX", "accepts_logits_to_keep", "policy_logits", "shared_prefix_length"]
+
+MIN_SHARED_PREFIX = 16
+"""A shorter common prefix is not worth a second forward pass (and a copy of its KV cache per row)."""
+
+_SHARING_KEYWORDS = ("past_key_values", "position_ids", "use_cache")
+
+_ACCEPTS_LOGITS_TO_KEEP: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` as a tensor of sequence positions (HF causal
+    LMs do, directly or behind a PEFT adapter). Inspected once per model."""
+    known = _ACCEPTS_LOGITS_TO_KEEP.get(model)
+    if known is None:
+        known = _inspect_logits_to_keep(model)
+        _ACCEPTS_LOGITS_TO_KEEP[model] = known
+    return known
+
+
+def _inspect_logits_to_keep(model: torch.nn.Module) -> bool:
+    get_base_model = getattr(model, "get_base_model", None)
+    if callable(get_base_model):
+        # A PEFT wrapper forwards **kwargs to the base model. Prompt-learning adapters prepend virtual
+        # tokens, which would shift every position; the full logits then fail the loss's shape check.
+        config = getattr(model, "active_peft_config", None)
+        if config is None or getattr(config, "is_prompt_learning", True):
+            return False
+        base = get_base_model()
+        return isinstance(base, torch.nn.Module) and base is not model and accepts_logits_to_keep(base)
+    return forward_takes(model, "logits_to_keep")
+
+
+def shared_prefix_length(input_ids: Tensor, attention_mask: Tensor, logit_positions: Tensor) -> int:
+    """How many leading tokens every row has in common (real tokens in every row), capped at the first
+    logit position so that the suffix pass computes every logit the loss reads."""
+    same = (input_ids == input_ids[:1]).all(dim=0) & (attention_mask > 0).all(dim=0)
+    common = int(same.long().cumprod(dim=0).sum())
+    first_needed = int(logit_positions[0]) if logit_positions.numel() else common
+    return min(common, first_needed)
+
+
+def policy_logits(model: Any, batch: Mapping[str, Tensor], *, share_prefix: bool = True) -> Tensor:
+    """The model's logits for a collated micro-batch: ``[B, K, V]`` at ``batch["logit_positions"]``
+    when the model takes ``logits_to_keep``, else ``[B, T, V]`` (the loss accepts both). With
+    ``share_prefix``, a prefix common to every row runs once (see the module docstring)."""
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    positions = batch.get("logit_positions")
+    if positions is None or not accepts_logits_to_keep(model):
+        return _logits(model(input_ids=input_ids, attention_mask=attention_mask))
+    if share_prefix and input_ids.shape[0] > 1 and all(forward_takes(model, k) for k in _SHARING_KEYWORDS):
+        prefix = shared_prefix_length(input_ids, attention_mask, positions)
+        if prefix >= MIN_SHARED_PREFIX:
+            logits = _with_shared_prefix(model, input_ids, attention_mask, positions, prefix)
+            if logits is not None:
+                return logits
+    return _logits(model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=positions))
+
+
+def _with_shared_prefix(
+    model: Any, input_ids: Tensor, attention_mask: Tensor, positions: Tensor, prefix: int
+) -> Tensor | None:
+    """The suffix pass's logits at ``positions``, or None when the model's cache cannot be repeated
+    per row (then the caller runs the ordinary pass)."""
+    rows, length = input_ids.shape
+    # The prefix pass's own logits are never read; keep the lm-head to one position.
+    head = model(
+        input_ids=input_ids[:1, :prefix],
+        attention_mask=attention_mask[:1, :prefix],
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = head.past_key_values
+    if not callable(getattr(cache, "batch_repeat_interleave", None)):
+        return None
+    cache.batch_repeat_interleave(rows)
+    suffix_positions = torch.arange(prefix, length, device=input_ids.device).expand(rows, -1)
+    output = model(
+        input_ids=input_ids[:, prefix:],
+        attention_mask=attention_mask,  # prefix and suffix: the cache holds the prefix's keys
+        position_ids=suffix_positions,
+        past_key_values=cache,
+        use_cache=False,
+        logits_to_keep=positions - prefix,
+    )
+    return _logits(output)
+
+
+def _logits(output: Any) -> Tensor:
+    return output if isinstance(output, Tensor) else output.logits
