@@ -1,0 +1,61 @@
+"""The process's peak resident memory over a window of its run, for stating what a run needs.
+
+``ru_maxrss`` only ever grows; on Linux the kernel's high-water mark (``VmHWM``) can be reset, so a
+program can measure each of its stages in turn. Freed heap that the C allocator keeps would count
+towards the next stage, so a reset first hands it back to the system (``malloc_trim``, glibc).
+Elsewhere both functions fall back to the lifetime peak (``resettable()`` is False).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import resource
+import sys
+
+__all__ = ["peak_rss_mb", "reset_peak_rss", "resettable"]
+
+_STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def resettable() -> bool:
+    """Whether :func:`reset_peak_rss` starts a new window here (Linux with ``/proc``)."""
+    try:
+        with open(_CLEAR_REFS, "w", encoding="ascii"):
+            return True
+    except OSError:
+        return False
+
+
+def reset_peak_rss() -> None:
+    """Start a new window for :func:`peak_rss_mb`: return freed heap to the system, then reset the
+    high-water mark to the current resident size. Does nothing where that cannot be done."""
+    _trim_heap()
+    try:
+        with open(_CLEAR_REFS, "w", encoding="ascii") as refs:
+            refs.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory in MiB since the last :func:`reset_peak_rss` (or since the start)."""
+    try:
+        with open(_STATUS, encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def _trim_heap() -> None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
