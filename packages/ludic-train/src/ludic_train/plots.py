@@ -112,7 +112,7 @@ class Panel:
 
     ``step_labels`` names tick positions on the step axis (e.g. the stages of a run at the steps
     where each began) instead of plain numbers; ``ylim`` fixes the value axis (e.g. ``(0, 1.05)`` for
-    rates).
+    rates) and ``ylabel`` names it.
     """
 
     title: str
@@ -121,6 +121,7 @@ class Panel:
     xlabel: str = "step"
     ylim: tuple[float, float] | None = None
     step_labels: Mapping[float, str] | None = None
+    ylabel: str = ""
 
     def __attrs_post_init__(self) -> None:
         if not self.series:
@@ -273,4 +274,6 @@ def _draw(axes: Any, panel: Panel) -> None:
     if panel.title:
         axes.set_title(panel.title)
     axes.set_xlabel(panel.xlabel)
+    if panel.ylabel:
+        axes.set_ylabel(panel.ylabel)
     axes.legend(fontsize=7)
