@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -57,6 +58,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_positions": 200,
         "eval_games": 150,
         "greedy_eval_games": 0,
+        "eval_every": 0,
     },
     "full": {
         "teacher_games": 256,
@@ -66,6 +68,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_positions": 600,
         "eval_games": 600,
         "greedy_eval_games": 600,
+        "eval_every": 10,
     },
 }
 
@@ -94,6 +97,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="games against the random opponent at the training temperature, per evaluation",
     )
     p.add_argument("--greedy-eval-games", type=int, help="the same games played greedily (0: skip)")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        help="evaluate every N GRPO steps as well as at the end (0: at the end only)",
+    )
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument(
         "--lora-layers",
@@ -227,6 +235,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from ludic_core.errors import MissingExtraError
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
+    from ludic_core.peak_memory import peak_rss_mb, reset_peak_rss
     from ludic_core.saw_builder import build_saw_items
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
@@ -237,6 +246,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.perf_counter()
     console = Console()
+    peak_mb: dict[str, float] = {}  # resident-memory peak of each stage, for the summary
+
+    def stage_done(stage: str) -> None:  # a stage may run in several segments (GRPO between evaluations)
+        peak_mb[stage] = max(peak_mb.get(stage, 0), round(peak_rss_mb()))
+        reset_peak_rss()
+
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -253,7 +268,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         f"parameters, {args.threads} CPU threads"
     )
     model.to(args.device)
-    client = LocalPolicyClient(model, tokenizer, max_batch_size=256, seed=args.seed)
+    stage_done("loading")
+    # 64 rows decode about as fast per row as 256 on a CPU and hold a quarter of the KV cache.
+    client = LocalPolicyClient(model, tokenizer, max_batch_size=64, seed=args.seed)
     engine = make_engine(client, seed=args.seed, rollout_log=str(args.out / "rollouts.jsonl"))
     template = HFChatTemplate(tokenizer)
     evaluation = Evaluation(
@@ -266,13 +283,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     evals: dict[str, dict[str, Any]] = {}
 
     async def evaluate(
-        label: str, run_engine: Any, *, games: bool = True, max_positions: int | None = None
+        label: str,
+        run_engine: Any,
+        *,
+        games: bool = True,
+        max_positions: int | None = None,
+        spinner: bool = True,
     ) -> None:
-        with console.status(
-            f"[bold]Evaluating {label}[/]: {len(evaluation.positions[:max_positions])} positions"
-            + "".join(f", {len(r)} {mode} games" for mode, r in evaluation.game_requests.items() if games)
+        # No spinner inside training: its live panel is already on the screen.
+        with (
+            console.status(
+                f"[bold]Evaluating {label}[/]: {len(evaluation.positions[:max_positions])} positions"
+                + "".join(f", {len(r)} {mode} games" for mode, r in evaluation.game_requests.items() if games)
+            )
+            if spinner
+            else contextlib.nullcontext()
         ):
             evals[label] = await evaluation.run(run_engine, games=games, max_positions=max_positions)
+        stage_done(f"evaluation: {label}")
         e = evals[label]
         console.print(
             f"[bold]{label}[/] ({e['seconds']:.0f} s): "
@@ -310,7 +338,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "device": args.device,
         "max_grad_norm": 1.0,
         "max_seq_len": 256,
-        "micro_token_budget": 4096,
+        "micro_token_budget": 2048,  # activation memory of the adapted layers grows with it
     }
     sft = Trainer(
         model=model,
@@ -324,9 +352,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     await sft.train(args.sft_steps)
     live.close()
+    stage_done("warm start")
     await evaluate("warm start", engine)
 
-    # Stage 3: GRPO against the random opponent.
+    # Stage 3: GRPO against the random opponent, evaluated every --eval-every steps and at the end.
+    eval_steps = {"warm start": 0}
+
+    async def evaluate_during_grpo(step: int) -> dict[str, float]:
+        label = "GRPO" if step == args.grpo_steps else f"GRPO step {step}"
+        stage_done("GRPO")
+        await evaluate(label, engine, spinner=args.no_live)
+        eval_steps[label] = step
+        e = evals[label]
+        return {**e["positions"], "points_mean": e["sampled_games"]["points_mean"]}
+
     algorithm = make_grpo(group_size=args.group_size)
     source = RolloutBatchSource(
         engine=engine,
@@ -343,8 +382,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         model=model,
         algorithm=algorithm,
         batch_source=source,
-        config=TrainerConfig(lr=args.grpo_lr, **base_config),  # type: ignore[arg-type]
+        config=TrainerConfig(
+            lr=args.grpo_lr,
+            eval_every_steps=args.eval_every or None,
+            **base_config,  # type: ignore[arg-type]
+        ),
         publisher=client.as_publisher(),
+        evaluator=evaluate_during_grpo if args.eval_every else None,
         logger=TeeLogger(
             live := _live(args, console, args.grpo_steps, "GRPO + LoRA on Tic-Tac-Toe", GRPO_KEYS),
             metrics_log,
@@ -352,8 +396,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     results = await trainer.train(args.grpo_steps)
     live.close()
+    stage_done("GRPO")
     metrics_log.close()
-    await evaluate("GRPO", engine)
+    if "GRPO" not in evals:  # the last step's periodic evaluation, if it ran, is the final one
+        await evaluate("GRPO", engine)
+        eval_steps["GRPO"] = args.grpo_steps
 
     gains = {
         name: paired_interval(evals["warm start"]["paired"][name], evals["GRPO"]["paired"][name])
@@ -366,18 +413,20 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "grpo_gain_over_warm_start": gains,
         "train_reward": [r.get("train/avg_total_reward") for r in results],
         "client_stats": dict(client.stats),
+        "peak_rss_mb": max(peak_mb.values()),
+        "peak_rss_mb_by_stage": peak_mb,
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     (args.out / "evaluations.json").write_text(json.dumps(evals))
     _table(console, evals, gains)
-    stage_steps = {"base model": 0, "warm start": args.sft_steps, "GRPO": args.sft_steps + args.grpo_steps}
     try:
-        plot_evaluations(evals, args.out / "metrics.jsonl", stage_steps, args.out / "eval_curve.png")
+        plot_evaluations(evals, args.out / "metrics.jsonl", eval_steps, args.out / "eval_curve.png")
         plotted = ", eval_curve.png"
     except MissingExtraError:
         plotted = ' (pip install "ludic-train[plot]" for a plot)'
     console.print(
-        f"Wall time {summary['wall_s']:.0f} s. Files in {args.out}/: summary.json, evaluations.json, "
+        f"Wall time {summary['wall_s']:.0f} s, peak resident memory {summary['peak_rss_mb'] / 1024:.1f} GiB. "
+        f"Files in {args.out}/: summary.json, evaluations.json, "
         "metrics.jsonl, rollouts.jsonl" + plotted
     )
     return summary
@@ -431,47 +480,67 @@ def _table(console: Any, evals: dict[str, dict[str, Any]], gains: dict[str, dict
 
 
 def evaluation_panels(
-    evals: dict[str, dict[str, Any]], metrics_path: Path, stage_steps: dict[str, int]
+    evals: dict[str, dict[str, Any]], metrics_path: Path, eval_steps: dict[str, int]
 ) -> list[Any]:
-    """The figure's two panels. Left: the positions' legal- and optimal-move rates of each stage, placed
-    at the optimiser step where that stage's evaluation ran, beside the random-legal and perfect
-    players' optimal-move rates. Right: GRPO's mean game reward per step, read back from the metrics
-    JSONL (the warm start's lines carry no reward, so only GRPO's steps are drawn)."""
+    """The figure's three panels over GRPO steps (0 is the warm start), one point per evaluation in
+    ``eval_steps`` (label → GRPO step). Left: points per game against the random opponent at the
+    training temperature, the headline, beside the random-legal and perfect players on the same games.
+    Middle: the fixed positions' legal- and optimal-move rates, beside the yardsticks' optimal-move
+    rates. Right: GRPO's mean game reward per step, read back from the metrics JSONL (the warm start's
+    lines carry no reward, so only GRPO's steps are drawn)."""
     from ludic_train.plots import MetricSeries, Panel, ReferenceLine, read_metric_series
 
-    stages = [s for s in ("base model", "warm start", "GRPO") if s in evals]
-    steps = [stage_steps[s] for s in stages]
-    positions = Panel(
-        "Positions scored by the solver",
+    labels = sorted((label for label in eval_steps if label in evals), key=eval_steps.__getitem__)
+    steps = [eval_steps[label] for label in labels]
+    yardsticks = (("random legal", ":"), ("perfect", "--"))
+    xlabel = "GRPO step (0: the warm start)"
+    points = Panel(
+        "Points per game vs a random opponent",
         [
-            MetricSeries(key.replace("_", " "), steps, [evals[s]["positions"][key] for s in stages])
+            MetricSeries(
+                "model, T = 1", steps, [evals[label]["sampled_games"]["points_mean"] for label in labels]
+            )
+        ],
+        references=[
+            ReferenceLine(evals[yard]["sampled_games"]["points_mean"], f"{yard} player", style)
+            for yard, style in yardsticks
+        ],
+        xlabel=xlabel,
+        ylabel="points per game (win 1, draw ½)",
+        ylim=(0, 1.05),
+    )
+    positions = Panel(
+        "Fixed positions scored by the solver",
+        [
+            MetricSeries(key.replace("_", " "), steps, [evals[label]["positions"][key] for label in labels])
             for key in ("legal_move_rate", "optimal_move_rate")
         ],
         references=[
             ReferenceLine(evals[yard]["positions"]["optimal_move_rate"], f"{yard}: optimal-move rate", style)
-            for yard, style in (("random legal", ":"), ("perfect", "--"))
+            for yard, style in yardsticks
         ],
-        xlabel="optimiser steps (warm start, then GRPO)",
+        xlabel=xlabel,
+        ylabel="rate over the positions",
         ylim=(0, 1.05),
-        step_labels={step: f"{stage}\n{step}" for stage, step in zip(stages, steps, strict=True)},
     )
     [reward] = read_metric_series(metrics_path, ["train/avg_total_reward"])
     training = Panel(
         "GRPO training reward",
         [MetricSeries("train: mean game reward", reward.steps, reward.values)],
         xlabel="GRPO step",
+        ylabel="mean game reward (illegal −1)",
     )
-    return [positions, training]
+    return [points, positions, training]
 
 
 def plot_evaluations(
-    evals: dict[str, dict[str, Any]], metrics_path: Path, stage_steps: dict[str, int], path: Path
+    evals: dict[str, dict[str, Any]], metrics_path: Path, eval_steps: dict[str, int], path: Path
 ) -> Path:
     """Write the demo's figure (:func:`evaluation_panels`) to ``path``; raises ``MissingExtraError``
     without matplotlib (the ``plot`` extra)."""
     from ludic_train.plots import plot_panels
 
-    return plot_panels(evaluation_panels(evals, metrics_path, stage_steps), path)
+    return plot_panels(evaluation_panels(evals, metrics_path, eval_steps), path)
 
 
 def check(summary: dict[str, Any]) -> list[str]:

@@ -25,15 +25,17 @@ def _demo() -> ModuleType:
 
 
 def _evals() -> dict[str, dict[str, Any]]:
-    def rates(legal: float, optimal: float) -> dict[str, Any]:
-        return {"positions": {"legal_move_rate": legal, "optimal_move_rate": optimal}}
+    def result(legal: float, optimal: float, points: float | None) -> dict[str, Any]:
+        games = {} if points is None else {"sampled_games": {"points_mean": points}}
+        return {"positions": {"legal_move_rate": legal, "optimal_move_rate": optimal}, **games}
 
     return {
-        "random legal": rates(1.0, 0.40),
-        "perfect": rates(1.0, 1.0),
-        "base model": rates(0.0, 0.0),
-        "warm start": rates(0.98, 0.55),
-        "GRPO": rates(1.0, 0.57),
+        "random legal": result(1.0, 0.40, 0.51),
+        "perfect": result(1.0, 1.0, 0.95),
+        "base model": result(0.0, 0.0, None),
+        "warm start": result(0.98, 0.55, 0.23),
+        "GRPO step 2": result(1.0, 0.56, 0.42),
+        "GRPO": result(1.0, 0.57, 0.56),
     }
 
 
@@ -49,24 +51,32 @@ def _metrics(path: Path) -> Path:
     return path
 
 
-def test_the_demo_figure_shows_stages_yardsticks_and_grpo_reward(tmp_path: Path) -> None:
+def test_the_demo_figure_shows_points_per_game_positions_and_grpo_reward_beside_the_yardsticks(
+    tmp_path: Path,
+) -> None:
     demo = _demo()
     metrics = _metrics(tmp_path / "metrics.jsonl")
-    stage_steps = {"base model": 0, "warm start": 3, "GRPO": 6}
+    eval_steps = {"warm start": 0, "GRPO step 2": 2, "GRPO": 3}
 
-    positions, training = demo.evaluation_panels(_evals(), metrics, stage_steps)
+    points, positions, training = demo.evaluation_panels(_evals(), metrics, eval_steps)
 
+    [model] = points.series
+    assert (model.steps, model.values) == ((0, 2, 3), (0.23, 0.42, 0.56))
+    assert [(r.label, r.value) for r in points.references] == [
+        ("random legal player", 0.51),
+        ("perfect player", 0.95),
+    ]
+    assert points.ylabel and positions.ylabel and training.ylabel
     legal, optimal = positions.series
-    assert (legal.name, legal.steps, legal.values) == ("legal move rate", (0, 3, 6), (0.0, 0.98, 1.0))
-    assert (optimal.name, optimal.values) == ("optimal move rate", (0.0, 0.55, 0.57))
+    assert (legal.name, legal.steps, legal.values) == ("legal move rate", (0, 2, 3), (0.98, 1.0, 1.0))
+    assert (optimal.name, optimal.values) == ("optimal move rate", (0.55, 0.56, 0.57))
     assert [(r.label, r.value, r.style) for r in positions.references] == [
         ("random legal: optimal-move rate", 0.40, ":"),
         ("perfect: optimal-move rate", 1.0, "--"),
     ]
-    assert positions.step_labels == {0: "base model\n0", 3: "warm start\n3", 6: "GRPO\n6"}
     [reward] = training.series
     assert (reward.steps, reward.values) == ((1, 2, 3), (0.2, 0.35, 0.5))  # GRPO's steps only
 
-    written = demo.plot_evaluations(_evals(), metrics, stage_steps, tmp_path / "eval_curve.png")
+    written = demo.plot_evaluations(_evals(), metrics, eval_steps, tmp_path / "eval_curve.png")
     assert written == tmp_path / "eval_curve.png"
     assert written.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
