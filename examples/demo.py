@@ -443,6 +443,8 @@ GRPO_KEYS = [
     "perf/batch_wait_s",
     "perf/train_s",
     "perf/tokens_per_s",
+    "eval/points_mean",  # --eval-every: the evaluations during GRPO
+    "eval/optimal_move_rate",
 ]
 
 

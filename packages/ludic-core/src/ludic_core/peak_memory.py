@@ -1,8 +1,9 @@
 """The process's peak resident memory over a window of its run, for stating what a run needs.
 
 ``ru_maxrss`` only ever grows; on Linux the kernel's high-water mark (``VmHWM``) can be reset, so a
-program can measure each of its stages in turn. Freed heap that the C allocator keeps would count
-towards the next stage, so a reset first hands it back to the system (``malloc_trim``, glibc).
+program can measure each of its stages in turn. Garbage and freed heap would count towards the next
+stage, so a reset first collects reference cycles (tensors held by cycles stay resident until then)
+and hands freed heap that the C allocator keeps back to the system (``malloc_trim``, glibc).
 Elsewhere both functions fall back to the lifetime peak (``resettable()`` is False).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import resource
 import sys
 
@@ -29,8 +31,10 @@ def resettable() -> bool:
 
 
 def reset_peak_rss() -> None:
-    """Start a new window for :func:`peak_rss_mb`: return freed heap to the system, then reset the
-    high-water mark to the current resident size. Does nothing where that cannot be done."""
+    """Start a new window for :func:`peak_rss_mb`: collect garbage, return freed heap to the system,
+    then reset the high-water mark to the current resident size. Where the mark cannot be reset, only
+    the garbage and the heap are dealt with."""
+    gc.collect()
     _trim_heap()
     try:
         with open(_CLEAR_REFS, "w", encoding="ascii") as refs:
