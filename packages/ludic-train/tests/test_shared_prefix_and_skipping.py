@@ -79,6 +79,11 @@ def test_shared_prefix_length_stops_at_padding_divergence_and_first_logit() -> N
     assert shared_prefix_length(ids, mask, torch.tensor([4])) == 3  # row 1 differs at 3
     assert shared_prefix_length(ids, mask, torch.tensor([1, 4])) == 1  # the loss reads the logits at 1
     same = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4]])
+    # No logit read (no action tokens): nothing to share, even for identical rows.
+    assert (
+        shared_prefix_length(ids[:1].repeat(2, 1), mask[:1].repeat(2, 1), torch.tensor([], dtype=torch.long))
+        == 0
+    )
     # Identical rows with padding at the end: the prefix never covers padding.
     assert shared_prefix_length(same, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), torch.tensor([3])) == 3
 
@@ -274,3 +279,12 @@ def test_a_loss_that_is_not_inert_trains_on_every_item(model: torch.nn.Module) -
     )
     (result,) = asyncio.run(trainer.train(1))
     assert result["train/zero_weight_items_skipped"] == 0.0
+
+
+def test_identical_rows_without_action_tokens_run_one_ordinary_pass(model: torch.nn.Module) -> None:
+    """Nothing to score means no logit position to stop the prefix at: the rows are not split."""
+    tokens = list(range(5, 5 + 2 * MIN_SHARED_PREFIX))
+    item = SAWItem(input_ids=tokens, action_mask=[0] * len(tokens), weight=1.0, meta={})
+    batch = collate_saw_items([item, item, item], pad_token_id=PAD)
+    logits = policy_logits(model, batch, share_prefix=True)
+    assert logits.shape[:2] == (3, batch["logit_positions"].numel())

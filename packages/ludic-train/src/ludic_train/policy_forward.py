@@ -63,11 +63,13 @@ def _inspect_logits_to_keep(model: torch.nn.Module) -> bool:
 
 def shared_prefix_length(input_ids: Tensor, attention_mask: Tensor, logit_positions: Tensor) -> int:
     """How many leading tokens every row has in common (real tokens in every row), capped at the first
-    logit position so that the suffix pass computes every logit the loss reads."""
+    logit position so that the suffix pass computes every logit the loss reads; 0 when the loss reads
+    no logit (a batch without action tokens), which leaves nothing to share a pass for."""
+    if not logit_positions.numel():
+        return 0
     same = (input_ids == input_ids[:1]).all(dim=0) & (attention_mask > 0).all(dim=0)
     common = int(same.long().cumprod(dim=0).sum())
-    first_needed = int(logit_positions[0]) if logit_positions.numel() else common
-    return min(common, first_needed)
+    return min(common, int(logit_positions[0]))
 
 
 def policy_logits(model: Any, batch: Mapping[str, Tensor], *, share_prefix: bool = True) -> Tensor:
