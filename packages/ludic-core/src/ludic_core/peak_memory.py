@@ -10,10 +10,11 @@ Elsewhere both functions fall back to the lifetime peak (``resettable()`` is Fal
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import gc
 import resource
 import sys
+from typing import Any
 
 __all__ = ["peak_rss_mb", "reset_peak_rss", "resettable"]
 
@@ -57,9 +58,13 @@ def peak_rss_mb() -> float:
 
 
 def _trim_heap() -> None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` among the symbols the process has loaded, looked up once (None on other
+    C libraries)."""
+    return getattr(ctypes.CDLL(None), "malloc_trim", None)

@@ -25,7 +25,8 @@ from ludic_core.errors import ConfigError, DataError
 from ludic_core.saw import SAWBatch
 from ludic_train.losses.base import HOW_TO_PROVIDE, Loss, Stats
 from ludic_train.losses.build import build_loss
-from ludic_train.policy_forward import accepts_logits_to_keep, policy_logits
+from ludic_train.model_signature import accepts_logits_to_keep
+from ludic_train.policy_forward import policy_logits
 
 __all__ = ["KNOWN_INPUTS", "RLAlgorithm", "accepts_logits_to_keep"]
 

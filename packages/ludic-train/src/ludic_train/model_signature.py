@@ -6,7 +6,7 @@ import inspect
 import weakref
 from typing import Any
 
-__all__ = ["forward_takes"]
+__all__ = ["accepts_logits_to_keep", "forward_takes"]
 
 _KNOWN: weakref.WeakKeyDictionary[Any, dict[str, bool]] = weakref.WeakKeyDictionary()
 
@@ -27,3 +27,18 @@ def forward_takes(model: Any, name: str) -> bool:
         except (AttributeError, TypeError, ValueError):
             known[name] = False
     return known[name]
+
+
+def accepts_logits_to_keep(model: Any) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` as a tensor of sequence positions (HF causal
+    LMs do, directly or behind a PEFT adapter)."""
+    get_base_model = getattr(model, "get_base_model", None)
+    if callable(get_base_model):
+        # A PEFT wrapper forwards **kwargs to the base model. Prompt-learning adapters prepend virtual
+        # tokens, which would shift every position; the full logits then fail the loss's shape check.
+        config = getattr(model, "active_peft_config", None)
+        if config is None or getattr(config, "is_prompt_learning", True):
+            return False
+        base = get_base_model()
+        return base is not model and forward_takes(base, "logits_to_keep")
+    return forward_takes(model, "logits_to_keep")

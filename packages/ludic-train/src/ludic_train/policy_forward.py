@@ -19,46 +19,20 @@ not); other models, and prefixes shorter than :data:`MIN_SHARED_PREFIX` tokens, 
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ludic_train.model_signature import forward_takes
+from ludic_train.model_signature import accepts_logits_to_keep, forward_takes
 
-__all__ = ["MIN_SHARED_PREFIX", "accepts_logits_to_keep", "policy_logits", "shared_prefix_length"]
+__all__ = ["MIN_SHARED_PREFIX", "policy_logits", "shared_prefix_length"]
 
 MIN_SHARED_PREFIX = 16
 """A shorter common prefix is not worth a second forward pass (and a copy of its KV cache per row)."""
 
 _SHARING_KEYWORDS = ("past_key_values", "position_ids", "use_cache")
-
-_ACCEPTS_LOGITS_TO_KEEP: weakref.WeakKeyDictionary[torch.nn.Module, bool] = weakref.WeakKeyDictionary()
-
-
-def accepts_logits_to_keep(model: torch.nn.Module) -> bool:
-    """Whether ``model``'s forward takes ``logits_to_keep`` as a tensor of sequence positions (HF causal
-    LMs do, directly or behind a PEFT adapter). Inspected once per model."""
-    known = _ACCEPTS_LOGITS_TO_KEEP.get(model)
-    if known is None:
-        known = _inspect_logits_to_keep(model)
-        _ACCEPTS_LOGITS_TO_KEEP[model] = known
-    return known
-
-
-def _inspect_logits_to_keep(model: torch.nn.Module) -> bool:
-    get_base_model = getattr(model, "get_base_model", None)
-    if callable(get_base_model):
-        # A PEFT wrapper forwards **kwargs to the base model. Prompt-learning adapters prepend virtual
-        # tokens, which would shift every position; the full logits then fail the loss's shape check.
-        config = getattr(model, "active_peft_config", None)
-        if config is None or getattr(config, "is_prompt_learning", True):
-            return False
-        base = get_base_model()
-        return isinstance(base, torch.nn.Module) and base is not model and accepts_logits_to_keep(base)
-    return forward_takes(model, "logits_to_keep")
 
 
 def shared_prefix_length(input_ids: Tensor, attention_mask: Tensor, logit_positions: Tensor) -> int:

@@ -257,10 +257,10 @@ class Trainer:
         # a rank with fewer micro-batches repeats its last one (or, with none, its batch's first item)
         # with a zero loss scale.
         passes = _max_across_ranks(len(micro_batches), self.device) if self._fsdp else len(micro_batches)
-        padding = micro_batches or (self._collate(list(batch.items[:1])) if passes else [])
+        runs = micro_batches or (self._collate(list(batch.items[:1])) if passes else [])
         for index in range(passes):
             padding_pass = index >= len(micro_batches)
-            micro = padding[min(index, len(padding) - 1)]
+            micro = runs[min(index, len(runs) - 1)]
             if self._fsdp:
                 self.model.set_requires_gradient_sync(index == passes - 1)
             loss, stats = self.algorithm.compute_loss(
