@@ -54,7 +54,7 @@ def test_a_hanging_grading_is_killed_and_the_next_one_works(sleepy_grader: Grade
         threads = threading.active_count()
         start = time.monotonic()
         assert worker.grade("slow", "x", 0.5) == (None, True)
-        assert time.monotonic() - start < 0.5 + 2.0
+        assert time.monotonic() - start < 0.5 + 10.0  # the grading would sleep an hour
         assert worker.pid is None and not _alive(pid)  # killed and reaped
         assert threading.active_count() == threads  # no thread left behind
         assert worker.grade("fast", "fast", 30.0) == (True, False)  # a fresh child

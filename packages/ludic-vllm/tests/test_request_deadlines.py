@@ -78,7 +78,7 @@ async def test_control_calls_time_out_on_a_dripping_server(drip_server: DripServ
         ):
             await getattr(control, call)()
         elapsed = time.monotonic() - started
-    assert elapsed < 2.0, f"{call} waited {elapsed:.1f}s"
+    assert elapsed < 10.0, f"{call} waited {elapsed:.1f}s"
     # An expired deadline is not retried, even for idempotent calls: the server may still be working.
     assert drip_server.calls == 1
 
@@ -90,12 +90,12 @@ async def test_completions_and_model_listing_time_out_on_a_dripping_server(drip_
         started = time.monotonic()
         with pytest.raises(LudicTimeoutError, match=r"within request_timeout_s=0\.5"):
             await client.complete_tokens(TokenCompletionRequest(prompt_token_ids=(1, 2, 3)))
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 10.0  # the server drips for 20 s
     async with VLLMClient(base_url=drip_server.url, control_timeout_s=0.5) as client:
         started = time.monotonic()
         with pytest.raises(
             LudicTimeoutError, match=r"/v1/models: no complete answer within control_timeout_s=0\.5"
         ):
             await client.model_name()
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 10.0  # the server drips for 20 s
     assert drip_server.calls == 2  # neither expired deadline was retried
