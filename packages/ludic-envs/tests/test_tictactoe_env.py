@@ -176,3 +176,21 @@ def test_conformance_with_ludic_core_check_env() -> None:
     check_env(
         TicTacToeEnv(opponent="mixed", agent_mark="random"), actions=[*"ABC", "A1", "B2", "C3", "b1", "x"]
     )
+
+
+@pytest.mark.parametrize("action", [None, 5, 4.0, b"B2", ["B2"]], ids=repr)
+def test_an_action_that_is_not_text_is_an_illegal_move(action: object) -> None:
+    env = TicTacToeEnv(opponent=FirstFreeOpponent())
+    env.reset(seed=0)
+    outcome = env.env_step(action)  # type: ignore[arg-type]
+    assert outcome.terminated and outcome.reward == TicTacToeRewards().illegal_move
+    assert outcome.info["illegal_reason"] == "not a coordinate A1..C3"
+    assert outcome.info["move"] == repr(action) and repr(action) in outcome.obs
+
+
+@pytest.mark.parametrize("action", [None, 5])
+def test_step_names_an_action_that_is_not_text(action: object) -> None:
+    env = TicTacToeEnv(opponent=FirstFreeOpponent())
+    env.reset(seed=0)
+    with pytest.raises(ProtocolError, match=rf"action for 'agent_0' must be a str.*{action!r}"):
+        env.step({"agent_0": action})  # type: ignore[dict-item]

@@ -78,3 +78,13 @@ async def test_self_play_through_multi_agent_protocol() -> None:
     assert not by_agent["o"].truncated
     # O's context saw X's winning move before the episode ended.
     assert any("X played A2" in m["content"] for m in o_agent.messages)
+
+
+@pytest.mark.parametrize("action", [None, 5])
+def test_an_action_that_is_not_text_forfeits_the_game(action: object) -> None:
+    env = TicTacToeSelfPlayEnv()
+    env.reset(seed=0)
+    out = env.step({"x": action})  # type: ignore[dict-item]
+    assert out["x"].terminated and out["o"].terminated
+    assert out["x"].info["illegal_reason"] == "not a coordinate A1..C3"
+    assert repr(action) in out["x"].obs

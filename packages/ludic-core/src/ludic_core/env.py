@@ -109,17 +109,19 @@ class SingleAgentEnv(LudicEnv[str]):
 
     def _single_action(self, actions: Mapping[str, str]) -> str:
         if len(actions) == 1 and self._agent_id in actions:  # every well-formed call: no set algebra
-            return actions[self._agent_id]
+            action = actions[self._agent_id]
+            if not isinstance(action, str):
+                raise ProtocolError(
+                    f"{self.name}.step: the action for {self._agent_id!r} must be a str (what the agent's "
+                    f"parser returns), got {type(action).__name__} {action!r}"
+                )
+            return action
         unknown = set(actions) - {self._agent_id}
         if unknown:
             raise ProtocolError(
                 f"{self.name} has the single agent {self._agent_id!r}; got actions for {sorted(unknown)}"
             )
-        if self._agent_id not in actions:
-            raise ProtocolError(
-                f"{self.name}.step needs an action for {self._agent_id!r}; got {dict(actions)!r}"
-            )
-        return actions[self._agent_id]
+        raise ProtocolError(f"{self.name}.step needs an action for {self._agent_id!r}; got {dict(actions)!r}")
 
     def step(self, actions: Mapping[str, str]) -> dict[str, StepOutcome]:
         return {self._agent_id: self.env_step(self._single_action(actions))}

@@ -55,16 +55,25 @@ def check_mark(value: object, field: str = "mark") -> Mark:
     raise ConfigError(f"{field} must be 'X' or 'O', got {value!r}")
 
 
-def index_of(coordinate: str) -> int | None:
+def index_of(coordinate: object) -> int | None:
     """The cell index (0–8) of a coordinate such as ``"b2"`` (case and surrounding space ignored).
 
-    Returns None when the text is not exactly one coordinate; tolerant extraction from free text is
-    the agent parser's job, not the env's.
+    Returns None when the value is not exactly one coordinate (a non-string included: an env step
+    hands it whatever a caller passed); tolerant extraction from free text is the agent parser's job,
+    not the env's.
     """
+    if not isinstance(coordinate, str):
+        return None
     text = coordinate.strip().upper()
     if len(text) != 2 or text[0] not in COLUMNS or text[1] not in ROWS:
         return None
     return ROWS.index(text[1]) * 3 + COLUMNS.index(text[0])
+
+
+def action_text(action: object) -> str:
+    """How an action is shown back in an illegal-move observation: the text itself, stripped, or the
+    ``repr`` of a non-string so that ``None`` and ``5`` read as what they were."""
+    return action.strip() if isinstance(action, str) else repr(action)
 
 
 def coordinate_of(index: int) -> str:

@@ -8,7 +8,15 @@ from typing import Any, Literal
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError, DataError, ProtocolError
 from ludic_core.types import Info, StepOutcome
-from ludic_envs.tictactoe.board import Board, Mark, check_mark, coordinate_of, index_of, other_mark
+from ludic_envs.tictactoe.board import (
+    Board,
+    Mark,
+    action_text,
+    check_mark,
+    coordinate_of,
+    index_of,
+    other_mark,
+)
 from ludic_envs.tictactoe.game import TicTacToeGame
 from ludic_envs.tictactoe.opponents import Opponent, make_opponent
 from ludic_envs.tictactoe.prompts import SYSTEM_PROMPT, board_prompt, ending_text
@@ -134,14 +142,14 @@ class TicTacToeEnv(SingleAgentEnv):
         game.forfeit(self._mark)
         info = {
             **game.summary_for(self._mark),
-            "move": action,
+            "move": action_text(action),
             "move_was_optimal": False,
             "optimal_moves": optimal_before,
             "illegal_reason": reason,
             "opponent": self.opponent.name,
             "opponent_move": None,
         }
-        obs = f"Illegal move {action.strip()!r}: {reason}. The game is over."
+        obs = f"Illegal move {action_text(action)!r}: {reason}. The game is over."
         return StepOutcome(obs=obs, reward=self.rewards.illegal_move, terminated=True, info=info)
 
     @staticmethod

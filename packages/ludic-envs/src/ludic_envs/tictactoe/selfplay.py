@@ -8,7 +8,7 @@ from typing import Any
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ProtocolError
 from ludic_core.types import Info, StepOutcome
-from ludic_envs.tictactoe.board import Mark, coordinate_of, index_of, other_mark
+from ludic_envs.tictactoe.board import Mark, action_text, coordinate_of, index_of, other_mark
 from ludic_envs.tictactoe.game import TicTacToeGame
 from ludic_envs.tictactoe.prompts import SYSTEM_PROMPT, board_prompt, ending_text
 from ludic_envs.tictactoe.rewards import TicTacToeRewards
@@ -74,12 +74,12 @@ class TicTacToeSelfPlayEnv(LudicEnv[str]):
         waiter = waiter_mark.lower()
         optimal_before = game.optimal_coordinates()
         index = index_of(action)
-        move_info: dict[str, Any] = {"move": action.strip(), "optimal_moves": optimal_before}
+        move_info: dict[str, Any] = {"move": action_text(action), "optimal_moves": optimal_before}
         if index is None or index not in game.board.legal_moves():
             reason = "not a coordinate A1..C3" if index is None else f"{coordinate_of(index)} is occupied"
             game.forfeit(mover_mark)
             move_info.update(move_was_optimal=False, illegal_reason=reason)
-            mover_obs = f"Illegal move {action.strip()!r}: {reason}. The game is over."
+            mover_obs = f"Illegal move {action_text(action)!r}: {reason}. The game is over."
             waiter_obs = f"{mover_mark} made an illegal move ({reason}). " + ending_text(
                 "opponent_forfeit", None
             )
