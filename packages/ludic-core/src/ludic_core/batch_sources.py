@@ -15,16 +15,16 @@ from typing import Any
 
 from ludic_core.credit import CreditAssigner
 from ludic_core.curriculum import RequestsProvider
-from ludic_core.engine import RolloutEngine, select_trainable_rollouts
+from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.filters import SampleFilter, apply_filter
 from ludic_core.logs import get_logger
 from ludic_core.rollout_log import read_rollouts
 from ludic_core.rollout_settings import RolloutSettings
 from ludic_core.saw import SAWBatch, SAWItem
-from ludic_core.saw_builder import build_saw_items
 from ludic_core.saw_io import read_saw_jsonl
 from ludic_core.seeding import derive_seed
+from ludic_core.trainable import credited_items
 
 __all__ = ["OfflineBatchSource", "RolloutBatchSource"]
 
@@ -170,14 +170,18 @@ class OfflineBatchSource:
         **kwargs: Any,
     ) -> OfflineBatchSource:
         """Items built from JSONL rollout logs exactly as online: credit over all rollouts, one item per
-        turn. Failed rollouts (and the rest of their GRPO groups) are skipped and counted."""
+        turn. Failed and unbuildable rollouts (and the rest of their GRPO groups) are skipped and
+        counted."""
         rollouts = [r for p in _paths(paths) for r in read_rollouts(p)]
-        kept, failed, dropped = select_trainable_rollouts(rollouts)
-        if failed or dropped:
-            log.info("offline_batch_source.skipped_rollouts", failed=failed, incomplete_groups=dropped)
-        weights = credit_assigner.compute(kept)
-        items = build_saw_items(kept, weights)
-        return cls(items, source="offline_rollouts", **kwargs)
+        credited = credited_items(rollouts, credit_assigner)
+        if credited.num_failed or credited.num_dropped_incomplete_groups or credited.unbuildable:
+            log.info(
+                "offline_batch_source.skipped_rollouts",
+                failed=credited.num_failed,
+                unbuildable=len(credited.unbuildable),
+                incomplete_groups=credited.num_dropped_incomplete_groups,
+            )
+        return cls(credited.items, source="offline_rollouts", **kwargs)
 
     @classmethod
     def from_saw_files(cls, paths: PathLike | Sequence[PathLike], **kwargs: Any) -> OfflineBatchSource:

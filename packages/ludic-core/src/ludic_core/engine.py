@@ -41,16 +41,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from ludic_core.call_timeout import call_timeout
-from ludic_core.credit import CreditAssigner, group_key
+from ludic_core.credit import CreditAssigner
 from ludic_core.env import LudicEnv
-from ludic_core.errors import ConfigError, DataError, EpisodeError, LudicTimeoutError
+from ludic_core.errors import ConfigError, EpisodeError, LudicTimeoutError
 from ludic_core.filters import SampleFilter, apply_filter
 from ludic_core.ids import seeded_ids
 from ludic_core.inference import InferenceSpec
@@ -67,8 +67,8 @@ from ludic_core.rollout_settings import (
     RolloutSettings,
 )
 from ludic_core.saw import SAWBatch
-from ludic_core.saw_builder import build_saw_items
 from ludic_core.seeding import MAX_SEED, derive_seed
+from ludic_core.trainable import credited_items, select_trainable_rollouts
 from ludic_core.types import EpisodeFailure, Rollout
 
 __all__ = [
@@ -522,31 +522,6 @@ def _copy_meta(engine_meta: dict[str, Any]) -> dict[str, Any]:
     return {**engine_meta, "return_spec": dict(engine_meta["return_spec"])}
 
 
-def _group_id(rollout: Rollout) -> str | None:
-    try:
-        return group_key(rollout)[0]
-    except DataError:
-        return None
-
-
-def select_trainable_rollouts(
-    rollouts: Sequence[Rollout], *, failed_ids: Collection[str] = ()
-) -> tuple[list[Rollout], int, int]:
-    """Drop failed rollouts (``failure`` set, or id in ``failed_ids``) and every rollout of a GRPO group
-    that lost a member to a failure (its baseline would be biased).
-
-    Returns ``(kept, number failed, number dropped as members of incomplete groups)``.
-    """
-
-    def failed(r: Rollout) -> bool:
-        return r.failed or r.id in failed_ids
-
-    failed_groups = {gid for r in rollouts if failed(r) for gid in [_group_id(r)] if gid is not None}
-    ok = [r for r in rollouts if not failed(r)]
-    kept = [r for r in ok if _group_id(r) not in failed_groups]
-    return kept, len(rollouts) - len(ok), len(ok) - len(kept)
-
-
 def rollouts_to_batch(
     result: RolloutResult,
     *,
@@ -556,9 +531,8 @@ def rollouts_to_batch(
     """The SAW batch of a :class:`RolloutResult` (see :meth:`RolloutEngine.generate_batch`)."""
     # A failed episode's rollouts all count as failed, even one whose own protocol view ended cleanly.
     failed_ids = {r.id for e in result.failed_episodes for r in e.rollouts}
-    rollouts, _, dropped_in_groups = select_trainable_rollouts(result.rollouts, failed_ids=failed_ids)
-    weights = credit_assigner.compute(rollouts)
-    items = build_saw_items(rollouts, weights)
+    credited = credited_items(result.rollouts, credit_assigner, failed_ids=failed_ids)
+    rollouts, items = credited.rollouts, credited.items
     kept, dropped = apply_filter(items, sample_filter)
 
     def avg(values: Sequence[float]) -> float | None:
@@ -571,7 +545,9 @@ def rollouts_to_batch(
         "num_failed_episodes": len(result.failed_episodes),
         "failures": result.failure_summary(),
         "num_rollouts": len(rollouts),
-        "num_rollouts_dropped_incomplete_groups": dropped_in_groups,
+        "num_rollouts_dropped_incomplete_groups": credited.num_dropped_incomplete_groups,
+        "num_rollouts_unbuildable": len(credited.unbuildable),
+        "unbuildable_rollouts": credited.unbuildable,
         "num_samples_before_filter": len(items),
         "num_samples": len(kept),
         "num_samples_filtered": dropped,

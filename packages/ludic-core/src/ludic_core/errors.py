@@ -47,6 +47,17 @@ class DataError(LudicError, ValueError):
     """Data does not satisfy an invariant (token lengths, non-extending prompts, bad JSON)."""
 
 
+class UnbuildableRolloutError(DataError):
+    """One rollout's steps make no training item (a prompt that does not extend its turn, a turn with
+    two env steps, calls of one turn at different temperatures). Batch builders drop that rollout, and
+    the rest of its group, and count it; the other rollouts still train."""
+
+    def __init__(self, rollout_id: str, reason: str) -> None:
+        super().__init__(reason)
+        self.rollout_id = rollout_id
+        self.reason = reason
+
+
 class TransportError(LudicError):
     """A remote component (inference server, queue, service) failed or could not be reached."""
 

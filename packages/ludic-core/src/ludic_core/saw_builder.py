@@ -9,8 +9,10 @@ which closes the turn. The item's tokens are the turn's model calls concatenated
    (tool results, observations: mask 0) is appended, then the completion (mask 1).
 
 A later prompt that does not extend the sequence (a context that rewrote history inside a turn, or a
-chat template that re-renders earlier output differently) raises :class:`~ludic_core.errors.DataError`:
-training on a sequence the model never saw would be silently wrong.
+chat template that re-renders earlier output differently) raises
+:class:`~ludic_core.errors.UnbuildableRolloutError` (a :class:`~ludic_core.errors.DataError`): training
+on a sequence the model never saw would be silently wrong. Batch builders
+(:func:`ludic_core.engine.credited_items`) drop such a rollout with its group and count it.
 
 Message-level model calls (sampled through a :class:`~ludic_core.message_client.MessageClient`, step
 info ``token_level: False``) carry no token ids and are refused with a :class:`~ludic_core.errors.DataError`:
@@ -40,7 +42,7 @@ from typing import Any
 import attrs
 
 from ludic_core.credit import RolloutStepKey, group_key
-from ludic_core.errors import DataError
+from ludic_core.errors import DataError, UnbuildableRolloutError
 from ludic_core.message_client import is_message_level
 from ludic_core.packed_saw import UINT32, PackedSAWItem
 from ludic_core.retokenize import MessageTemplate, check_template, retokenize_call
@@ -358,14 +360,18 @@ def rollout_to_saw_items(
     need_logps = require_actor_logps
     facts = _RolloutFacts.of(rollout)
     items: list[SAWItem] = []
-    for turn in split_turns(rollout):
+    for turn in _rollout_turns(rollout):
         where = _where(rollout, turn.turn_id)
         retokenized = retokenize_with is not None and any(is_message_level(s.info) for s in turn.agent_steps)
         if retokenized:
             tokens = _retokenized_turn(turn.agent_steps, check_template(retokenize_with), where)
         else:
+            # Message-level calls are refused whole: that is how the run samples, not one bad rollout.
             _refuse_message_level(turn.agent_steps, where)
-            tokens = concat_turn_tokens(turn.agent_steps, where=where)
+            try:
+                tokens = concat_turn_tokens(turn.agent_steps, where=where)
+            except DataError as error:
+                raise UnbuildableRolloutError(rollout.id, str(error)) from error
         if need_logps and tokens.actor_logps is None:
             raise DataError(
                 f"{where}: require_actor_logps=True asked for actor logprobs but the turn's model calls carry none"
@@ -380,6 +386,13 @@ def rollout_to_saw_items(
     return items
 
 
+def _rollout_turns(rollout: Rollout) -> list[Turn]:
+    try:
+        return split_turns(rollout)
+    except DataError as error:
+        raise UnbuildableRolloutError(rollout.id, str(error)) from error
+
+
 def build_saw_items(
     rollouts: Sequence[Rollout],
     weights: Mapping[RolloutStepKey, float],
@@ -387,7 +400,8 @@ def build_saw_items(
     require_actor_logps: bool = False,
     retokenize_with: MessageTemplate | None = None,
 ) -> list[SAWItem]:
-    """:func:`rollout_to_saw_items` over many rollouts, in order."""
+    """:func:`rollout_to_saw_items` over many rollouts, in order; the first unbuildable rollout raises
+    (:func:`ludic_core.engine.credited_items` drops and counts them instead)."""
     items: list[SAWItem] = []
     for rollout in rollouts:
         items.extend(

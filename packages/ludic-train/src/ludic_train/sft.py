@@ -28,14 +28,13 @@ import attrs
 
 from ludic_core.batch_sources import OfflineBatchSource
 from ludic_core.credit import ConstantCredit
-from ludic_core.engine import select_trainable_rollouts
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.logs import get_logger
 from ludic_core.retokenize import MessageTemplate
 from ludic_core.rollout_log import read_rollouts
 from ludic_core.saw import SAWItem
-from ludic_core.saw_builder import build_saw_items
 from ludic_core.saw_io import read_saw_jsonl
+from ludic_core.trainable import credited_items, select_trainable_rollouts
 
 __all__ = ["detect_jsonl_kind", "load_sft_items", "sft_batch_source"]
 
@@ -102,16 +101,17 @@ def load_sft_items(
         kept, failed, _ = select_trainable_rollouts(rollouts)
         if min_reward is not None:
             kept = [r for r in kept if r.total_reward >= min_reward]
+        credited = credited_items(kept, ConstantCredit(1.0), retokenize_with=chat_template)
         log.info(
             "sft.rollouts",
             path=str(path),
             total=len(rollouts),
             failed=failed,
-            kept=len(kept),
+            unbuildable=len(credited.unbuildable),
+            kept=len(credited.rollouts),
             min_reward=min_reward,
         )
-        weights = ConstantCredit(1.0).compute(kept)
-        items.extend(build_saw_items(kept, weights, retokenize_with=chat_template))
+        items.extend(credited.items)
     if not items:
         raise DataError(f"no SFT items in {[str(p) for p in _as_paths(paths)]} (min_reward={min_reward})")
     return [
