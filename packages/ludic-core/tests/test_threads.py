@@ -31,7 +31,8 @@ async def test_a_timeout_returns_at_once_while_the_call_is_stuck() -> None:
     start = time.monotonic()
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(run_in_daemon_thread(lambda: release.wait(30.0)), timeout=0.2)
-    assert time.monotonic() - start < 10.0  # the stuck call holds for 30 s; 10 s leaves room for a loaded host
+    # The stuck call holds for 30 s; 10 s leaves room for a loaded host.
+    assert time.monotonic() - start < 10.0
     release.set()
 
 

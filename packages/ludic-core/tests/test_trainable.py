@@ -41,7 +41,7 @@ def test_an_unbuildable_rollout_is_dropped_with_its_group_and_counted() -> None:
         rollout("b1", "b", 1.0),
         rollout("b2", "b", 0.0),
     ]
-    with pytest.raises(UnbuildableRolloutError, match="'a2'.*do not extend") as raised:
+    with pytest.raises(UnbuildableRolloutError, match=r"'a2'.*do not extend") as raised:
         build_saw_items(rollouts, ConstantCredit(1.0).compute(rollouts))
     assert raised.value.rollout_id == "a2"
 
