@@ -23,7 +23,7 @@ from pipeline_messages import make_item, message
 
 from ludic_core.errors import DataError
 from ludic_core.packed_saw import UINT32, PackedSAWItem, packed_arrays
-from ludic_core.pipeline import BatchMessage, decode_message, encode_message
+from ludic_core.pipeline import BatchMessage, WireLimits, decode_message, encode_message
 from ludic_core.pipeline.dump import describe
 from ludic_core.pipeline.wire import count_rollouts
 from ludic_core.saw import SAWItem
@@ -451,6 +451,16 @@ _ITEMS_LOGPS = [-0.5, -1.25, -0.5, -1.375, -0.5, -1.5]  # message(3)'s actor_log
             tampered(lambda d: d["items"]["metas"][0].pop("policy_version")),
             r"items\[0\].*policy_version None",
         ),
+        (
+            tampered(_set("items.metas.2.step_info", {"score": [1.0, math.nan]})),
+            r"items\[2\] \(rollout 'r2'\): meta\['step_info'\]\['score'\]\[1\] is not finite",
+        ),
+        (tampered(_set("meta.avg_reward", math.inf)), r"batch meta\['avg_reward'\] is not finite"),
+        (tampered(_set("meta", [1, 2])), "the batch meta must be a map, got list"),
+        (
+            tampered(_set("meta.log", "x" * (2**20 + 1))),
+            r"the batch meta is \d+ bytes, over WireLimits.max_meta_bytes=1048576",
+        ),
     ],
     ids=[
         "garbage",
@@ -477,6 +487,10 @@ _ITEMS_LOGPS = [-0.5, -1.25, -0.5, -1.375, -0.5, -1.5]  # message(3)'s actor_log
         "logp-positive",
         "logps-present",
         "no-version",
+        "item-meta-nan",
+        "batch-meta-inf",
+        "batch-meta-list",
+        "batch-meta-size",
     ],
 )
 def test_decode_refuses_malformed_messages_naming_what_is_wrong(raw: bytes, match: str) -> None:
@@ -578,3 +592,26 @@ def test_dump_describes_messages_and_refusals() -> None:
     assert "input_ids" not in describe(encode_message(message(1)))["items"][0]
     broken = describe(b"\x92\x01\x02")  # the array [1, 2]
     assert "must be a msgpack map" in broken["error"] and broken["bytes"] == 3
+
+
+def test_sizes_over_the_wire_limits_are_refused_on_both_sides() -> None:
+    raw = encode_message(message(3))
+    small = WireLimits(max_message_bytes=len(raw) - 1)
+    with pytest.raises(
+        DataError, match=rf"is {len(raw)} bytes, over WireLimits.max_message_bytes={len(raw) - 1}"
+    ):
+        encode_message(message(3), small)
+    with pytest.raises(
+        DataError, match=rf"the message is {len(raw)} bytes, over WireLimits.max_message_bytes"
+    ):
+        decode_message(raw, small)
+    assert decode_message(raw, WireLimits(max_message_bytes=len(raw))).items == message(3).items
+    big_meta = attrs.evolve(message(3), meta={"log": "x" * 100})
+    with pytest.raises(DataError, match=r"the batch meta is 107 bytes, over WireLimits\.max_meta_bytes=100"):
+        encode_message(big_meta, WireLimits(max_meta_bytes=100))
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, None])
+def test_wire_limits_name_a_bad_value(value: object) -> None:
+    with pytest.raises(DataError, match=rf"WireLimits.max_meta_bytes must be an int >= 1, got {value!r}"):
+        WireLimits(max_meta_bytes=value)  # type: ignore[arg-type]

@@ -60,7 +60,13 @@ from ludic_core.pipeline.connection import (
     redis_call,
 )
 from ludic_core.pipeline.versions import read_policy_version
-from ludic_core.pipeline.wire import DEFAULT_QUEUE_KEY, BatchMessage, encode_message
+from ludic_core.pipeline.wire import (
+    DEFAULT_QUEUE_KEY,
+    DEFAULT_WIRE_LIMITS,
+    BatchMessage,
+    WireLimits,
+    encode_message,
+)
 from ludic_core.saw import SAWItem
 
 __all__ = ["ActorStats", "RedisPipelineActor", "run_pipeline_actor"]
@@ -121,6 +127,8 @@ class RedisPipelineActor:
         before_batch: ``await before_batch(step)`` before each batch's version read.
         actor_id: name in the messages (default ``host:pid:random``).
         connect_timeout_s / command_timeout_s: Redis connection and per-command bounds.
+        wire_limits: size bounds on a message and its batch meta; a batch over them is refused before
+            it is pushed (give the learner's ``RedisBatchSource`` the same).
     """
 
     def __init__(
@@ -139,6 +147,7 @@ class RedisPipelineActor:
         actor_id: str | None = None,
         connect_timeout_s: float = 10.0,
         command_timeout_s: float = 30.0,
+        wire_limits: WireLimits = DEFAULT_WIRE_LIMITS,
     ) -> None:
         if not isinstance(source, RolloutBatchSource):
             raise ConfigError(
@@ -170,6 +179,9 @@ class RedisPipelineActor:
             )
         # Generation is exactly the online batch source's (same requests, seeds, credit and filters);
         # the actor adds version reads, tagging, back-pressure and the queue around it.
+        if not isinstance(wire_limits, WireLimits):
+            raise ConfigError(f"RedisPipelineActor.wire_limits must be a WireLimits, got {wire_limits!r}")
+        self.wire_limits = wire_limits
         self.source = source
         self.redis_url = redis_url
         self.queue_key = queue_key
@@ -373,7 +385,7 @@ class RedisPipelineActor:
         """
         if not messages:
             return
-        payloads = [encode_message(message) for message in messages]
+        payloads = [encode_message(message, self.wire_limits) for message in messages]
         await self._call(
             self._push_connection().execute((("RPUSH", self.queue_key, *payloads),), keep_packed=False),
             f"RPUSH {self.queue_key!r}",

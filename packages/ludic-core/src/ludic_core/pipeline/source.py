@@ -89,7 +89,9 @@ from ludic_core.pipeline.connection import (
 )
 from ludic_core.pipeline.wire import (
     DEFAULT_QUEUE_KEY,
+    DEFAULT_WIRE_LIMITS,
     BatchMessage,
+    WireLimits,
     count_rollouts,
     dead_letter_key,
     decode_message,
@@ -145,6 +147,8 @@ class RedisBatchSource:
             messages with newer items are dead-lettered (see the module docstring); ``None``: no check.
         keep_trained_messages: acknowledged messages kept for a resume from an older checkpoint.
         connect_timeout_s: bound on connecting (PING) and on each non-blocking command.
+        wire_limits: size bounds on a message and its batch meta; a message over them is malformed
+            (dead-lettered, the error naming the limit).
     """
 
     def __init__(
@@ -160,6 +164,7 @@ class RedisBatchSource:
         current_version: Callable[[], int] | None = None,
         keep_trained_messages: int = 256,
         connect_timeout_s: float = 10.0,
+        wire_limits: WireLimits = DEFAULT_WIRE_LIMITS,
     ) -> None:
         if isinstance(min_items, bool) or not isinstance(min_items, int) or min_items < 1:
             raise ConfigError(f"RedisBatchSource.min_items must be an int >= 1, got {min_items!r}")
@@ -192,6 +197,9 @@ class RedisBatchSource:
             raise ConfigError(
                 f"RedisBatchSource.keep_trained_messages must be an int >= 0, got {keep_trained_messages!r}"
             )
+        if not isinstance(wire_limits, WireLimits):
+            raise ConfigError(f"RedisBatchSource.wire_limits must be a WireLimits, got {wire_limits!r}")
+        self.wire_limits = wire_limits
         self.redis_url = redis_url
         self.queue_key = queue_key
         self.consumer = consumer
@@ -486,7 +494,7 @@ class RedisBatchSource:
 
     async def _decode_or_dead_letter(self, position: int, raw: bytes) -> BatchMessage | None:
         try:
-            return decode_message(raw)
+            return decode_message(raw, self.wire_limits)
         except DataError as exc:
             # Preserve the bytes before anything else: nothing else will read this message again.
             await self._dead_letter(position, raw)
@@ -517,7 +525,7 @@ class RedisBatchSource:
             "of a continuation the learner discarded when it resumed an older checkpoint"
         )
         marked = attrs.evolve(message, meta={**message.meta, "dead_letter_reason": reason})
-        await self._dead_letter(position, encode_message(marked))
+        await self._dead_letter(position, encode_message(marked, self.wire_limits))
         self.num_future += 1
         self._pending_future += 1
         log.warning(

@@ -26,7 +26,9 @@ msgpack only ever builds maps, lists, strings, numbers and bytes. A well-kept li
 ``msgpack`` is small, has no dependencies and ships wheels for the usual platforms, and numpy (in
 the same extra) checks the packed arrays without a Python loop. Floats outside the
 logprob columns (weights, temperatures, timestamps, meta) stay float64 and round-trip exactly; NaN/inf
-are refused. ``python -m ludic_core.pipeline.dump`` prints queued messages as JSON (``redis-cli``
+are refused, in the batch meta and in every item's meta. Sizes are bounded (:class:`WireLimits`): a
+message over ``max_message_bytes`` is refused before it is parsed, a batch meta over
+``max_meta_bytes`` (packed) after. ``python -m ludic_core.pipeline.dump`` prints queued messages as JSON (``redis-cli``
 shows only bytes now).
 """
 
@@ -46,9 +48,11 @@ from ludic_core.saw import SAWItem
 
 __all__ = [
     "DEFAULT_QUEUE_KEY",
+    "DEFAULT_WIRE_LIMITS",
     "WIRE_FORMAT",
     "WIRE_VERSION",
     "BatchMessage",
+    "WireLimits",
     "count_rollouts",
     "dead_letter_key",
     "decode_message",
@@ -148,6 +152,31 @@ class BatchMessage:
         return count_rollouts(self.items)
 
 
+def _positive_int(_instance: Any, attribute: Any, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DataError(f"WireLimits.{attribute.name} must be an int >= 1, got {value!r}")
+
+
+@attrs.frozen
+class WireLimits:
+    """Size bounds both ends of the queue enforce: an actor refuses to push what a learner would
+    refuse, and a learner dead-letters a message over them (a runaway actor must not exhaust its
+    memory)."""
+
+    max_message_bytes: int = attrs.field(default=256 * 2**20, validator=_positive_int)
+    """One message, as bytes on the queue (Redis itself stops at 512 MiB)."""
+    max_meta_bytes: int = attrs.field(default=2**20, validator=_positive_int)
+    """The batch meta, packed: counters and averages take a few kB."""
+
+
+DEFAULT_WIRE_LIMITS = WireLimits()
+
+
+def _check_size(what: str, size: int, limit: int, setting: str) -> None:
+    if size > limit:
+        raise DataError(f"{what} is {size} bytes, over WireLimits.{setting}={limit}")
+
+
 def _msgpack() -> ModuleType:
     try:
         import msgpack  # type: ignore[import-untyped]  # ships no type information
@@ -156,10 +185,11 @@ def _msgpack() -> ModuleType:
     return msgpack
 
 
-def encode_message(message: BatchMessage) -> bytes:
+def encode_message(message: BatchMessage, limits: WireLimits = DEFAULT_WIRE_LIMITS) -> bytes:
     """The msgpack bytes of ``message``; raises :class:`DataError` naming the item, field and value of
     anything a reader would refuse (so an actor never pushes a message the learner dead-letters)."""
     check_finite_meta(message.meta, "batch meta")
+    _check_meta_size(message.meta, limits)
     data = {
         "format": WIRE_FORMAT,
         "wire_version": WIRE_VERSION,
@@ -172,13 +202,28 @@ def encode_message(message: BatchMessage) -> bytes:
         "items": pack_items(message.items),
     }
     try:
-        return bytes(_msgpack().packb(data, use_bin_type=True))
+        raw = bytes(_msgpack().packb(data, use_bin_type=True))
     except (TypeError, ValueError, OverflowError) as exc:
         raise DataError(
             f"batch {message.batch_index} of actor {message.actor_id!r} cannot be packed (item or batch "
             f"meta holds a value msgpack cannot carry: only maps, lists, str, bytes, numbers, bools, "
             f"None): {exc}"
         ) from exc
+    _check_size(
+        f"batch {message.batch_index} of actor {message.actor_id!r}",
+        len(raw),
+        limits.max_message_bytes,
+        "max_message_bytes",
+    )
+    return raw
+
+
+def _check_meta_size(meta: dict[str, Any], limits: WireLimits) -> None:
+    try:
+        size = len(_msgpack().packb(meta, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError):
+        return  # not packable: the whole message's packing names that
+    _check_size("the batch meta", size, limits.max_meta_bytes, "max_meta_bytes")
 
 
 def _json_wire_version(raw: bytes) -> object:
@@ -200,7 +245,7 @@ def _header(data: dict[str, Any], key: str) -> Any:
     return data[key]
 
 
-def _from_map(data: dict[str, Any]) -> BatchMessage:
+def _from_map(data: dict[str, Any], limits: WireLimits) -> BatchMessage:
     if data.get("format") != WIRE_FORMAT:
         raise DataError(
             f"not a Ludic pipeline message: format is {data.get('format')!r}, expected {WIRE_FORMAT!r}"
@@ -211,12 +256,17 @@ def _from_map(data: dict[str, Any]) -> BatchMessage:
             f"pipeline wire_version {version!r} is not supported (this reader speaks {WIRE_VERSION}); "
             "actors and learners must run the same Ludic version"
         )
+    meta = data.get("meta", {})
+    if not isinstance(meta, dict):
+        raise DataError(f"the batch meta must be a map, got {type(meta).__name__}")
+    check_finite_meta(meta, "batch meta")
+    _check_meta_size(meta, limits)
     message = BatchMessage(
         items=tuple(unpack_items(_header(data, "items"))),
         actor_id=_header(data, "actor_id"),
         batch_index=_header(data, "batch_index"),
         created_at=_header(data, "created_at"),
-        meta=data.get("meta", {}),
+        meta=meta,
     )
     # The header repeats two derived values for readers that skip the items (dumps, dashboards); a
     # mismatch means the message was edited or produced by a broken writer.
@@ -229,11 +279,15 @@ def _from_map(data: dict[str, Any]) -> BatchMessage:
     return message
 
 
-def decode_message(raw: bytes) -> BatchMessage:
+def decode_message(raw: bytes, limits: WireLimits = DEFAULT_WIRE_LIMITS) -> BatchMessage:
     """Parse and check one message; any defect raises :class:`DataError` quoting the message start."""
     msgpack = _msgpack()
     if not isinstance(raw, bytes):
         raise DataError(f"a pipeline message is bytes, got {type(raw).__name__}: {excerpt(raw)}")
+    try:
+        _check_size("the message", len(raw), limits.max_message_bytes, "max_message_bytes")
+    except DataError as exc:
+        raise DataError(f"invalid pipeline message: {exc}; message starts {excerpt(raw)}") from exc
     try:
         # strict_map_key=False: item meta may hold int keys (env infos do), which msgpack keeps as ints.
         data = msgpack.unpackb(raw, raw=False, strict_map_key=False)
@@ -249,6 +303,6 @@ def decode_message(raw: bytes) -> BatchMessage:
     if not isinstance(data, dict):
         raise DataError(f"pipeline message must be a msgpack map, got {type(data).__name__}: {excerpt(raw)}")
     try:
-        return _from_map(data)
+        return _from_map(data, limits)
     except DataError as exc:
         raise DataError(f"invalid pipeline message: {exc}; message starts {excerpt(raw)}") from exc
