@@ -762,8 +762,14 @@ def test_bad_configuration_names_the_field() -> None:
         RedisBatchSource("redis://127.0.0.1:1/0", min_items=0)
     with pytest.raises(ConfigError, match="on_malformed"):
         RedisBatchSource("redis://127.0.0.1:1/0", min_items=1, on_malformed="skip")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="max_queue_len must be an int >= 1, got 0"):
+    with pytest.raises(ConfigError, match="max_queue_len must be an int >= 1 or None, got 0"):
         make_actor("redis://127.0.0.1:1/0", "q", max_queue_len=0)
+    for field in ("wait_timeout_s", "poll_timeout_s", "connect_timeout_s"):
+        for value in (math.nan, math.inf, 0, True):
+            with pytest.raises(ConfigError, match=rf"RedisBatchSource\.{field} must be a finite number > 0"):
+                RedisBatchSource("redis://127.0.0.1:1/0", min_items=1, **{field: value})
+    with pytest.raises(ConfigError, match=r"backpressure_timeout_s must be a finite number > 0, got nan"):
+        make_actor("redis://127.0.0.1:1/0", "q", backpressure_timeout_s=math.nan)
 
 
 def test_local_server_without_a_binary_says_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:

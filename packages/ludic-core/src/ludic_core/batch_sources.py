@@ -25,17 +25,13 @@ from ludic_core.saw import SAWBatch, SAWItem
 from ludic_core.saw_io import read_saw_jsonl
 from ludic_core.seeding import derive_seed
 from ludic_core.trainable import credited_items
+from ludic_core.validation import check_int
 
 __all__ = ["OfflineBatchSource", "RolloutBatchSource"]
 
 log = get_logger(__name__)
 
 PathLike = str | os.PathLike[str]
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 class RolloutBatchSource:
@@ -56,7 +52,7 @@ class RolloutBatchSource:
         start_step: int = 0,
     ) -> None:
         self.settings = RolloutSettings.coerce(settings, owner="RolloutBatchSource.settings")
-        _check_int("RolloutBatchSource.start_step", start_step, 0)
+        check_int("RolloutBatchSource.start_step", start_step, 0)
         if not callable(requests):
             raise ConfigError(
                 f"RolloutBatchSource.requests must be callable (step -> requests), got {requests!r}"
@@ -92,7 +88,7 @@ class RolloutBatchSource:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        _check_int("state step", state.get("step"), 0)
+        check_int("state step", state.get("step"), 0)
         load_provider = getattr(self.requests, "load_state_dict", None)
         if "requests" in state and not callable(load_provider):
             raise ConfigError(
@@ -129,10 +125,10 @@ class OfflineBatchSource:
         world_size: int = 1,
         source: str = "offline",
     ) -> None:
-        _check_int("OfflineBatchSource.batch_size", batch_size, 1)
-        _check_int("OfflineBatchSource.seed", seed, 0)
-        _check_int("OfflineBatchSource.world_size", world_size, 1)
-        _check_int("OfflineBatchSource.rank", rank, 0)
+        check_int("OfflineBatchSource.batch_size", batch_size, 1)
+        check_int("OfflineBatchSource.seed", seed, 0)
+        check_int("OfflineBatchSource.world_size", world_size, 1)
+        check_int("OfflineBatchSource.rank", rank, 0)
         if rank >= world_size:
             raise ConfigError(f"OfflineBatchSource.rank must be < world_size={world_size}, got {rank}")
         all_items = list(items)
@@ -255,8 +251,8 @@ class OfflineBatchSource:
                 f"state is for seed={state.get('seed')!r}, num_items={state.get('num_items')!r}; this source has "
                 f"seed={self.seed}, num_items={len(self.items)}"
             )
-        _check_int("state epoch", state.get("epoch"), 0)
-        _check_int("state position", state.get("position"), 0)
+        check_int("state epoch", state.get("epoch"), 0)
+        check_int("state position", state.get("position"), 0)
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
 

@@ -23,6 +23,7 @@ from ludic_core.errors import ConfigError
 from ludic_core.requests import RolloutRequest
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import IdentityStrategy, RequestStrategy
+from ludic_core.validation import check_int
 
 __all__ = [
     "MixtureCurriculum",
@@ -44,11 +45,6 @@ Schedule: TypeAlias = Callable[[int], Mapping[str, float]]
 """``schedule(step) -> {source name: weight}`` (weights need not sum to 1)."""
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
 def _check_weights(weights: Mapping[str, object], known: Sequence[str], step: int) -> None:
     unknown = sorted(set(weights) - set(known))
     if unknown:
@@ -64,7 +60,7 @@ def _check_weights(weights: Mapping[str, object], known: Sequence[str], step: in
 
 def linear_schedule(start: Mapping[str, float], end: Mapping[str, float], steps: int) -> Schedule:
     """Weights moving linearly from ``start`` (step 0) to ``end`` (step ``steps`` and after)."""
-    _check_int("linear_schedule steps", steps, 1)
+    check_int("linear_schedule steps", steps, 1)
     names = sorted(set(start) | set(end))
 
     def schedule(step: int) -> dict[str, float]:
@@ -114,11 +110,11 @@ class MixtureCurriculum:
     def __attrs_post_init__(self) -> None:
         if not self.sources:
             raise ConfigError("MixtureCurriculum needs at least one source")
-        _check_int("MixtureCurriculum.batch_size", self.batch_size, 1)
-        _check_int("MixtureCurriculum.seed", self.seed, 0)
+        check_int("MixtureCurriculum.batch_size", self.batch_size, 1)
+        check_int("MixtureCurriculum.seed", self.seed, 0)
 
     def __call__(self, step: int) -> list[RolloutRequest]:
-        _check_int("step", step, 0)
+        check_int("step", step, 0)
         weights = self.schedule(step)
         names = list(self.sources)
         _check_weights(weights, names, step)
@@ -163,8 +159,8 @@ class SequenceRequests:
     def __attrs_post_init__(self) -> None:
         if len(self.samples) == 0:
             raise ConfigError("SequenceRequests needs at least one sample")
-        _check_int("SequenceRequests.batch_size", self.batch_size, 1)
-        _check_int("SequenceRequests.seed", self.seed, 0)
+        check_int("SequenceRequests.batch_size", self.batch_size, 1)
+        check_int("SequenceRequests.seed", self.seed, 0)
 
     def _order(self, epoch: int) -> list[int]:
         if epoch not in self._orders:
@@ -178,7 +174,7 @@ class SequenceRequests:
         return step * self.batch_size // len(self.samples)
 
     def __call__(self, step: int) -> list[RolloutRequest]:
-        _check_int("step", step, 0)
+        check_int("step", step, 0)
         base: list[RolloutRequest] = []
         for position in range(step * self.batch_size, (step + 1) * self.batch_size):
             epoch, offset = divmod(position, len(self.samples))

@@ -35,11 +35,11 @@ from typing import Any
 import attrs
 
 from ludic_core.credit import RolloutStepKey, _check_unique_ids, _fill
-from ludic_core.curriculum import _check_int
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.requests import RolloutRequest
 from ludic_core.seeding import MAX_SEED, random_state_from_json, random_state_to_json
 from ludic_core.types import Rollout
+from ludic_core.validation import check_int
 
 __all__ = ["SPOAdvantage", "SPORequests", "SPOValueTracker", "sample_index_key"]
 
@@ -352,15 +352,15 @@ class SPORequests:
     def __attrs_post_init__(self) -> None:
         if len(self.samples) == 0:
             raise ConfigError("SPORequests needs at least one sample")
-        _check_int("SPORequests.batch_size", self.batch_size, 1)
+        check_int("SPORequests.batch_size", self.batch_size, 1)
         if self.batch_size > len(self.samples):
             raise ConfigError(
                 f"SPORequests.batch_size={self.batch_size} exceeds the pool of {len(self.samples)} samples; "
                 "prompts are drawn without replacement within a step (raise samples_per_prompt instead)"
             )
-        _check_int("SPORequests.samples_per_prompt", self.samples_per_prompt, 1)
+        check_int("SPORequests.samples_per_prompt", self.samples_per_prompt, 1)
         _finite("SPORequests", "priority_eps", self.priority_eps, low=0.0, high=math.inf, low_open=True)
-        _check_int("SPORequests.seed", self.seed, 0)
+        check_int("SPORequests.seed", self.seed, 0)
         if not isinstance(self.tracker, SPOValueTracker):
             raise ConfigError(f"SPORequests.tracker must be an SPOValueTracker, got {self.tracker!r}")
         self._rng = random.Random(self.seed)
@@ -395,7 +395,7 @@ class SPORequests:
         return out
 
     def __call__(self, step: int) -> list[RolloutRequest]:
-        _check_int("step", step, 0)
+        check_int("step", step, 0)
         weights = self.priorities()
         # 1 - random() is in (0, 1], so the log is finite; every weight is > 0 (priority_eps > 0).
         scores = [math.log(1.0 - self._rng.random()) / w for w in weights]

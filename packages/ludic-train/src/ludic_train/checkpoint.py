@@ -52,6 +52,7 @@ import attrs
 
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.logs import get_logger
+from ludic_core.validation import boolean, int_at_least
 from ludic_train.weights import is_fsdp_module
 
 if TYPE_CHECKING:
@@ -87,14 +88,6 @@ class StatefulBatchSource(Protocol):
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
-def _check_int(name: str, minimum: int) -> Any:
-    def check(_i: Any, _a: Any, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"CheckpointConfig.{name} must be an int >= {minimum}, got {value!r}")
-
-    return check
-
-
 @attrs.frozen
 class CheckpointConfig:
     """``every_n_steps=0`` saves only when asked; ``max_to_keep`` newest checkpoints are kept.
@@ -104,9 +97,9 @@ class CheckpointConfig:
     """
 
     output_dir: Path = attrs.field(converter=Path)
-    every_n_steps: int = attrs.field(default=0, validator=_check_int("every_n_steps", 0))
-    max_to_keep: int = attrs.field(default=2, validator=_check_int("max_to_keep", 1))
-    save_optimizer: bool = True
+    every_n_steps: int = attrs.field(default=0, validator=int_at_least(0))
+    max_to_keep: int = attrs.field(default=2, validator=int_at_least(1))
+    save_optimizer: bool = attrs.field(default=True, validator=boolean())
     weights: Literal["full", "trainable"] = "full"
 
     def __attrs_post_init__(self) -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import attrs
 
 from ludic_core.errors import ConfigError
+from ludic_core.validation import (
+    boolean,
+    check_number,
+    int_at_least,
+    non_negative_number,
+    one_of,
+    positive_number,
+)
 
 __all__ = ["TrainerConfig", "resolve_pad_token_id"]
 
@@ -27,36 +34,29 @@ def resolve_pad_token_id(tokenizer_or_id: Any) -> int:
     )
 
 
-def _positive(name: str) -> Any:
-    def check(_i: Any, _a: Any, value: Any) -> None:
-        if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-            raise ConfigError(f"TrainerConfig.{name} must be > 0, got {value!r}")
-
-    return check
+_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu", "hpu", "npu", "xla", "meta")
 
 
-def _non_negative_int(name: str) -> Any:
-    def check(_i: Any, _a: Any, value: Any) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ConfigError(f"TrainerConfig.{name} must be an int >= 0, got {value!r}")
-
-    return check
-
-
-def _positive_int(name: str) -> Any:
-    def check(_i: Any, _a: Any, value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"TrainerConfig.{name} must be an int >= 1, got {value!r}")
-
-    return check
+def _device(_instance: Any, _attribute: Any, value: object) -> None:
+    """``None`` or a torch device string (``"cpu"``, ``"cuda"``, ``"cuda:1"``), checked without torch so
+    that a typo fails before any model loads."""
+    if value is None:
+        return
+    kind, _, index = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if kind not in _DEVICE_TYPES or (index and not index.isdigit()):
+        raise ConfigError(
+            f"TrainerConfig.device must be None or a torch device such as 'cpu', 'cuda' or 'cuda:1' "
+            f"(types {list(_DEVICE_TYPES)}), got {value!r}"
+        )
 
 
-def _boolean(name: str) -> Any:
-    def check(_i: Any, _a: Any, value: Any) -> None:
-        if not isinstance(value, bool):
-            raise ConfigError(f"TrainerConfig.{name} must be true or false, got {value!r}")
-
-    return check
+def _betas(_instance: Any, _attribute: Any, value: object) -> None:
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ConfigError(f"TrainerConfig.betas must be two numbers in [0, 1), got {value!r}")
+    for index, beta in enumerate(value):
+        check_number(f"TrainerConfig.betas[{index}]", beta, minimum=0.0)
+        if beta >= 1:
+            raise ConfigError(f"TrainerConfig.betas must be two numbers in [0, 1), got {value!r}")
 
 
 @attrs.frozen
@@ -87,42 +87,34 @@ class TrainerConfig:
       skipped steps in a row raise instead, since the run is no longer recovering on its own.
     """
 
-    pad_token_id: int = attrs.field(converter=resolve_pad_token_id)
-    device: str | None = None
-    optimizer: Literal["adamw", "sgd"] = "adamw"
-    lr: float = attrs.field(default=1e-5, validator=_positive("lr"))
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = attrs.field(default=1e-8, validator=_positive("eps"))
-    max_grad_norm: float | None = attrs.field(default=1.0, validator=_positive("max_grad_norm"))
-    max_seq_len: int = attrs.field(default=1024, validator=_positive("max_seq_len"))
-    micro_token_budget: int = attrs.field(default=8192, validator=_positive("micro_token_budget"))
-    publish_every_steps: int = attrs.field(default=1, validator=_non_negative_int("publish_every_steps"))
-    cast_logits_to_fp32: bool = False
-    gradient_checkpointing: bool = False
-    share_prompt_prefix: bool = attrs.field(default=True, validator=_boolean("share_prompt_prefix"))
-    skip_zero_weight_items: bool = attrs.field(default=True, validator=_boolean("skip_zero_weight_items"))
-    max_lag: int | None = attrs.field(default=None, validator=_non_negative_int("max_lag"))
-    max_refills: int = attrs.field(default=100, validator=_positive("max_refills"))
-    log_every: int = attrs.field(default=1, validator=_positive("log_every"))
-    eval_at_start: bool = False
-    eval_every_steps: int | None = attrs.field(default=None, validator=_positive("eval_every_steps"))
-    max_consecutive_skipped_steps: int = attrs.field(
-        default=3, validator=_positive_int("max_consecutive_skipped_steps")
-    )
+    pad_token_id: int = attrs.field(converter=resolve_pad_token_id, validator=int_at_least(0))
+    device: str | None = attrs.field(default=None, validator=_device)
+    optimizer: Literal["adamw", "sgd"] = attrs.field(default="adamw", validator=one_of("adamw", "sgd"))
+    lr: float = attrs.field(default=1e-5, validator=positive_number())
+    weight_decay: float = attrs.field(default=0.01, validator=non_negative_number())
+    betas: tuple[float, float] = attrs.field(default=(0.9, 0.999), validator=_betas)
+    eps: float = attrs.field(default=1e-8, validator=positive_number())
+    max_grad_norm: float | None = attrs.field(default=1.0, validator=positive_number(optional=True))
+    max_seq_len: int = attrs.field(default=1024, validator=int_at_least(1))
+    micro_token_budget: int = attrs.field(default=8192, validator=int_at_least(1))
+    publish_every_steps: int = attrs.field(default=1, validator=int_at_least(0))
+    cast_logits_to_fp32: bool = attrs.field(default=False, validator=boolean())
+    gradient_checkpointing: bool = attrs.field(default=False, validator=boolean())
+    share_prompt_prefix: bool = attrs.field(default=True, validator=boolean())
+    skip_zero_weight_items: bool = attrs.field(default=True, validator=boolean())
+    max_lag: int | None = attrs.field(default=None, validator=int_at_least(0, optional=True))
+    max_refills: int = attrs.field(default=100, validator=int_at_least(1))
+    log_every: int = attrs.field(default=1, validator=int_at_least(1))
+    eval_at_start: bool = attrs.field(default=False, validator=boolean())
+    eval_every_steps: int | None = attrs.field(default=None, validator=int_at_least(1, optional=True))
+    max_consecutive_skipped_steps: int = attrs.field(default=3, validator=int_at_least(1))
 
     def __attrs_post_init__(self) -> None:
-        if self.optimizer not in ("adamw", "sgd"):
-            raise ConfigError(f"TrainerConfig.optimizer must be 'adamw' or 'sgd', got {self.optimizer!r}")
         if self.micro_token_budget < self.max_seq_len:
             raise ConfigError(
                 f"TrainerConfig.micro_token_budget ({self.micro_token_budget}) must be >= max_seq_len "
                 f"({self.max_seq_len}): one full-length item must fit in a micro-batch"
             )
-        if self.weight_decay < 0:
-            raise ConfigError(f"TrainerConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ConfigError(f"TrainerConfig.betas must be two numbers in [0, 1), got {self.betas!r}")
 
     def resolved_device(self) -> str:
         if self.device is not None:

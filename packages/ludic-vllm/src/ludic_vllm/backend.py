@@ -19,7 +19,6 @@ The ``[vllm]`` table of ludic-vllm's ``ludic train *-vllm`` recipes is this conf
 from __future__ import annotations
 
 import asyncio
-import math
 import shlex
 from typing import Any, Literal
 
@@ -28,6 +27,7 @@ import attrs
 from ludic_core.cli.run_config import server_urls
 from ludic_core.client_pool import ClientPool
 from ludic_core.errors import ConfigError
+from ludic_core.validation import positive_number
 from ludic_vllm.client import VLLMClient
 from ludic_vllm.launch import VLLMServer
 
@@ -52,11 +52,6 @@ def _check_transport(_i: Any, _a: attrs.Attribute[Any], value: object) -> None:
         raise ConfigError(
             f"VLLMBackendConfig.transport must be one of {list(TRANSPORT_CHOICES)}, got {value!r}"
         )
-
-
-def _check_positive(_i: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ConfigError(f"VLLMBackendConfig.{attribute.name} must be a finite number > 0, got {value!r}")
 
 
 _DEFAULT_URLS = ("http://127.0.0.1:8000",)
@@ -87,7 +82,7 @@ class VLLMBackendConfig:
     weights_dir: str | None = None
     api_token: str | None = None
     max_concurrency: int = 64
-    timeout_s: float = attrs.field(default=600.0, validator=_check_positive)
+    timeout_s: float = attrs.field(default=600.0, validator=positive_number())
     start_server: bool = False
     server_args: str = ""
 

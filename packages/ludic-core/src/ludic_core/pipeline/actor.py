@@ -68,6 +68,7 @@ from ludic_core.pipeline.wire import (
     encode_message,
 )
 from ludic_core.saw import SAWItem
+from ludic_core.validation import check_int, check_number
 
 __all__ = ["ActorStats", "RedisPipelineActor", "run_pipeline_actor"]
 
@@ -92,20 +93,6 @@ class ActorStats:
 def default_actor_id() -> str:
     """``host:pid:random`` — unique per actor instance, readable in queue dumps and logs."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def _check_positive(name: str, value: object, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ConfigError(f"RedisPipelineActor.{name} must be a number > 0, got {value!r}")
-
-
-def _check_int(name: str, value: object, minimum: int, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"RedisPipelineActor.{name} must be an int >= {minimum}, got {value!r}")
 
 
 class RedisPipelineActor:
@@ -163,8 +150,8 @@ class RedisPipelineActor:
             )
         if before_batch is not None and not callable(before_batch):
             raise ConfigError(f"RedisPipelineActor.before_batch must be callable, got {before_batch!r}")
-        _check_int("max_queue_len", max_queue_len, 1, allow_none=True)
-        _check_int("max_consecutive_empty", max_consecutive_empty, 1)
+        check_int("RedisPipelineActor.max_queue_len", max_queue_len, 1, optional=True)
+        check_int("RedisPipelineActor.max_consecutive_empty", max_consecutive_empty, 1)
         for name, value in (
             ("backpressure_timeout_s", backpressure_timeout_s),
             ("version_timeout_s", version_timeout_s),
@@ -172,7 +159,7 @@ class RedisPipelineActor:
             ("connect_timeout_s", connect_timeout_s),
             ("command_timeout_s", command_timeout_s),
         ):
-            _check_positive(name, value)
+            check_number(f"RedisPipelineActor.{name}", value, minimum=0, exclusive=True)
         if actor_id is not None and (not isinstance(actor_id, str) or not actor_id):
             raise ConfigError(
                 f"RedisPipelineActor.actor_id must be a non-empty str or None, got {actor_id!r}"
@@ -243,7 +230,7 @@ class RedisPipelineActor:
 
         Opens the connection if needed and closes it on return when it opened it.
         """
-        _check_int("run(max_batches)", max_batches, 1, allow_none=True)
+        check_int("RedisPipelineActor.run(max_batches)", max_batches, 1, optional=True)
         opened_here = self._redis is None
         await self.connect()
         pushed = 0

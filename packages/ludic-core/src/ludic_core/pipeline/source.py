@@ -98,6 +98,7 @@ from ludic_core.pipeline.wire import (
     encode_message,
 )
 from ludic_core.saw import SAWBatch, SAWItem
+from ludic_core.validation import check_int, check_number, check_one_of
 
 __all__ = ["MalformedPolicy", "RedisBatchSource"]
 
@@ -166,8 +167,7 @@ class RedisBatchSource:
         connect_timeout_s: float = 10.0,
         wire_limits: WireLimits = DEFAULT_WIRE_LIMITS,
     ) -> None:
-        if isinstance(min_items, bool) or not isinstance(min_items, int) or min_items < 1:
-            raise ConfigError(f"RedisBatchSource.min_items must be an int >= 1, got {min_items!r}")
+        check_int("RedisBatchSource.min_items", min_items, 1)
         if not isinstance(queue_key, str) or not queue_key:
             raise ConfigError(f"RedisBatchSource.queue_key must be a non-empty str, got {queue_key!r}")
         if not isinstance(consumer, str) or not consumer or any(c.isspace() for c in consumer):
@@ -179,24 +179,13 @@ class RedisBatchSource:
             ("wait_timeout_s", wait_timeout_s),
             ("connect_timeout_s", connect_timeout_s),
         ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"RedisBatchSource.{name} must be a number > 0, got {value!r}")
-        if on_malformed not in ("raise", "dead_letter"):
-            raise ConfigError(
-                f"RedisBatchSource.on_malformed must be 'raise' or 'dead_letter', got {on_malformed!r}"
-            )
+            check_number(f"RedisBatchSource.{name}", value, minimum=0, exclusive=True)
+        check_one_of("RedisBatchSource.on_malformed", on_malformed, ("raise", "dead_letter"))
         if current_version is not None and not callable(current_version):
             raise ConfigError(
                 f"RedisBatchSource.current_version must be a callable returning an int, got {current_version!r}"
             )
-        if (
-            isinstance(keep_trained_messages, bool)
-            or not isinstance(keep_trained_messages, int)
-            or keep_trained_messages < 0
-        ):
-            raise ConfigError(
-                f"RedisBatchSource.keep_trained_messages must be an int >= 0, got {keep_trained_messages!r}"
-            )
+        check_int("RedisBatchSource.keep_trained_messages", keep_trained_messages, 0)
         if not isinstance(wire_limits, WireLimits):
             raise ConfigError(f"RedisBatchSource.wire_limits must be a WireLimits, got {wire_limits!r}")
         self.wire_limits = wire_limits

@@ -7,6 +7,7 @@ import random
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError
 from ludic_core.types import Info, StepOutcome
+from ludic_core.validation import check_int
 from ludic_envs.delegation.grading import grade_number
 
 __all__ = ["SumOfProductsEnv"]
@@ -16,12 +17,6 @@ SYSTEM_PROMPT = (
     '`delegate` tool with {"task": "<a> × <b>"}; it replies with the product. '
     "Reply with the final number only."
 )
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"SumOfProductsEnv.{name} must be an int >= {minimum}, got {value!r}")
-    return value
 
 
 class SumOfProductsEnv(SingleAgentEnv):
@@ -47,9 +42,12 @@ class SumOfProductsEnv(SingleAgentEnv):
         agent_id: str = "agent_0",
     ) -> None:
         super().__init__(agent_id=agent_id)
-        self.num_parts = _check_int("num_parts", num_parts, 1)
-        self.min_factor = _check_int("min_factor", min_factor, 0)
-        self.max_factor = _check_int("max_factor", max_factor, self.min_factor)
+        check_int("SumOfProductsEnv.num_parts", num_parts, 1)
+        check_int("SumOfProductsEnv.min_factor", min_factor, 0)
+        check_int("SumOfProductsEnv.max_factor", max_factor, min_factor)
+        self.num_parts = num_parts
+        self.min_factor = min_factor
+        self.max_factor = max_factor
         self.correct_reward = float(correct_reward)
         self.incorrect_reward = float(incorrect_reward)
         self._rng = random.Random(seed)
