@@ -4,6 +4,7 @@ run's own line."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -14,7 +15,12 @@ import torch
 
 from ludic_core.errors import DataError
 from ludic_train import checkpoint as checkpoint_module
-from ludic_train.checkpoint import CheckpointConfig, CheckpointManager, verify_checkpoint
+from ludic_train.checkpoint import (
+    CheckpointConfig,
+    CheckpointManager,
+    CheckpointSaveError,
+    verify_checkpoint,
+)
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
 
@@ -88,8 +94,11 @@ def test_a_manifest_mismatch_names_the_file(tmp_path: Path) -> None:
 
 def test_torch_load_errors_name_the_file_and_never_advise_weights_only_false(tmp_path: Path) -> None:
     path = _save(CheckpointManager(CheckpointConfig(tmp_path)), 1, seed=1)
-    (path / "manifest.json").unlink()  # an older checkpoint: no manifest, so torch.load meets the damage
     (path / "state.pt").write_bytes(b"not a torch file")
+    # A manifest that vouches for the damage (a writer bug), so that torch.load meets it.
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"]["state.pt"] = {"sha256": hashlib.sha256(b"not a torch file").hexdigest(), "bytes": 16}
+    (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DataError) as info:
         _loads_as(CheckpointManager(CheckpointConfig(tmp_path)), seed=1, target=1)
     message = str(info.value)
@@ -169,3 +178,70 @@ def test_retention_prefers_the_run_line(tmp_path: Path) -> None:
     _save(second, 4, seed=4)
     assert [s for s, _ in second.checkpoints()] == [3, 4]
     assert _loads_as(CheckpointManager(CheckpointConfig(tmp_path)), seed=30, target=3).name == "step_000003"
+
+
+@pytest.mark.parametrize("damage", ["deleted", "garbage", "no-files"])
+def test_a_checkpoint_without_a_readable_manifest_never_loads(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = CheckpointManager(CheckpointConfig(tmp_path, max_to_keep=3))
+    _save(manager, 1, seed=1)
+    newest = _save(manager, 2, seed=2)
+    weights = newest / "model.pt"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01  # flipped weights that torch.load accepts: only the manifest tells
+    weights.write_bytes(bytes(data))
+    manifest = newest / "manifest.json"
+    if damage == "deleted":
+        manifest.unlink()
+    else:
+        manifest.write_text("{not json" if damage == "garbage" else json.dumps({"step": 2}))
+    with pytest.raises(DataError, match=r"step_000002/manifest\.json: (missing|unreadable|not a checkpoint)"):
+        _loads_as(CheckpointManager(CheckpointConfig(tmp_path)), seed=2, target=2)
+    with caplog.at_level(logging.WARNING, logger="ludic"):
+        assert _loads_as(CheckpointManager(CheckpointConfig(tmp_path)), seed=1).name == "step_000001"
+    # The warning names the checkpoint left out and why.
+    assert "step_000002/manifest.json" in caplog.text
+
+
+def test_a_full_disk_names_the_cause_the_file_and_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = CheckpointManager(CheckpointConfig(tmp_path))
+    _save(manager, 1, seed=1)
+    real_save = checkpoint_module._save_file
+
+    def onto_a_full_device(obj: Any, path: Path) -> None:
+        if path.name == "optimizer.pt":
+            real_save(obj, Path("/dev/full"))  # a real write that fails the way a full disk does
+        real_save(obj, path)
+
+    monkeypatch.setattr(checkpoint_module, "_save_file", onto_a_full_device)
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", lambda _p: shutil_usage(free=4096))
+    with pytest.raises(CheckpointSaveError) as raised:
+        _save(manager, 2, seed=2)
+    message = str(raised.value)
+    assert "checkpoint step_000002: writing optimizer.pt failed (no space left on the device" in message
+    assert "4096 bytes free" in message and "previous checkpoints are intact" in message
+    monkeypatch.undo()
+    assert [s for s, _ in manager.checkpoints()] == [1] and not list(tmp_path.glob(".tmp-*"))
+
+
+def shutil_usage(free: int) -> Any:
+    import shutil
+
+    return shutil._ntuple_diskusage(total=1 << 30, used=(1 << 30) - free, free=free)  # type: ignore[attr-defined]
+
+
+def test_a_crash_after_resuming_an_older_checkpoint_resumes_it_again(tmp_path: Path) -> None:
+    first = CheckpointManager(CheckpointConfig(tmp_path, max_to_keep=5))
+    for step in (1, 2, 3):
+        _save(first, step, seed=step)
+    # A second run resumes step 1 explicitly, then dies before its first save.
+    _loads_as(CheckpointManager(CheckpointConfig(tmp_path, max_to_keep=5)), seed=1, target=1)
+    # The next resume continues from step 1, not from the abandoned steps 2-3.
+    assert CheckpointManager(CheckpointConfig(tmp_path)).latest() == tmp_path / "step_000001"
+    third = CheckpointManager(CheckpointConfig(tmp_path, max_to_keep=5))
+    assert _loads_as(third, seed=1).name == "step_000001"
+    _save(third, 2, seed=20)
+    assert _loads_as(CheckpointManager(CheckpointConfig(tmp_path)), seed=20).name == "step_000002"

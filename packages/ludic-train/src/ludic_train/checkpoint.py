@@ -13,9 +13,11 @@ Layout under ``output_dir``::
 A checkpoint is written into a hidden temporary directory (every file fsynced) and renamed into
 place, so every ``step_*`` directory is complete. Re-saving an existing step first renames the old copy
 to ``.prev-step_*`` and deletes it only once the new one is in place; a manager started after a kill
-in between renames it back. Loading verifies every file against the manifest; when resuming the
-newest checkpoint, one that fails is skipped with a warning and the next older one on the run's line
-is tried. Everything is read back with ``torch.load(weights_only=True)`` (no pickled code), so
+in between renames it back. Loading verifies every file against the manifest, and a checkpoint
+without a readable manifest is never loaded; when resuming the newest checkpoint, one that fails is
+skipped with a warning naming why and the next older one on the run's line is tried. A save that
+fails (a full disk, say) raises :class:`CheckpointSaveError` naming the checkpoint, the file, the
+cause and the free space, and leaves the previous checkpoints as they were. Everything is read back with ``torch.load(weights_only=True)`` (no pickled code), so
 batch-source states and RNG states are stored as plain data; a file that does not load is reported
 by name, never with advice to unpickle it.
 
@@ -23,6 +25,8 @@ Each save belongs to a *line*: a run continues the line of the checkpoint it res
 was the line's newest, and starts a new line (whose parent is the resumed checkpoint) when it resumed
 an older one. ``latest.json`` follows the line that saved last, and only moves forward along it, so
 checkpoints of an abandoned continuation are never picked as "latest" (and are the first pruned).
+Resuming an older checkpoint points ``latest.json`` at it at once: a crash before the new line's
+first save resumes that checkpoint again, not the abandoned continuation.
 
 Under FSDP2, full state dicts are gathered with ``torch.distributed.checkpoint.state_dict`` (every rank
 joins), rank 0 writes, and loading broadcasts from rank 0. Each data-parallel rank reads its own data
@@ -33,6 +37,8 @@ resumes only with as many ranks as wrote it.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -44,13 +50,13 @@ import tempfile
 import time
 import uuid
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from ludic_core.errors import ConfigError, DataError
+from ludic_core.errors import ConfigError, DataError, LudicError
 from ludic_core.logs import get_logger
 from ludic_core.validation import boolean, int_at_least
 from ludic_train.weights import is_fsdp_module
@@ -61,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CheckpointConfig",
     "CheckpointManager",
+    "CheckpointSaveError",
     "LoadedCheckpoint",
     "RNGState",
     "StatefulBatchSource",
@@ -76,6 +83,13 @@ _PREV_DIR = re.compile(r"^\.prev-(step_\d+)-")
 MANIFEST = "manifest.json"
 _HASH_CHUNK = 1 << 20
 RNGState = Any  # random.Random | numpy.random.Generator | torch.Generator
+# Below this much free space a failed write is reported as a full disk: torch's zip writer reports
+# one as "unexpected pos ..." with no errno.
+_LOW_SPACE_BYTES = 16 << 20
+
+
+class CheckpointSaveError(LudicError, OSError):
+    """A checkpoint could not be written; the message names the checkpoint, the file and the cause."""
 
 
 @runtime_checkable
@@ -267,6 +281,27 @@ def _save_file(obj: Any, path: Path) -> None:
         os.fsync(f.fileno())
 
 
+@contextlib.contextmanager
+def _writing(file: Path, checkpoint: str) -> Iterator[None]:
+    """Name the checkpoint, the file and the cause of a failed write (see :class:`CheckpointSaveError`)."""
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        if isinstance(e, CheckpointSaveError):
+            raise
+        try:
+            free: int | None = shutil.disk_usage(file.parent).free
+        except OSError:
+            free = None
+        full = getattr(e, "errno", None) == errno.ENOSPC or (free is not None and free < _LOW_SPACE_BYTES)
+        cause = "no space left on the device" if full else f"{type(e).__name__}: {e}"
+        space = f"{free} bytes free" if free is not None else "free space unknown"
+        raise CheckpointSaveError(
+            f"checkpoint {checkpoint}: writing {file.name} failed ({cause}; {space} on {file.parent}). "
+            f"The previous checkpoints are intact. Original error: {type(e).__name__}: {e}"
+        ) from e
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -275,11 +310,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _read_manifest(path: Path) -> dict[str, Any] | None:
-    """The checkpoint's manifest, ``None`` for a checkpoint written before manifests existed."""
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """The checkpoint's manifest; :class:`DataError` when it is missing or unreadable."""
     manifest = path / MANIFEST
     if not manifest.is_file():
-        return None
+        raise DataError(f"{manifest}: missing, so the checkpoint's files cannot be verified")
     try:
         data = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -291,11 +326,8 @@ def _read_manifest(path: Path) -> dict[str, Any] | None:
 
 def verify_checkpoint(path: Path) -> None:
     """Raise :class:`DataError` naming the first file of ``path`` that is missing or differs from the
-    manifest (size, then sha256). Checkpoints without a manifest (older ones) pass unchecked."""
+    manifest (size, then sha256), or the manifest itself when it is missing or unreadable."""
     manifest = _read_manifest(path)
-    if manifest is None:
-        log.info("checkpoint.unverified", path=str(path), reason=f"no {MANIFEST}")
-        return
     for name, entry in sorted(manifest["files"].items()):
         file = path / name
         if not file.is_file():
@@ -408,15 +440,23 @@ class CheckpointManager:
         meta: dict[str, dict[str, Any]] = {}
         for _step, path in found:
             try:
-                meta[path.name] = _read_manifest(path) or {}
-            except DataError:
+                meta[path.name] = _read_manifest(path)
+            except DataError as e:
+                # Still a candidate (a load verifies it again and skips it, saying why), but its line
+                # and parent are unknown: it is ordered by step among the other lines' checkpoints.
+                log.warning("checkpoint.manifest_unreadable", path=str(path), error=str(e))
                 meta[path.name] = {}
         on_line = [(step, path) for step, path in found if line and meta[path.name].get("line") == line]
-        if not on_line:
+        named = latest.get("last_checkpoint") if latest else None
+        if on_line:
+            step, current = on_line[-1]
+        elif isinstance(named, str) and named in by_name:
+            # A resume of an older checkpoint forked this line and crashed before its first save.
+            step, current = by_name[named]
+        else:
             return [path for _step, path in reversed(found)]
         order: list[Path] = []
         seen: set[str] = set()
-        step, current = on_line[-1]
         while True:
             order.append(current)
             seen.add(current.name)
@@ -507,12 +547,16 @@ class CheckpointManager:
         final = self.cfg.output_dir / f"step_{step:06d}"
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-step_{step:06d}-", dir=self.cfg.output_dir))
         try:
-            _save_file(model_state, tmp / "model.pt")
+            with _writing(tmp / "model.pt", final.name):
+                _save_file(model_state, tmp / "model.pt")
             if optim_state is not None:
-                _save_file(optim_state, tmp / "optimizer.pt")
-            _save_file(state, tmp / "state.pt")
+                with _writing(tmp / "optimizer.pt", final.name):
+                    _save_file(optim_state, tmp / "optimizer.pt")
+            with _writing(tmp / "state.pt", final.name):
+                _save_file(state, tmp / "state.pt")
             readable = {"step": step, "time": state["time"], "weights": self.cfg.weights, **state["trainer"]}
-            _write_bytes(tmp / "trainer_state.json", json.dumps(readable, indent=2, default=str).encode())
+            with _writing(tmp / "trainer_state.json", final.name):
+                _write_bytes(tmp / "trainer_state.json", json.dumps(readable, indent=2, default=str).encode())
             files = {
                 f.name: {"sha256": _sha256(f), "bytes": f.stat().st_size}
                 for f in sorted(tmp.iterdir())
@@ -520,8 +564,9 @@ class CheckpointManager:
             }
             parent = self._parent if self._parent != final.name else None
             manifest = {"step": step, "line": self._line, "parent": parent, "files": files}
-            _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
-            _fsync_dir(tmp)
+            with _writing(tmp / MANIFEST, final.name):
+                _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+                _fsync_dir(tmp)
             if final.exists():  # re-saving a step (e.g. after a resume): the old copy stays until the swap
                 prev = self.cfg.output_dir / f".prev-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
                 os.rename(final, prev)
@@ -654,10 +699,7 @@ class CheckpointManager:
     def _adopt(self, path: Path) -> None:
         """Continue the loaded checkpoint's line when it is that line's newest; otherwise later saves
         fork a new line from it, so the abandoned continuation never becomes "latest" again."""
-        try:
-            manifest = _read_manifest(path) or {}
-        except DataError:
-            manifest = {}
+        manifest = _read_manifest(path)  # verified by the load that adopts it
         line = manifest.get("line")
         step = manifest.get("step")
         newer_on_line = False
@@ -665,11 +707,19 @@ class CheckpointManager:
             for other_step, other in self.checkpoints():
                 if other_step > step:
                     try:
-                        newer_on_line = newer_on_line or (_read_manifest(other) or {}).get("line") == line
+                        newer_on_line = newer_on_line or _read_manifest(other).get("line") == line
                     except DataError:
                         continue
-        self._line = line if isinstance(line, str) and not newer_on_line else uuid.uuid4().hex
-        self._parent = path.name if path.parent.resolve() == self.cfg.output_dir.resolve() else None
+        continues = isinstance(line, str) and not newer_on_line
+        self._line = line if continues else uuid.uuid4().hex
+        inside = path.parent.resolve() == self.cfg.output_dir.resolve()
+        self._parent = path.name if inside else None
+        if inside and not continues and _rank() == 0:
+            # The fork is the run's line from now on, before its first save (see the module docstring).
+            _write_json_atomic(
+                self.cfg.output_dir / "latest.json",
+                {"last_checkpoint": path.name, "step": manifest.get("step"), "line": self._line},
+            )
 
     def _load_model(
         self, model: Any, model_state: dict[str, Any], *, trainable_only: bool, path: Path
