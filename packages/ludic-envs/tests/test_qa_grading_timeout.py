@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from ludic_envs.qa import equivalence
-from ludic_envs.qa.equivalence import Grader, GradingWorker, MathVerdict, grade_math_answer
+from ludic_envs.qa.equivalence import (
+    Grader,
+    GradingWorker,
+    MathVerdict,
+    UngradedAnswerError,
+    grade_math_answer,
+)
 from ludic_envs.qa.math_qa import make_math_env
 
 # The grader must be importable by name in the spawned child, and tests are imported with
@@ -55,30 +61,66 @@ def test_a_hanging_grading_is_killed_and_the_next_one_works(sleepy_grader: Grade
         start = time.monotonic()
         assert worker.grade("slow", "x", 0.5) == (None, True)
         assert time.monotonic() - start < 0.5 + 10.0  # the grading would sleep an hour
-        assert worker.pid is None and not _alive(pid)  # killed and reaped
+        assert not _alive(pid)  # killed and reaped
         assert threading.active_count() == threads  # no thread left behind
-        assert worker.grade("fast", "fast", 30.0) == (True, False)  # a fresh child
+        # The replacement was launched at the kill, so it is warm before the next grading asks.
         assert worker.pid not in (None, pid)
+        assert worker.grade("fast", "fast", 30.0) == (True, False)
     finally:
         worker.stop()
 
 
-def test_math_env_reports_a_grading_timeout(monkeypatch: pytest.MonkeyPatch, sleepy_grader: Grader) -> None:
+def test_an_ungraded_answer_fails_the_episode_instead_of_being_paid_as_wrong(
+    monkeypatch: pytest.MonkeyPatch, sleepy_grader: Grader
+) -> None:
     worker = GradingWorker(sleepy_grader)
     monkeypatch.setattr(equivalence, "_WORKER", worker)
     monkeypatch.setattr(equivalence, "math_verify_available", lambda: True)
     try:
         env = make_math_env(sample={"problem": "2+2?", "answer": "4"}, grading_timeout_s=0.5)
         env.reset()
-        start = time.monotonic()
-        outcome = env.step({env.agent_id: "\\boxed{2^{2^{2^{2^{2^{2}}}}}}"})[env.agent_id]
-        assert time.monotonic() - start < 0.5 + 30.0  # the child's first start is not charged
-        assert outcome.reward == 0.0
-        assert outcome.info["correct"] is False and outcome.info["grading_timeout"] is True
+        with pytest.raises(UngradedAnswerError, match=r"could not be graded.*rather than paid as incorrect"):
+            env.step({env.agent_id: "\\boxed{2^{2^{2^{2^{2^{2}}}}}}"})
         # Equal normal forms are decided without the child.
         env.reset()
         outcome = env.step({env.agent_id: "\\boxed{4}"})[env.agent_id]
-        assert outcome.info["correct"] is True and "grading_timeout" not in outcome.info
+        assert outcome.info["correct"] is True and outcome.reward == 1.0
+    finally:
+        worker.stop()
+
+
+async def test_the_engine_drops_and_counts_an_ungraded_episode(
+    monkeypatch: pytest.MonkeyPatch, sleepy_grader: Grader
+) -> None:
+    from ludic_core.engine import RolloutEngine
+    from ludic_core.protocols.single_agent import SingleAgentProtocol
+    from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.rollout_settings import RolloutSettings
+    from ludic_core.testing import ScriptedAgent, ScriptedChatClient
+
+    worker = GradingWorker(sleepy_grader)
+    monkeypatch.setattr(equivalence, "_WORKER", worker)
+    monkeypatch.setattr(equivalence, "math_verify_available", lambda: True)
+    try:
+        engine = RolloutEngine(
+            env_factories={
+                "math": lambda: make_math_env(
+                    sample={"problem": "2+2?", "answer": "4"}, grading_timeout_s=0.5
+                )
+            },
+            protocol_factories={
+                answer: (lambda a=answer: SingleAgentProtocol(ScriptedAgent(ScriptedChatClient([a]))))
+                for answer in ("\\boxed{2^{2^{2^{2}}}}", "\\boxed{4}")
+            },
+        )
+        requests = [
+            RolloutRequest(EnvSpec("math"), ProtocolSpec(answer))
+            for answer in ("\\boxed{2^{2^{2^{2}}}}", "\\boxed{4}")
+        ]
+        result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=1, on_failure="continue"))
+        [ungraded, graded] = result.episodes
+        assert ungraded.failure is not None and ungraded.failure.error_type == "UngradedAnswerError"
+        assert graded.failure is None and graded.rollouts[0].total_reward == 1.0
     finally:
         worker.stop()
 
@@ -86,7 +128,7 @@ def test_math_env_reports_a_grading_timeout(monkeypatch: pytest.MonkeyPatch, sle
 def test_verdicts_without_a_child() -> None:
     assert grade_math_answer("\\frac12", "\\frac{1}{2}") == MathVerdict(True)
     assert grade_math_answer("1/3", "0.5", use_math_verify=False) == MathVerdict(False)
-    assert not MathVerdict(False, timed_out=True)
+    assert not MathVerdict(False, timed_out=True) and not MathVerdict(False, timed_out=True).graded
 
 
 @pytest.mark.skipif(not equivalence.math_verify_available(), reason="math-verify is not installed")

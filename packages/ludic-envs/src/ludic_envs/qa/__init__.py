@@ -3,6 +3,7 @@
 from ludic_envs.qa.env import DatasetQAEnv
 from ludic_envs.qa.equivalence import (
     MathVerdict,
+    UngradedAnswerError,
     grade_math_answer,
     math_answers_equivalent,
     math_verify_available,
@@ -17,6 +18,7 @@ __all__ = [
     "DatasetQAEnv",
     "MathQAEnv",
     "MathVerdict",
+    "UngradedAnswerError",
     "clear_dataset_cache",
     "extract_gsm8k_target",
     "grade_math_answer",

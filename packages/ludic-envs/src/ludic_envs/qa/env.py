@@ -10,14 +10,15 @@ from typing import Any
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError, DataError, ProtocolError
 from ludic_core.types import Info, StepOutcome
+from ludic_envs.qa.equivalence import UngradedAnswerError
 
 __all__ = ["AnswerParser", "DatasetQAEnv", "PromptBuilder", "TargetParser", "Verifier"]
 
 PromptBuilder = Callable[[Mapping[str, Any]], str]
 TargetParser = Callable[[str], str]
 AnswerParser = Callable[[str], "str | None"]
-# The result's truth value decides; a result with a true ``timed_out`` attribute (such as
-# ``MathVerdict``) also sets ``info["grading_timeout"]``.
+# The result's truth value decides; a result with a true ``timed_out`` attribute (such as an
+# ungraded ``MathVerdict``) is no decision: the step raises UngradedAnswerError.
 Verifier = Callable[[str, str], object]
 
 _ID_KEYS = ("id", "unique_id", "uid", "question_id")
@@ -48,9 +49,11 @@ class DatasetQAEnv(SingleAgentEnv):
 
     Grading: ``answer_parser`` extracts the answer from the action (None: no answer found, which is
     graded incorrect), ``target_parser`` extracts the reference from ``sample[answer_key]``, and
-    ``verifier(parsed_answer, target)`` decides (its truth value; when it reports ``timed_out``, as
-    the MATH env's verdicts do, ``info["grading_timeout"]`` is set). Rewards: ``correct_reward``, ``incorrect_reward``,
-    and ``no_answer_reward`` (defaults to ``incorrect_reward``).
+    ``verifier(parsed_answer, target)`` decides (its truth value). A verdict that reports ``timed_out``
+    (the MATH env's, when its symbolic check could not finish) is no decision: the step raises
+    :class:`~ludic_envs.qa.equivalence.UngradedAnswerError`, so the episode fails (dropped from
+    training and counted, a failure in evals) instead of paying a right answer as wrong. Rewards:
+    ``correct_reward``, ``incorrect_reward``, and ``no_answer_reward`` (defaults to ``incorrect_reward``).
     """
 
     def __init__(
@@ -157,8 +160,13 @@ class DatasetQAEnv(SingleAgentEnv):
         target = self.target(sample)
         parsed = self.answer_parser(action)
         verdict = self.verifier(parsed, target) if parsed is not None else False
+        if getattr(verdict, "timed_out", False) is True:
+            raise UngradedAnswerError(
+                f"{self.name}: the answer {parsed!r} to question "
+                f"{self.question_id(sample, self._sample_index)!r} could not be graded (the verifier timed "
+                f"out); the episode is failed rather than paid as incorrect"
+            )
         correct = bool(verdict)
-        grading_timeout = bool(getattr(verdict, "timed_out", False))
         if parsed is None:
             reward, obs = self.no_answer_reward, f"No answer found. Expected {target}."
         elif correct:
@@ -173,6 +181,4 @@ class DatasetQAEnv(SingleAgentEnv):
             "answer_found": parsed is not None,
             "correct": correct,
         }
-        if grading_timeout:  # graded wrong without a decision: say so rather than pass it off as one
-            info["grading_timeout"] = True
         return StepOutcome(obs=obs, reward=reward, terminated=True, info=info)

@@ -2,7 +2,12 @@
 
 math-verify (sympy underneath) can run for minutes on a hostile answer such as a power tower, inside
 C code that no signal or thread can interrupt. It therefore runs in a child process that is killed
-when it overruns its timeout; the answer is then graded wrong and the verdict says it timed out.
+when it overruns its timeout. Grading has three outcomes: equivalent, not equivalent, and *ungraded*
+(the check overran its timeout twice, or its process could not start): an ungraded verdict is never
+a decision, and :class:`~ludic_envs.qa.env.DatasetQAEnv` fails the episode on it
+(:class:`UngradedAnswerError`), so the answer is neither paid nor told it was wrong, and the engine
+drops and counts it. A killed child is replaced at once, in the background, so the next grading does
+not pay the process start (which has its own limit, ``WORKER_START_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -18,11 +23,17 @@ from typing import Any
 
 import attrs
 
-from ludic_core.errors import ConfigError
+from ludic_core.errors import ConfigError, LudicError
 from ludic_core.logs import get_logger
 from ludic_envs.qa.latex import normalize_math_answer
 
-__all__ = ["MathVerdict", "grade_math_answer", "math_answers_equivalent", "math_verify_available"]
+__all__ = [
+    "MathVerdict",
+    "UngradedAnswerError",
+    "grade_math_answer",
+    "math_answers_equivalent",
+    "math_verify_available",
+]
 
 log = get_logger(__name__)
 
@@ -34,15 +45,23 @@ WORKER_BUSY_TIMEOUT_S = 300.0
 # How long to wait for a killed child to be reaped.
 WORKER_REAP_TIMEOUT_S = 10.0
 
+# Attempts per grading: a second one absorbs a child that was slow to start or a loaded machine.
+GRADING_ATTEMPTS = 2
+
 Grader = Callable[[str, str, float], "bool | None"]
+
+
+class UngradedAnswerError(LudicError):
+    """An answer could not be graded (see the module docstring); the episode fails rather than pay it
+    as incorrect."""
 
 
 @attrs.frozen
 class MathVerdict:
     """The outcome of one grading; truthy when the answers are equivalent.
 
-    ``timed_out``: the symbolic check overran its timeout (or could not run), so the answer was
-    graded not equivalent without a decision.
+    ``timed_out``: the symbolic check overran its timeout (or could not run): *ungraded*, with no
+    decision (``equivalent`` is then False, and callers must not read it as one).
     """
 
     equivalent: bool
@@ -50,6 +69,10 @@ class MathVerdict:
 
     def __bool__(self) -> bool:
         return self.equivalent
+
+    @property
+    def graded(self) -> bool:
+        return not self.timed_out
 
 
 @lru_cache(maxsize=1)
@@ -107,12 +130,14 @@ class GradingWorker:
         self._lock = threading.Lock()
         self._process: BaseProcess | None = None
         self._conn: Connection | None = None
+        self._ready = False
 
     @property
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    def _start(self) -> Connection:
+    def _launch(self) -> None:
+        """Start a child without waiting for it: it imports its libraries while the caller goes on."""
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         process = ctx.Process(
@@ -120,19 +145,30 @@ class GradingWorker:
         )
         process.start()
         child.close()
-        self._process, self._conn = process, parent
+        self._process, self._conn, self._ready = process, parent, False
+
+    def _start(self) -> Connection:
+        """The ready child's pipe: the one launched earlier, else a new one; waits for its greeting."""
+        if self._conn is None:
+            self._launch()
+        parent = self._conn
+        assert parent is not None
+        if self._ready:
+            return parent
         if not parent.poll(WORKER_START_TIMEOUT_S):
             self.stop()
             raise TimeoutError(f"the math grading process did not start within {WORKER_START_TIMEOUT_S}s")
         if parent.recv() != "ready":
             self.stop()
             raise RuntimeError("the math grading process sent an unexpected greeting")
+        self._ready = True
         return parent
 
     def stop(self) -> None:
         """Kill the child (if any) and wait for it to be reaped."""
         process, conn = self._process, self._conn
         self._process = self._conn = None
+        self._ready = False
         if conn is not None:
             conn.close()
         if process is not None:
@@ -146,7 +182,7 @@ class GradingWorker:
             return None, True
         try:
             try:
-                conn = self._conn if self._conn is not None else self._start()
+                conn = self._start()
                 conn.send((predicted, target, timeout_s))
                 if conn.poll(timeout_s):
                     result: bool | None = conn.recv()
@@ -159,6 +195,7 @@ class GradingWorker:
                 "math_grading_timeout", timeout_s=timeout_s, predicted=predicted[:200], target=target[:200]
             )
             self.stop()
+            self._launch()  # the replacement warms up while the caller goes on
             return None, True
         finally:
             self._lock.release()
@@ -170,8 +207,9 @@ _WORKER = GradingWorker()
 def grade_math_answer(
     predicted: str, target: str, *, use_math_verify: bool = True, timeout_s: float = 5.0
 ) -> MathVerdict:
-    """Grade ``predicted`` against ``target``, as :func:`math_answers_equivalent`, saying whether the
-    symbolic check timed out (then the answer counts as not equivalent)."""
+    """Grade ``predicted`` against ``target``, as :func:`math_answers_equivalent`; a symbolic check
+    that overruns ``timeout_s`` (or whose process cannot start) is tried once more, then the verdict
+    is ungraded (``timed_out=True``)."""
     if not timeout_s > 0:
         raise ConfigError(f"timeout_s must be positive, got {timeout_s!r}")
     # Equal normal forms need no symbolic check and no process.
@@ -179,8 +217,11 @@ def grade_math_answer(
         return MathVerdict(True)
     if not use_math_verify or not math_verify_available():
         return MathVerdict(False)
-    decision, timed_out = _WORKER.grade(predicted, target, timeout_s)
-    return MathVerdict(decision is True, timed_out)
+    for _attempt in range(GRADING_ATTEMPTS):
+        decision, timed_out = _WORKER.grade(predicted, target, timeout_s)
+        if not timed_out:
+            return MathVerdict(decision is True)
+    return MathVerdict(False, timed_out=True)
 
 
 def math_answers_equivalent(
@@ -191,8 +232,13 @@ def math_answers_equivalent(
     Equal normal forms (:func:`normalize_math_answer`) always count as equal; otherwise, when
     ``math-verify`` is installed (the ``math``/``hf`` extra) and ``use_math_verify`` is set, its
     symbolic check decides (``1/2`` vs ``0.5``, ``\\frac{\\sqrt3}{2}`` vs ``\\frac{\\sqrt{3}}{2}``), in
-    a child process killed after ``timeout_s`` seconds (then: not equivalent).
+    a child process killed after ``timeout_s`` seconds; an answer it cannot grade raises
+    :class:`UngradedAnswerError` rather than pass for a decision.
     """
-    return grade_math_answer(
-        predicted, target, use_math_verify=use_math_verify, timeout_s=timeout_s
-    ).equivalent
+    verdict = grade_math_answer(predicted, target, use_math_verify=use_math_verify, timeout_s=timeout_s)
+    if not verdict.graded:
+        raise UngradedAnswerError(
+            f"could not grade {predicted[:80]!r} against {target[:80]!r}: the symbolic check overran "
+            f"timeout_s={timeout_s} {GRADING_ATTEMPTS} times or its process did not start"
+        )
+    return verdict.equivalent

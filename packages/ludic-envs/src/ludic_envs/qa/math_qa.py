@@ -66,8 +66,9 @@ def make_math_env(
 
     Answers are compared with ``math-verify`` when installed (and ``use_math_verify``), otherwise by
     normalised strings (:func:`~ludic_envs.qa.latex.normalize_math_answer`). math-verify runs in a
-    child process killed after ``grading_timeout_s`` seconds; such an answer is graded wrong with
-    ``info["grading_timeout"] = True``.
+    child process killed after ``grading_timeout_s`` seconds; an answer that still cannot be graded
+    after a second try fails the episode (:class:`~ludic_envs.qa.equivalence.UngradedAnswerError`)
+    instead of being paid as wrong.
     """
     samples: Sequence[Mapping[str, Any]] | None = None
     if sample is None:
