@@ -243,15 +243,23 @@ async def test_path_loads_are_confined_to_the_load_directories(
         directory.mkdir()
         save_file({"w": torch.ones(2)}, str(directory / "model.safetensors"))
     (allowed / "escape").symlink_to(outside)
+    # A directory inside the load directory whose weights file links to a file outside it.
+    (allowed / "linked").mkdir()
+    (allowed / "linked" / "model.safetensors").symlink_to(outside / "model.safetensors")
     server = await FakeServer(load_dirs=(str(allowed),)).start(monkeypatch)
     try:
         async with ServerControl(server.url) as control:
             for path, why in (
                 (outside, "outside the server's load directories"),
                 (allowed / "escape", "resolved"),
+                (allowed / "linked", r"linked/model\.safetensors'.*outside the server's load directories"),
+                (str(allowed) + "/\x00x", "holding a NUL byte"),
+                ("", "empty or holding a NUL byte"),
             ):
                 with pytest.raises(UpdateRejectedError, match=why) as info:
-                    await control.update_from_path(update_id=f"u-{path.name}", version=1, path=str(path))
+                    await control.update_from_path(
+                        update_id=f"u-{hash(str(path))}", version=1, path=str(path)
+                    )
                 assert info.value.status == 400
             assert "ludic_load_path" not in server.engine.calls
             result = await control.update_from_path(update_id="ok", version=1, path=str(allowed))
@@ -278,7 +286,19 @@ def test_loopback_includes_ipv4_mapped_addresses() -> None:
 
 
 @pytest.mark.parametrize(
-    "header", ["X-Forwarded-For", "Forwarded", "X-Real-IP", "X-Forwarded-Host"], ids=lambda h: h.lower()
+    "header",
+    [
+        "X-Forwarded-For",
+        "Forwarded",
+        "X-Real-IP",
+        "X-Forwarded-Host",
+        "CF-Connecting-IP",
+        "True-Client-IP",
+        "X-Client-IP",
+        "X-Original-Forwarded-For",
+        "Via",
+    ],
+    ids=lambda h: h.lower(),
 )
 async def test_proxied_requests_are_never_trusted_as_loopback(fake_server: Any, header: str) -> None:
     # The peer is loopback (a proxy on the same host), but the request came from elsewhere.

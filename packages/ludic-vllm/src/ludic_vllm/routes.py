@@ -75,7 +75,25 @@ MAX_UPLOAD_BYTES = 8 * 2**30
 
 # Headers a proxy adds: a request carrying one came through a proxy, so its loopback peer address says
 # nothing about the real caller (a reverse proxy or sidecar on the same host forwards remote traffic).
-FORWARDING_HEADERS = frozenset({b"forwarded", b"x-forwarded-for", b"x-forwarded-host", b"x-real-ip"})
+FORWARDING_HEADERS = frozenset(
+    {
+        b"forwarded",  # RFC 7239
+        b"via",  # RFC 9110: every HTTP proxy may add it
+        b"x-forwarded-for",
+        b"x-forwarded-host",
+        b"x-forwarded-proto",
+        b"x-forwarded-port",
+        b"x-forwarded-server",
+        b"x-original-forwarded-for",
+        b"x-real-ip",
+        b"x-client-ip",
+        b"x-cluster-client-ip",
+        b"cf-connecting-ip",  # Cloudflare
+        b"true-client-ip",  # Cloudflare Enterprise, Akamai
+        b"fastly-client-ip",
+        b"x-envoy-external-address",
+    }
+)
 
 
 class HttpError(Exception):

@@ -288,10 +288,13 @@ class UpdateService:
         )
 
     def _allowed_path(self, path: str, what: str) -> str:
-        """``path`` resolved (symlinks included), if it lies inside one of ``load_dirs``.
+        """``path`` resolved (symlinks included), if it and every file a load reads in it lie inside
+        one of ``load_dirs``.
 
         A caller that may change weights must still not make the server read arbitrary files: loads
-        from a server path are confined to the directories the operator named at start-up.
+        from a server path are confined to the directories the operator named at start-up. A directory
+        inside them may still hold a symlink to a file outside (``model.safetensors -> /etc/shadow``),
+        so each file of a directory is resolved too.
         """
         if not self.load_dirs:
             raise ConfigError(
@@ -299,6 +302,19 @@ class UpdateService:
                 "--ludic-load-dir DIR (LUDIC_VLLM_LOAD_DIRS) naming the directories it may load from, "
                 "or upload the weights (update_from_bytes)"
             )
+        if not path or "\x00" in path:
+            raise ConfigError(
+                f"{what}: path {path!r} is not a file system path (empty or holding a NUL byte)"
+            )
+        resolved = self._inside_load_dirs(path, what)
+        if os.path.isdir(resolved):
+            with os.scandir(resolved) as entries:
+                for entry in entries:
+                    if entry.is_file():  # follows links; loads read the files of a directory, not below
+                        self._inside_load_dirs(entry.path, what)
+        return resolved
+
+    def _inside_load_dirs(self, path: str, what: str) -> str:
         resolved = os.path.realpath(path)
         for root in self.load_dirs:
             real_root = os.path.realpath(root)
