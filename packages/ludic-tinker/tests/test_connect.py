@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -40,7 +41,38 @@ def test_unreachable_service_fails_within_the_reachability_timeout():
             api_key="tml-x",
             timeouts=TinkerTimeouts(reachability_s=2.0),
         )
-    assert time.perf_counter() - started < 5.0
+    assert time.perf_counter() - started < 15.0  # far below the SDK's ~5-minute retries
+
+
+def test_a_server_that_drips_its_answer_is_unreachable_within_the_deadline():
+    # Each byte arrives well within httpx's per-read timeout; only a whole-request deadline stops it.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = int(server.getsockname()[1])
+        stop = threading.Event()
+
+        def drip() -> None:
+            connection, _ = server.accept()
+            with connection:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 600:
+                    if stop.wait(0.1):
+                        return
+                    connection.sendall(bytes([byte]))
+
+        dripper = threading.Thread(target=drip, daemon=True)
+        dripper.start()
+        started = time.perf_counter()
+        try:
+            with pytest.raises(TransportError, match=r"no complete answer within timeout_s=1 \(a deadline"):
+                connect(
+                    base_url=f"http://127.0.0.1:{port}",
+                    api_key="tml-x",
+                    timeouts=TinkerTimeouts(reachability_s=1.0),
+                )
+        finally:
+            stop.set()
+        assert time.perf_counter() - started < 30.0  # the drip lasts 60 s
 
 
 def test_timeouts_must_be_positive():

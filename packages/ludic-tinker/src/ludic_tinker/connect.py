@@ -9,6 +9,7 @@ back a ``tinker.ServiceClient``.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -67,17 +68,38 @@ def check_reachable(base_url: str, *, timeout_s: float) -> None:
     """Raise :class:`TransportError` unless ``base_url`` answers HTTP within ``timeout_s``.
 
     Any HTTP status counts as reachable (authentication is the SDK's business); only a failed
-    connection or a timeout does not.
+    connection or a timeout does not. ``timeout_s`` bounds the whole probe: httpx's own timeout is
+    per read, so a server that drips one byte at a time would hold it forever. The probe runs in a
+    daemon thread that is abandoned when the deadline passes.
     """
     import httpx  # a dependency of tinker
 
-    try:
-        httpx.get(f"{base_url}/api/v1/healthz", timeout=timeout_s)
-    except httpx.HTTPError as exc:
+    outcome: list[BaseException | None] = []
+
+    def probe() -> None:
+        try:
+            # The status line and headers are the answer; the body is never read.
+            with httpx.stream("GET", f"{base_url}/api/v1/healthz", timeout=timeout_s):
+                outcome.append(None)
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=probe, name="ludic-tinker-reachability", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    hint = "check TINKER_BASE_URL and the network (without this check the SDK would retry for ~5 minutes)"
+    if not outcome:
         raise TransportError(
-            f"the Tinker service at {base_url} is unreachable ({type(exc).__name__}: {exc}); "
-            "check TINKER_BASE_URL and the network (without this check the SDK would retry for ~5 minutes)"
-        ) from exc
+            f"the Tinker service at {base_url} is unreachable: no complete answer within "
+            f"timeout_s={timeout_s:g} (a deadline for the whole request); {hint}"
+        )
+    error = outcome[0]
+    if isinstance(error, httpx.HTTPError):
+        raise TransportError(
+            f"the Tinker service at {base_url} is unreachable ({type(error).__name__}: {error}); {hint}"
+        ) from error
+    if error is not None:
+        raise error
 
 
 def connect(
