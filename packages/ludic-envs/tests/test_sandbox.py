@@ -19,6 +19,7 @@ from ludic_core.errors import ConfigError, DataError
 from ludic_envs.codeexec import (
     AssertTest,
     IOTest,
+    IsolationReport,
     SandboxLimits,
     SandboxPool,
     TestReport,
@@ -85,18 +86,25 @@ async def _until(condition: Callable[[], bool], timeout_s: float, what: str) -> 
         await asyncio.sleep(0.02)
 
 
-# Writes its pid into its run directory, then sleeps far past any limit used with it.
-SLEEPER = "import os, time\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+# Re-executes itself under a name the test can find, then sleeps far past any limit used with it (its
+# run directory lives in the run's own root, which the host cannot read).
+SLEEPER_NAME = "ludic-test-sleeper"
+SLEEPER = (
+    "import os, sys\n"
+    f"os.execv(sys.executable, [sys.executable, '-I', '-c', 'import time; time.sleep(600)', {SLEEPER_NAME!r}])\n"
+)
 
 
 def _sleeper_pid(pool: SandboxPool) -> int | None:
-    for run_dir in _run_dirs(pool):
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            text = Path(pool._base_dir, run_dir, "pid").read_text()
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                if SLEEPER_NAME.encode() in fh.read().split(b"\0"):
+                    return int(name)
         except OSError:
             continue
-        if text:
-            return int(text)
     return None
 
 
@@ -121,7 +129,7 @@ async def test_good_code_passes_and_reports_isolation(pool: SandboxPool) -> None
     if AS_ROOT:
         assert iso.dedicated_uid and iso.uid is not None and iso.uid >= 61000
         assert iso.network_isolated and iso.network_method == "namespace"
-        assert {"/tmp", "/run"} <= set(iso.private_tmp)
+        assert iso.private_root and "/usr" in iso.read_only
         assert iso.memory_method in ("cgroup", "aggregate")
 
 
@@ -183,13 +191,11 @@ def host_dir() -> Iterator[Path]:
         path.rmdir()
 
 
-def expected_denial(path: Path, private_tmp: tuple[str, ...]) -> str:
-    """Under a private tmpfs the host's path does not exist; elsewhere the sandbox uid is refused.
-
-    Where "host" lands depends on where the repository is checked out (a CI clone may live in /tmp).
-    """
-    hidden = any(path.resolve().is_relative_to(Path(tmp).resolve()) for tmp in private_tmp)
-    return "FileNotFoundError" if hidden else "PermissionError"
+def expected_denial(path: Path, isolation: IsolationReport) -> str:
+    """In a private root the host's path does not exist (unless it lies under a read-only bind);
+    without one the sandbox uid is refused."""
+    bound = any(path.resolve().is_relative_to(Path(p).resolve()) for p in isolation.read_only)
+    return "FileNotFoundError" if isolation.private_root and not bound else "PermissionError"
 
 
 @pytest.mark.parametrize("where", ["tmp", "host"])
@@ -216,7 +222,7 @@ async def test_writing_outside_the_sandbox_fails_or_vanishes(
         # Host dirs refuse the sandbox uid; under the private tmpfs the host's /tmp path is absent.
         assert not outside.exists()
         assert not report.all_passed
-        assert expected_denial(outside, result.isolation.private_tmp) in result.stderr
+        assert expected_denial(outside, result.isolation) in result.stderr
 
 
 @root_only
@@ -231,7 +237,7 @@ async def test_reading_a_planted_private_file_fails(
     report = await _hostile_with_neighbour(pool, code)
     result = report.outcomes[0].result
     assert "42" not in result.stdout and not report.all_passed
-    assert expected_denial(secret, result.isolation.private_tmp) in result.stderr
+    assert expected_denial(secret, result.isolation) in result.stderr
 
 
 @root_only

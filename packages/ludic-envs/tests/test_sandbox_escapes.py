@@ -1,6 +1,7 @@
-"""Escapes a security review found, each tried for real: world-writable host dirs that persist across
-runs, host Unix sockets (filesystem and abstract), host IPC objects, and a memory cap that a program
-multiplied by forking."""
+"""Escapes a security review found, each tried for real: host paths that persist across runs (at any
+depth, made at any time), host Unix sockets (bound, hard-linked, in another network namespace,
+abstract), host IPC objects, an uncapped work directory, and a memory cap that a program multiplied
+by forking."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import textwrap
 import uuid
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ludic_core.errors import ConfigError
-from ludic_envs.codeexec import AssertTest, ExecutionResult, SandboxLimits, SandboxPool, hostdirs
+from ludic_envs.codeexec import AssertTest, ExecutionResult, SandboxLimits, SandboxPool
 from ludic_envs.codeexec.cgroups import (
     CgroupUnavailable,
     _make_base,
@@ -26,8 +28,8 @@ from ludic_envs.codeexec.cgroups import (
     parent_candidates,
     remove_run_group,
 )
-from ludic_envs.codeexec.hostdirs import private_dirs
 from ludic_envs.codeexec.process import LAUNCHER
+from ludic_envs.codeexec.rootfs import DEVICES, root_spec
 
 AS_ROOT = os.geteuid() == 0
 MiB = 1024 * 1024
@@ -47,16 +49,16 @@ async def _run(pool: SandboxPool, code: str, limits: SandboxLimits | None = None
     return report.outcomes[0].result
 
 
-def _private_or_skip(result: ExecutionResult, path: str) -> None:
-    """As a normal user the private dirs need a user namespace, which a kernel may refuse: then the
+def _private_root_or_skip(result: ExecutionResult) -> None:
+    """As a normal user the private root needs a user namespace, which a kernel may refuse: then the
     run says why, and there is nothing to test."""
-    if path not in result.isolation.private_tmp:
+    if not result.isolation.private_root:
         assert not AS_ROOT, result.to_dict()
         assert any("unshare" in note for note in result.isolation.notes), result.isolation
-        pytest.skip(f"no private {path} here: {result.isolation.notes}")
+        pytest.skip(f"no private root here: {result.isolation.notes}")
 
 
-# --- world-writable host dirs -------------------------------------------------------------------
+# --- the file system a run sees -----------------------------------------------------------------
 
 
 def _take_back(paths: list[str]) -> list[str]:
@@ -67,56 +69,92 @@ def _take_back(paths: list[str]) -> list[str]:
     return found
 
 
-def _world_writable_private_dirs() -> list[str]:
-    return [d for d in private_dirs() if os.stat(d).st_mode & 0o002]
+async def test_the_run_sees_a_root_built_from_nothing(pool: SandboxPool) -> None:
+    code = textwrap.dedent(
+        f"""
+        import os
+        print(sorted(os.listdir('/')))
+        print(sorted(os.listdir('/dev')))
+        for path in ('/proc', '/sys', '/run', '/var', '/home', '/root', {str(Path(__file__).parent)!r}):
+            print(path, os.path.exists(path))
+        """
+    )
+    result = await _run(pool, code)
+    _private_root_or_skip(result)
+    lines = result.stdout.splitlines()
+    top = set(eval(lines[0]))  # a printed list of names
+    assert top <= {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "tmp"} | {
+        p.strip("/").split("/")[0] for p in result.isolation.read_only
+    }, top
+    assert set(eval(lines[1])) == {*DEVICES, "shm"}
+    assert all(line.endswith(" False") for line in lines[2:]), result.stdout
+    assert "/usr" in result.isolation.read_only
 
 
-def test_every_world_writable_dir_and_run_are_made_private() -> None:
-    dirs = private_dirs()
-    assert "/run" in dirs or not os.path.isdir("/run")
-    for well_known in ("/tmp", "/var/tmp", "/run/lock", "/dev/shm"):
-        if os.path.isdir(well_known) and not os.path.islink(well_known):
-            assert os.path.realpath(well_known) in dirs, dirs
-    assert list(dirs) == sorted(dirs, key=lambda d: (d.count("/"), d)), "parents must come first"
+@pytest.fixture
+def late_writable_dirs() -> Iterator[list[str]]:
+    """World-writable host directories made after the pool started, one of them deep."""
+    base = Path(__file__).parent / f".ww-{uuid.uuid4().hex[:8]}"
+    deep = base / "a" / "b" / "c" / "d" / "e"
+    deep.mkdir(parents=True)
+    for path in (base, deep):
+        path.chmod(0o1777)
+    try:
+        yield [str(base), str(deep)]
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.parametrize(
-    ("fstype", "found"), [("ext4", True), ("tmpfs", True), ("nfs4", False), ("fuse.sshfs", False)]
-)
-def test_world_writable_mounts_are_found_but_remote_ones_never_touched(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fstype: str, found: bool
+async def test_no_write_persists_on_the_host_or_reaches_the_next_run(
+    pool: SandboxPool, late_writable_dirs: list[str]
 ) -> None:
-    """A stat on a network filesystem can hang as long as its server: those are left alone."""
-    mount_point = tmp_path / "shared"
-    mount_point.mkdir()
-    mount_point.chmod(0o777)
-    monkeypatch.setattr(hostdirs, "_mounts", lambda: [(str(mount_point), fstype)])
-    assert (str(mount_point) in hostdirs.world_writable_dirs(depth=0)) == found
-
-
-async def test_writes_to_world_writable_dirs_do_not_persist(pool: SandboxPool) -> None:
-    targets = _world_writable_private_dirs()
     name = f"ludic-persist-{uuid.uuid4().hex}"
+    targets = ["/tmp", "/dev/shm", "/var/tmp", "/run/lock", *late_writable_dirs]
     code = textwrap.dedent(
         f"""
         import os
         for d in {targets!r}:
             try:
                 open(os.path.join(d, {name!r}), 'w').write('left for the next run')
-                print('wrote', d, sorted(os.listdir(d)))
+                print('wrote', d)
             except OSError as exc:
-                print('refused', d, exc)
+                print('refused', d, type(exc).__name__)
         """
     )
-    result = await _run(pool, code)
+    first = await _run(pool, code)
+    second = await _run(
+        pool, f"import os\nprint([d for d in {targets!r} if os.path.exists(os.path.join(d, {name!r}))])\n"
+    )
     leaked = _take_back([os.path.join(d, name) for d in targets])
-    _private_or_skip(result, "/run/lock" if "/run/lock" in targets else targets[0])
+    _private_root_or_skip(first)
     assert leaked == [], f"persisted on the host: {leaked}"
-    for d in targets:
-        # The write went to a private copy, not refused: programs that need /run/lock still work.
-        assert f"wrote {d} " in result.stdout, result.stdout
-    if "/run/lock" in targets:
-        assert f"wrote /run/lock [{name!r}]" in result.stdout, "the private copy starts empty"
+    assert second.stdout == "[]\n", f"the next run found: {second.stdout}"
+    # The run's own /tmp and /dev/shm are writable (programs need them); the host's dirs are absent.
+    assert "wrote /tmp" in first.stdout and "wrote /dev/shm" in first.stdout, first.stdout
+    for d in late_writable_dirs:
+        assert f"refused {d} FileNotFoundError" in first.stdout, first.stdout
+
+
+async def test_the_work_directory_and_tmp_share_one_capped_space() -> None:
+    limits = SandboxLimits(cpu_s=4, wall_s=8, memory_bytes=200 * MiB, tmpfs_bytes=4 * MiB)
+    code = textwrap.dedent(
+        """
+        import errno
+        written = 0
+        try:
+            for i in range(64):  # 64 MiB in 1 MiB files: each under the file size limit
+                with open(('/tmp/' if i % 2 else '') + f'f{i}', 'wb') as fh:
+                    fh.write(b'x' * 2**20)
+                written += 1
+        except OSError as exc:
+            print('stopped', written, errno.errorcode[exc.errno])
+        """
+    )
+    with SandboxPool(max_concurrency=1, limits=limits) as capped:
+        result = await _run(capped, code)
+    _private_root_or_skip(result)
+    stopped, count, why = result.stdout.split()
+    assert stopped == "stopped" and why == "ENOSPC" and int(count) < 4, result.stdout
 
 
 @pytest.fixture
@@ -133,56 +171,92 @@ def writable_interpreter_dir() -> Iterator[Path]:
 
 
 @pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason=f"no {SYSTEM_PYTHON}")
-async def test_a_world_writable_dir_holding_the_interpreter_is_bound_read_only(
+async def test_the_interpreter_is_bound_read_only_even_from_a_world_writable_dir(
     writable_interpreter_dir: Path,
 ) -> None:
-    """Hidden under an empty tmpfs, it would leave no interpreter to run: it stays, read-only."""
     interpreter = str(writable_interpreter_dir / "python")
     code = f"open({str(writable_interpreter_dir / 'planted')!r}, 'w').write('x')\n"
     with SandboxPool(max_concurrency=1, limits=LIMITS, python_executable=interpreter) as ww_pool:
-        ww_pool._private_dirs = (*ww_pool._private_dirs, str(writable_interpreter_dir))
         result = await _run(ww_pool, code)
-    _private_or_skip(result, "/run")
+    _private_root_or_skip(result)
     assert not _take_back([str(writable_interpreter_dir / "planted")]), "wrote through the read-only bind"
     assert "Read-only file system" in result.stderr, result.to_dict()
-    assert any(str(writable_interpreter_dir) in note for note in result.isolation.notes), result.isolation
+    assert str(writable_interpreter_dir) in result.isolation.read_only, result.isolation
 
 
 # --- host Unix sockets --------------------------------------------------------------------------
 
 
+def _listen_in_another_network_namespace(address: str) -> subprocess.Popen[str] | None:
+    """A listener bound at ``address`` by a process in a network namespace of its own (root only)."""
+    if not AS_ROOT or shutil.which("unshare") is None:
+        return None
+    script = textwrap.dedent(
+        f"""
+        import socket, time
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind({address!r}); s.listen(8)
+        print('listening', flush=True)
+        time.sleep(120)
+        """
+    )
+    process = subprocess.Popen(
+        ["unshare", "--net", sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None
+    if process.stdout.readline().strip() != "listening":
+        process.kill()
+        return None
+    os.chmod(address, 0o777)
+    return process
+
+
 @pytest.fixture
-def host_sockets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, socket.socket]]:
-    """Host processes' listening Unix sockets, connectable by anyone: in world-writable /run/lock, in
-    root's /run (where databases and docker keep theirs), in a plain host directory, and abstract."""
+def host_sockets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, socket.socket | None]]:
+    """Host Unix sockets anyone may connect to: in world-writable /run/lock, in root's /run (where
+    databases and docker keep theirs), in a plain host directory, a hard link to one of them placed
+    elsewhere, one bound in another network namespace, and an abstract one."""
     tag = uuid.uuid4().hex[:8]
-    plain_dir = Path(__file__).parent / f".sock-{tag}"  # beside the tests: no private dir covers it
+    plain_dir = Path(__file__).parent / f".sock-{tag}"  # beside the tests
     plain_dir.mkdir()
     plain_dir.chmod(0o755)
     addresses = [f"/run/lock/ludic-{tag}.sock", f"/run/ludic-{tag}.sock", str(plain_dir / "s.sock")]
     if not AS_ROOT:
         addresses = [a for a in addresses if os.access(os.path.dirname(a), os.W_OK)]
     addresses = [a for a in addresses if os.path.isdir(os.path.dirname(a))]
-    listeners: dict[str, socket.socket] = {}
+    listeners: dict[str, socket.socket | None] = {}
+    elsewhere = None
     try:
         for address in addresses:
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             listener.bind(address)
             os.chmod(address, 0o777)
             listeners[address] = listener
+        link = str(plain_dir / "hard-link.sock")
+        os.link(addresses[-1], link)  # reaches the same listener; /proc/net/unix never lists it
+        listeners[link] = None
+        elsewhere = _listen_in_another_network_namespace(str(plain_dir / "netns.sock"))
+        if elsewhere is not None:
+            listeners[str(plain_dir / "netns.sock")] = None
         abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         abstract.bind(f"\0ludic-{tag}")
         listeners[f"\0ludic-{tag}"] = abstract
         for listener in listeners.values():
-            listener.listen(8)
-            listener.setblocking(False)
+            if listener is not None:
+                listener.listen(8)
+                listener.setblocking(False)
         yield listeners
     finally:
-        for address, listener in listeners.items():
-            listener.close()
-            if not address.startswith("\0"):
+        if elsewhere is not None:
+            elsewhere.kill()
+            elsewhere.wait(timeout=10)
+        for listener in listeners.values():
+            if listener is not None:
+                listener.close()
+        shutil.rmtree(plain_dir, ignore_errors=True)
+        for address in addresses:
+            if os.path.exists(address):
                 os.unlink(address)
-        plain_dir.rmdir()
 
 
 def _connect_code(addresses: list[str]) -> str:
@@ -201,45 +275,38 @@ def _connect_code(addresses: list[str]) -> str:
     )
 
 
-def _assert_unreached(result: ExecutionResult, listeners: dict[str, socket.socket]) -> None:
+def _assert_unreached(result: ExecutionResult, listeners: dict[str, socket.socket | None]) -> None:
     assert result.exit_code == 0, result.to_dict()
     for address, listener in listeners.items():
         assert f"refused {address!r}" in result.stdout, result.stdout
-        with pytest.raises(BlockingIOError):  # nothing waits in its backlog either
-            listener.accept()
+        if listener is not None:
+            with pytest.raises(BlockingIOError):  # nothing waits in its backlog either
+                listener.accept()
     assert "connected" not in result.stdout, result.stdout
 
 
-def _real_paths(paths: list[str]) -> set[str]:
-    return {os.path.realpath(p) for p in paths}
-
-
-async def test_host_unix_sockets_are_unreachable_in_the_network_namespace(
-    pool: SandboxPool, host_sockets: dict[str, socket.socket]
+async def test_host_unix_sockets_are_unreachable_in_the_private_root(
+    pool: SandboxPool, host_sockets: dict[str, socket.socket | None]
 ) -> None:
     result = await _run(pool, _connect_code(list(host_sockets)))
-    _private_or_skip(result, "/run")
+    _private_root_or_skip(result)
     assert result.isolation.network_method == "namespace", result.isolation
     _assert_unreached(result, host_sockets)
-    # A socket in a directory the sandbox covers with an empty tmpfs is hidden by it; any other one must
-    # be masked (the test tree may itself live under a covered directory, e.g. a checkout in /tmp).
-    covered = tuple(d + "/" for d in _real_paths(list(result.isolation.private_tmp)))
-    outside = {
-        p for p in _real_paths([a for a in host_sockets if a.startswith("/")]) if not p.startswith(covered)
-    }
-    assert outside <= set(result.isolation.masked_sockets), result.isolation
+    for address in host_sockets:
+        if address.startswith("/"):  # none of the paths exists inside: not masked, absent
+            assert f"refused {address!r} FileNotFoundError" in result.stdout, result.stdout
 
 
 @pytest.mark.skipif(os.uname().machine not in SECCOMP_ARCHES, reason="no seccomp socket filter for this arch")
 async def test_host_unix_sockets_are_unreachable_under_the_seccomp_filter(
-    host_sockets: dict[str, socket.socket],
+    host_sockets: dict[str, socket.socket | None],
 ) -> None:
-    """The filter alone (no private dirs, no namespace): socket() fails for AF_UNIX too."""
+    """The filter alone (no private root, no namespace): socket() fails for AF_UNIX too."""
     with SandboxPool(
-        max_concurrency=1, limits=LIMITS, network_methods=("seccomp",), private_tmp=False
+        max_concurrency=1, limits=LIMITS, network_methods=("seccomp",), private_root=False
     ) as seccomp_pool:
         result = await _run(seccomp_pool, _connect_code(list(host_sockets)))
-    assert result.isolation.network_method == "seccomp" and result.isolation.private_tmp == ()
+    assert result.isolation.network_method == "seccomp" and not result.isolation.private_root
     _assert_unreached(result, host_sockets)
     assert result.stdout.count("PermissionError") == len(host_sockets), result.stdout
 
@@ -268,7 +335,7 @@ async def test_sysv_shared_memory_dies_with_the_run(pool: SandboxPool) -> None:
     )
     result = await _run(pool, code)
     left = _shm_segment_taken_back(key)
-    _private_or_skip(result, "/run")
+    _private_root_or_skip(result)
     assert result.stdout.startswith("segment ") and not result.stdout.startswith("segment -1"), result.stdout
     assert not left, "a shared memory segment of the run outlived it on the host"
 
@@ -383,20 +450,23 @@ def nobody_workdir() -> Iterator[Path]:
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="runs the launcher as an unprivileged uid, which needs root")
-def test_launcher_as_a_normal_user_makes_private_dirs(nobody_workdir: Path) -> None:
-    """The launcher run as an ordinary uid (no dedicated uid, no root): private dirs come from a user
-    namespace; where the kernel refuses one, the status says why."""
+def test_launcher_as_a_normal_user_builds_a_private_root(nobody_workdir: Path) -> None:
+    """The launcher run as an ordinary uid (no dedicated uid, no root): the private root comes from a
+    user namespace; where the kernel refuses one, the status says why."""
     python = SYSTEM_PYTHON
     if not (os.path.exists(python) and _readable_by_others(python) and _readable_by_others(LAUNCHER)):
         pytest.skip(f"the unprivileged uid cannot run {python} {LAUNCHER}")
     workdir = nobody_workdir
-    name = f"ludic-persist-{uuid.uuid4().hex}"
-    code = f"import os\nopen('/run/lock/{name}', 'w').write('x')\nprint(os.getuid(), os.listdir('/run'))\n"
+    root_dir = workdir.parent / "root"
+    root_dir.mkdir()
+    os.chown(root_dir, NOBODY, NOBODY)
+    code = "import os\nopen('/tmp/x', 'w').write('x')\nprint(os.getuid(), sorted(os.listdir('/tmp')), os.path.exists('/run'))\n"
     status_read, status_write = os.pipe()
     cfg = {
         "workdir": str(workdir), "argv": [python, "-I", "-c", code], "env": {"PATH": "/usr/bin"},
         "status_fd": status_write, "isolate_network": True, "network_methods": ["namespace", "seccomp"],
-        "private_dirs": list(private_dirs()), "cgroup": None, "uid": None, "gid": None, "cpu_s": 2,
+        "root": root_spec(python).to_config(), "root_dir": str(root_dir), "devices": list(DEVICES),
+        "cgroup": None, "uid": None, "gid": None, "cpu_s": 2,
         "memory_bytes": 512 * MiB, "file_size_bytes": MiB, "max_open_files": 64, "max_processes": 16,
         "tmpfs_bytes": MiB,
     }  # fmt: skip
@@ -411,13 +481,10 @@ def test_launcher_as_a_normal_user_makes_private_dirs(nobody_workdir: Path) -> N
         events = [json.loads(line) for line in fh.read().splitlines()]
     setup = events[0]
     assert setup["ok"], setup
-    if "/run" not in setup["private_tmp"]:
-        assert "unshare" in setup.get("private_tmp_error", ""), setup
-        pytest.skip(f"this kernel refuses an unprivileged user namespace: {setup['private_tmp_error']}")
-    assert setup["user_namespace"] and "/run/lock" in setup["private_tmp"], setup
-    persisted = os.path.exists(f"/run/lock/{name}")
-    if persisted:
-        os.unlink(f"/run/lock/{name}")
+    if not setup["private_root"]:
+        assert "unshare" in setup.get("private_root_error", ""), setup
+        pytest.skip(f"this kernel refuses an unprivileged user namespace: {setup['private_root_error']}")
+    assert setup["user_namespace"], setup
     assert events[-1] == {"event": "exit", "exit_code": 0}, (events, launched.stderr)
-    assert launched.stdout.strip() == f"{NOBODY} ['lock']", launched.stdout
-    assert not persisted, "a normal user's write to /run/lock persisted"
+    # The new root's /tmp holds only the run directory's parents and what the run wrote.
+    assert launched.stdout.strip() == f"{NOBODY} [{workdir.parent.name!r}, 'x'] False", launched.stdout

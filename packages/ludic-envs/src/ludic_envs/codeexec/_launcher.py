@@ -5,10 +5,10 @@ only and is a fresh single-threaded process, so none of the fork-in-a-threaded-p
 ``preexec_fn`` apply. Steps:
 
 1. join the run's cgroup (where the pool made one: the memory cap of the whole run); new mount and
-   IPC namespaces (inside a user namespace when not root) with empty private tmpfs over /run and
-   every world-writable dir, and the host's other Unix sockets masked; cut the network: a new
-   network namespace or, where the kernel refuses one, a seccomp filter that denies ``socket()``
-   (and io_uring, which can open sockets without it);
+   IPC namespaces (inside a user namespace when not root) and a root file system built from nothing
+   (see ``rootfs``: a capped tmpfs with read-only binds of what the interpreter needs), entered with
+   ``pivot_root``; cut the network: a new network namespace or, where the kernel refuses one, a
+   seccomp filter that denies ``socket()`` (and io_uring, which can open sockets without it);
 2. become a child subreaper, so every orphan the program leaves is re-parented here and reaped here
    (not by the host's init, which may never reap it and leave zombies that count against limits);
 3. fork; the child sets the rlimits, enters the run directory, drops to the sandbox uid and execs;
@@ -20,13 +20,11 @@ The status descriptor is closed in the child before exec, so the program never s
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import json
 import os
 import resource
-import stat
 import struct
 import sys
 from typing import Any
@@ -47,6 +45,9 @@ MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 MS_RELATIME = 0x200000
 _ST_RELATIME = 0x1000  # statvfs's f_flag bit; the others share the MS_ values
+MNT_DETACH = 2
+# pivot_root(2) has no glibc wrapper: its number per architecture.
+_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
@@ -126,97 +127,93 @@ def _host_socket_paths() -> list[str]:
     return sorted({os.path.realpath(path) for path in named})
 
 
-def _bind_read_only(libc: ctypes.CDLL, target: str) -> None:
-    _mount(libc, target, target, None, MS_BIND, None)
+def _bind_read_only(libc: ctypes.CDLL, source: str, target: str) -> None:
+    _mount(libc, source, target, None, MS_BIND | MS_REC, None)
     # A remount must keep the flags a user namespace may not drop (nosuid, nodev, noexec, atime).
-    kept = os.statvfs(target).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)
-    if os.statvfs(target).f_flag & _ST_RELATIME:
+    flags = os.statvfs(target).f_flag
+    kept = flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)
+    if flags & _ST_RELATIME:
         kept |= MS_RELATIME
     _mount(libc, None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept, None)
 
 
-def _cover(libc: ctypes.CDLL, cfg: dict[str, Any], status: dict[str, Any]) -> list[str]:
-    """Cover the private dirs (parents first): an empty tmpfs with the host dir's mode; a dir inside
-    one already covered is made again, empty; a world-writable dir that holds the interpreter is
-    bound read-only instead (hiding it would leave nothing to run). Then mask the host's Unix
-    sockets that are still visible. Returns the errors; what was done goes into ``status``."""
-    interpreter = [cfg["argv"][0], os.path.realpath(cfg["argv"][0])]
-    modes = {}
-    for path in cfg["private_dirs"]:
-        with contextlib.suppress(OSError):
-            info = os.lstat(path)
-            if stat.S_ISDIR(info.st_mode):
-                modes[path] = stat.S_IMODE(info.st_mode)
-    sockets = _host_socket_paths()
-    tmpfs: list[str] = []
-    covered: list[str] = []
-    read_only: list[str] = []
-    errors: list[str] = []
-    for path, mode in modes.items():
-        try:
-            if _inside(path, tmpfs):
-                os.makedirs(path, exist_ok=True)
-                os.chmod(path, mode)
-            elif mode & stat.S_IWOTH and any(_inside(i, [path]) for i in interpreter):
-                _bind_read_only(libc, path)
-                read_only.append(path)
-                continue
-            else:
-                size = cfg["tmpfs_bytes"]
-                _mount(libc, "tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode={mode:o}")
-                tmpfs.append(path)
-            covered.append(path)
-        except OSError as exc:
-            errors.append(f"{path}: {exc}")
+def _mount_point(root: str, path: str, *, directory: bool) -> str:
+    """An empty directory or file at ``path`` inside ``root`` to mount over."""
+    target = root + path
+    if directory:
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "a", encoding="utf-8"):
+            pass
+    return target
+
+
+def _pivot_root(libc: ctypes.CDLL, root: str) -> None:
+    """Make ``root`` the process's root and detach the host's (never reachable again)."""
+    number = _PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"no pivot_root syscall number for {os.uname().machine!r}")
+    os.chdir(root)
+    os.mkdir(".host", 0o700)
+    if libc.syscall(ctypes.c_long(number), b".", b".host") != 0:
+        raise OSError(ctypes.get_errno(), f"pivot_root: {os.strerror(ctypes.get_errno())}")
+    os.chdir("/")
+    if libc.umount2(b"/.host", ctypes.c_int(MNT_DETACH)) != 0:
+        raise OSError(ctypes.get_errno(), f"umount /.host: {os.strerror(ctypes.get_errno())}")
+    os.rmdir("/.host")
+
+
+def _build_root(libc: ctypes.CDLL, cfg: dict[str, Any], status: dict[str, Any]) -> None:
+    """The run's root, built from nothing (see ``rootfs``), then entered."""
+    root, workdir, spec = cfg["root_dir"], cfg["workdir"], cfg["root"]
+    sockets = _host_socket_paths()  # read before the host's /proc goes away
+    _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmpfs_bytes']},mode=755")
+    for path in spec["read_only"]:
+        _bind_read_only(libc, path, _mount_point(root, path, directory=os.path.isdir(path)))
+    for path, target in spec["symlinks"]:
+        os.symlink(target, root + path)
+    for name in cfg["devices"]:
+        _mount(libc, f"/dev/{name}", _mount_point(root, f"/dev/{name}", directory=False), None, MS_BIND, None)
+    for path in ("/tmp", "/dev/shm"):
+        os.makedirs(root + path, exist_ok=True)
+        os.chmod(root + path, 0o1777)
     masked = []
     for path in sockets:
-        if _inside(path, tmpfs):
-            continue
-        try:
-            if stat.S_ISSOCK(os.lstat(path).st_mode):
-                _mount(libc, "/dev/null", path, None, MS_BIND, None)  # connect() now finds no socket
-                masked.append(path)
-        except OSError as exc:
-            errors.append(f"socket {path}: {exc}")
-    status["private_tmp"] = covered
+        if _inside(path, spec["read_only"]) and os.path.exists(root + path):
+            _mount(libc, "/dev/null", root + path, None, MS_BIND, None)  # connect() finds no socket
+            masked.append(path)
+    # The run directory: a copy of the program's files, inside the capped tmpfs.
+    inner = root + workdir
+    os.makedirs(inner, mode=0o700, exist_ok=True)
+    owner = (cfg["uid"], cfg["gid"]) if cfg["uid"] is not None else (os.getuid(), os.getgid())
+    with os.scandir(workdir) as entries:
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                with open(entry.path, "rb") as source, open(os.path.join(inner, entry.name), "xb") as copy:
+                    copy.write(source.read())
+                os.chmod(os.path.join(inner, entry.name), 0o600)
+                os.chown(os.path.join(inner, entry.name), *owner)
+    os.chown(inner, *owner)
+    _pivot_root(libc, root)
+    status["private_root"] = True
+    status["read_only"] = list(spec["read_only"])
     status["masked_sockets"] = masked
-    if read_only:
-        status["private_tmp_note"] = (
-            f"world-writable but holding the interpreter, bound read-only: {read_only}"
-        )
-    return errors
 
 
-def _private_dirs(libc: ctypes.CDLL, cfg: dict[str, Any], as_root: bool, status: dict[str, Any]) -> None:
-    """New namespaces with private, empty copies of the host's world-writable dirs and /run (see
-    ``hostdirs``); the run directory stays where it was."""
+def _private_root(libc: ctypes.CDLL, cfg: dict[str, Any], as_root: bool, status: dict[str, Any]) -> None:
+    """New namespaces and a root built from nothing; on failure the run goes on with the host's file
+    system and ``private_root_error`` says why."""
     error = _enter_namespaces(libc, as_root)
     if error is not None:
-        status["private_tmp_error"] = error
+        status["private_root_error"] = error
         return
     status["user_namespace"] = not as_root
-    workdir = cfg["workdir"]
-    keep = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         _mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None)
-        errors = _cover(libc, cfg, status)
-        kept = os.fstat(keep)
-        try:
-            now = os.stat(workdir)
-            reachable = (now.st_dev, now.st_ino) == (kept.st_dev, kept.st_ino)
-        except OSError:
-            reachable = False
-        if not reachable or os.statvfs(workdir).f_flag & MS_RDONLY:
-            # Under a covered dir (the pool's dir usually lives in /tmp) or one bound read-only:
-            # bring the writable original back.
-            os.makedirs(workdir, mode=0o700, exist_ok=True)
-            _mount(libc, f"/proc/self/fd/{keep}", workdir, None, MS_BIND, None)
-        if errors:
-            status["private_tmp_error"] = "; ".join(errors)
+        _build_root(libc, cfg, status)
     except OSError as exc:
-        status["private_tmp_error"] = str(exc)
-    finally:
-        os.close(keep)
+        status["private_root_error"] = str(exc)
 
 
 def _socket_filter(machine: str) -> bytes | None:
@@ -324,15 +321,16 @@ def _report(fd: int, payload: dict[str, Any]) -> None:
     os.write(fd, (json.dumps(payload) + "\n").encode())
 
 
-def _child(cfg: dict[str, Any], status_fd: int) -> None:
-    """In the forked child: limits, directory, identity, exec. Never returns."""
+def _child(cfg: dict[str, Any], status_fd: int, running: int) -> None:
+    """In the forked child: limits, directory, identity, exec. Never returns. ``running``: this
+    user's processes before the run (counted while the host's /proc was still in view)."""
     try:
         os.close(status_fd)
         nproc = cfg["max_processes"]
         if cfg["uid"] is None:
             # Without a dedicated uid RLIMIT_NPROC counts every process of this user: allow what
             # already runs plus the budget (the parent's watchdog enforces the budget itself).
-            nproc += _count_processes(os.getuid())
+            nproc += running
         for name, value in (
             ("RLIMIT_CPU", cfg["cpu_s"]),
             ("RLIMIT_AS", cfg["memory_bytes"]),
@@ -358,17 +356,18 @@ def _child(cfg: dict[str, Any], status_fd: int) -> None:
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     status_fd = cfg["status_fd"]
-    status: dict[str, Any] = {"event": "setup", "network_isolated": False, "private_tmp": []}
+    status: dict[str, Any] = {"event": "setup", "network_isolated": False, "private_root": False}
     libc = _libc()
     as_root = os.geteuid() == 0
+    running = _count_processes(os.getuid()) if cfg["uid"] is None else 0
     try:
         # The cgroup first, while this process is still in the host's namespaces; then the mount
         # namespace, which reads the host's Unix sockets before the network one hides their list; a
         # seccomp filter last, so nothing in setup runs under it.
         if cfg["cgroup"] is not None:
             _join_cgroup(cfg["cgroup"], status)
-        if cfg["private_dirs"]:
-            _private_dirs(libc, cfg, as_root, status)
+        if cfg["root"] is not None:
+            _private_root(libc, cfg, as_root, status)
         if cfg["isolate_network"]:
             privileged = as_root or bool(status.get("user_namespace"))
             _isolate_network(libc, cfg["network_methods"], privileged, status)
@@ -384,7 +383,7 @@ def main() -> None:
         os._exit(125)
     child = os.fork()
     if child == 0:
-        _child(cfg, status_fd)
+        _child(cfg, status_fd, running)
     while True:
         try:
             pid, wait_status = os.waitpid(-1, 0)

@@ -27,7 +27,8 @@ class SandboxLimits:
     (RLIMIT_FSIZE), ``max_processes`` processes and threads alive at once (RLIMIT_NPROC under a
     dedicated uid, plus a watchdog), ``max_open_files`` descriptors (RLIMIT_NOFILE),
     ``stdout_bytes``/``stderr_bytes`` how much output is read before the run is killed, and
-    ``tmpfs_bytes`` the size of each private tmpfs (``/tmp``, ``/run``, …)."""
+    ``tmpfs_bytes`` the size of the run's private root (its whole writable space: the run directory,
+    ``/tmp`` and ``/dev/shm``; see ``rootfs``)."""
 
     cpu_s: float = attrs.field(default=2.0, validator=_positive)
     wall_s: float = attrs.field(default=5.0, validator=_positive)

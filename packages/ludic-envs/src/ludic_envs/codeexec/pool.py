@@ -16,13 +16,13 @@ from typing import Any, TypeVar
 
 from ludic_core.errors import ConfigError, LudicTimeoutError
 from ludic_core.logs import get_logger
-from ludic_envs.codeexec.hostdirs import private_dirs
 from ludic_envs.codeexec.identities import UidLease, claim_uids
 from ludic_envs.codeexec.limits import SandboxLimits
 from ludic_envs.codeexec.memcap import DEFAULT_MEMORY_METHODS, MemoryMethod, MemoryPolicy
 from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod, check_network_methods
 from ludic_envs.codeexec.process import CLEANUP_GRACE_S, ExecutionRequest, SandboxIdentity, execute
 from ludic_envs.codeexec.result import ExecutionResult
+from ludic_envs.codeexec.rootfs import RootSpec, root_spec
 from ludic_envs.codeexec.testcases import TestCase, TestOutcome, TestReport, parse_tests
 
 __all__ = ["SandboxPool", "default_pool"]
@@ -65,10 +65,10 @@ class SandboxPool:
     ``pool.run_sync(code, tests)`` from sync code (envs). Each concurrent slot has its own dedicated
     uid when the process is root (``drop_privileges``, default: when root).
 
-    Settled once, when the pool starts: which host directories runs get private copies of (with
-    ``private_tmp``: /run and every world-writable one, see :mod:`~ludic_envs.codeexec.hostdirs`)
-    and how the memory cap holds for a whole run (``memory_methods``, tried in order, see
-    :mod:`~ludic_envs.codeexec.memcap`).
+    With ``private_root`` (default) each run sees a file system built from nothing: a capped tmpfs
+    with read-only binds of what its interpreter needs and no other host path (see
+    :mod:`~ludic_envs.codeexec.rootfs`). Settled once, when the pool starts: how the memory cap holds
+    for a whole run (``memory_methods``, tried in order, see :mod:`~ludic_envs.codeexec.memcap`).
     """
 
     def __init__(
@@ -78,7 +78,7 @@ class SandboxPool:
         limits: SandboxLimits | None = None,
         isolate_network: bool = True,
         network_methods: Sequence[NetworkMethod] = DEFAULT_NETWORK_METHODS,
-        private_tmp: bool = True,
+        private_root: bool = True,
         memory_methods: Sequence[MemoryMethod] = DEFAULT_MEMORY_METHODS,
         drop_privileges: bool | None = None,
         python_executable: str | None = None,
@@ -90,8 +90,8 @@ class SandboxPool:
         self.limits = limits or SandboxLimits()
         self.isolate_network = isolate_network
         self.network_methods = check_network_methods(network_methods)
-        self.private_tmp = private_tmp
-        self._private_dirs = private_dirs() if private_tmp else ()
+        self.private_root = private_root
+        self._roots: dict[str, RootSpec] = {}  # by interpreter
         self.memory_policy = MemoryPolicy.for_host(memory_methods)
         as_root = os.geteuid() == 0
         self.drop_privileges = as_root if drop_privileges is None else drop_privileges
@@ -128,6 +128,13 @@ class SandboxPool:
 
     # --- running on the pool's loop -------------------------------------------------------------
 
+    def _root_for(self, program: str) -> RootSpec | None:
+        if not self.private_root:
+            return None
+        if program not in self._roots:
+            self._roots[program] = root_spec(program)
+        return self._roots[program]
+
     async def _execute_here(self, request: ExecutionRequest, limits: SandboxLimits) -> ExecutionResult:
         identity = await self._slots.get()
         try:
@@ -138,7 +145,7 @@ class SandboxPool:
                 base_dir=self._base_dir,
                 isolate_network=self.isolate_network,
                 network_methods=self.network_methods,
-                private_dirs=self._private_dirs,
+                root=self._root_for(request.argv[0]),
                 memory_policy=self.memory_policy,
             )
         finally:

@@ -22,12 +22,12 @@ import attrs
 
 from ludic_core.errors import ConfigError
 from ludic_core.logs import get_logger
-from ludic_envs.codeexec import hostdirs
 from ludic_envs.codeexec.limits import SandboxLimits
 from ludic_envs.codeexec.memcap import MemoryPolicy, RunMemoryCap
 from ludic_envs.codeexec.network import DEFAULT_NETWORK_METHODS, NetworkMethod, check_network_methods
 from ludic_envs.codeexec.procscan import kill_pids, pids_of_uid, pids_with_marker
 from ludic_envs.codeexec.result import ExecutionResult, IsolationReport, LimitKind
+from ludic_envs.codeexec.rootfs import DEVICES, RootSpec
 
 __all__ = ["ExecutionRequest", "SandboxIdentity", "execute"]
 
@@ -371,16 +371,15 @@ async def execute(
     base_dir: str,
     isolate_network: bool = True,
     network_methods: Sequence[NetworkMethod] = DEFAULT_NETWORK_METHODS,
-    private_dirs: Sequence[str] | None = None,
+    root: RootSpec | None = None,
     memory_policy: MemoryPolicy | None = None,
 ) -> ExecutionResult:
     """Run ``request`` once; never raises for anything the program does.
 
     With ``isolate_network``, the ``network_methods`` are tried in order until one is in force (see
     :data:`NetworkMethod`); the result's ``isolation`` says which one, or why none could be.
-    ``private_dirs`` are covered by empty tmpfs in the run's mount namespace (None: those
-    :func:`~ludic_envs.codeexec.hostdirs.private_dirs` finds now; a pool finds them once and passes
-    them; ``()`` for none). ``memory_policy`` says how the memory cap holds for the
+    ``root``: the file system the run sees, built from nothing (see :mod:`~ludic_envs.codeexec.rootfs`;
+    a pool computes it once); ``None``: the host's own. ``memory_policy`` says how the memory cap holds for the
     whole run (default: the watchdog's sum, see :mod:`~ludic_envs.codeexec.memcap`).
 
     On every way out (the program exits, a limit fires, the caller is cancelled) every process of
@@ -390,10 +389,12 @@ async def execute(
     token = uuid.uuid4().hex
     policy = memory_policy if memory_policy is not None else MemoryPolicy(methods=("aggregate",))
     workdir = _prepare_workdir(base_dir, request.files, identity)
+    root_dir = tempfile.mkdtemp(prefix="root-", dir=base_dir)  # the mount point of the run's root
     try:
         memory = policy.open(int(limits.memory_bytes), int(limits.max_processes), token)
     except BaseException:
         _remove_workdir(workdir)
+        os.rmdir(root_dir)
         raise
     run = _Run(limits, memory, loop)
     launch = _Launch(run=run, status=_StatusProtocol(run, loop), launcher=_LauncherProtocol(run, loop))
@@ -406,7 +407,9 @@ async def execute(
         "status_fd": status_write,
         "isolate_network": isolate_network,
         "network_methods": list(check_network_methods(network_methods)),
-        "private_dirs": list(hostdirs.private_dirs() if private_dirs is None else private_dirs),
+        "root": None if root is None else root.to_config(),
+        "root_dir": root_dir,
+        "devices": list(DEVICES),
         "cgroup": memory.group,
         "uid": identity.uid,
         "gid": identity.gid,
@@ -448,6 +451,8 @@ async def execute(
                 await _to_the_end(memory.release(CLEANUP_GRACE_S))
             finally:
                 _remove_workdir(workdir)
+                with contextlib.suppress(OSError):
+                    os.rmdir(root_dir)
         if exited_first:
             leftovers = found
     duration = time.monotonic() - started
@@ -458,7 +463,7 @@ async def execute(
     stdout = run.output[STDOUT].decode("utf-8", errors="replace")
     stderr = run.output[STDERR].decode("utf-8", errors="replace")
     setup_error = None if setup.get("ok") else str(setup.get("error", "the sandbox launcher did not report"))
-    setup_notes = ("network_error", "network_note", "private_tmp_error", "private_tmp_note")
+    setup_notes = ("network_error", "network_note", "private_root_error")
     notes = tuple(str(setup[k]) for k in setup_notes if k in setup)
     uid = setup.get("uid")
     isolation = IsolationReport(
@@ -466,7 +471,8 @@ async def execute(
         dedicated_uid=identity.uid is not None,
         network_isolated=bool(setup.get("network_isolated")),
         network_method=setup.get("network_method"),
-        private_tmp=tuple(str(d) for d in setup.get("private_tmp", ())),
+        private_root=bool(setup.get("private_root")),
+        read_only=tuple(str(d) for d in setup.get("read_only", ())),
         masked_sockets=tuple(str(p) for p in setup.get("masked_sockets", ())),
         memory_method=memory.method,
         notes=(*notes, *memory.notes, *run.notes),

@@ -20,8 +20,9 @@ class IsolationReport:
     dedicated_uid: bool = False
     network_isolated: bool = False
     network_method: str | None = None  # "namespace" or "seccomp" (ludic_envs.codeexec.network)
-    private_tmp: tuple[str, ...] = ()  # host dirs the run saw as private, empty copies
-    masked_sockets: tuple[str, ...] = ()  # host Unix sockets outside those dirs, masked
+    private_root: bool = False  # the run saw a root built from nothing (ludic_envs.codeexec.rootfs)
+    read_only: tuple[str, ...] = ()  # the host paths bound into it, read-only
+    masked_sockets: tuple[str, ...] = ()  # host Unix sockets under those paths, masked
     memory_method: str | None = None  # "cgroup" or "aggregate" (ludic_envs.codeexec.memcap)
     notes: tuple[str, ...] = ()
 
@@ -31,7 +32,8 @@ class IsolationReport:
             "dedicated_uid": self.dedicated_uid,
             "network_isolated": self.network_isolated,
             "network_method": self.network_method,
-            "private_tmp": list(self.private_tmp),
+            "private_root": self.private_root,
+            "read_only": list(self.read_only),
             "masked_sockets": list(self.masked_sockets),
             "memory_method": self.memory_method,
             "notes": list(self.notes),
