@@ -65,7 +65,7 @@ def test_a_partial_nested_table_keeps_the_rest_of_the_commands_default() -> None
         (["episodes='5'"], "episodes = '5': expected int (got str)"),
         (["pass_k=[1, 'x']"], "pass_k[1] = 'x': expected int (got str)"),
         (["backend.kind=sglang"], "backend.kind = 'sglang': expected Literal"),
-        (["episodes=0"], "EvalConfig.episodes must be >= 1, got 0"),
+        (["episodes=0"], "EvalConfig.episodes must be a finite number >= 1 or None, got 0"),
         (["pass_k=[2]"], "pass_k must list ks in [1, samples_per_prompt=1], got [2]"),
         (["novalue"], "override 'novalue' must look like key=value"),
         (["backend.base_url=http://h/v1"], "did you mean 'backend.base_urls'?"),

@@ -16,7 +16,10 @@ from ludic_core.validation import (
     positive_number,
 )
 
-__all__ = ["TrainerConfig", "resolve_pad_token_id"]
+__all__ = ["FROM_TOKENIZER", "TrainerConfig", "resolve_pad_token_id"]
+
+FROM_TOKENIZER = -1
+"""``TrainerConfig.pad_token_id`` in a recipe's config: the id comes from the recipe's tokenizer."""
 
 
 def resolve_pad_token_id(tokenizer_or_id: Any) -> int:
@@ -63,7 +66,8 @@ def _betas(_instance: Any, _attribute: Any, value: object) -> None:
 class TrainerConfig:
     """Everything the optimisation loop needs; nothing about envs or rollouts.
 
-    * ``pad_token_id`` — an int or a tokenizer (reduced to its pad, else eos id).
+    * ``pad_token_id`` — an int or a tokenizer (reduced to its pad, else eos id); :data:`FROM_TOKENIZER`
+      (-1) in a recipe's config: the recipe fills in its tokenizer's.
     * ``device`` — where the model and micro-batches live (``None``: CUDA when available, else CPU).
     * optimiser — AdamW with ``lr``, ``weight_decay``, ``betas``, ``eps`` (``optimizer="adamw"``), or
       ``"sgd"`` (plain SGD, handy for exact-gradient checks); only parameters with ``requires_grad``
@@ -87,7 +91,7 @@ class TrainerConfig:
       skipped steps in a row raise instead, since the run is no longer recovering on its own.
     """
 
-    pad_token_id: int = attrs.field(converter=resolve_pad_token_id, validator=int_at_least(0))
+    pad_token_id: int = attrs.field(converter=resolve_pad_token_id, validator=int_at_least(FROM_TOKENIZER))
     device: str | None = attrs.field(default=None, validator=_device)
     optimizer: Literal["adamw", "sgd"] = attrs.field(default="adamw", validator=one_of("adamw", "sgd"))
     lr: float = attrs.field(default=1e-5, validator=positive_number())

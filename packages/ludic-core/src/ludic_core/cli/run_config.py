@@ -16,6 +16,7 @@ import attrs
 
 from ludic_core.errors import ConfigError
 from ludic_core.rollout_settings import RolloutSettings
+from ludic_core.validation import check_number, number_in
 
 __all__ = [
     "BACKEND_KINDS",
@@ -32,20 +33,20 @@ BACKEND_KINDS = ("openai", "local", "vllm", "tinker")
 
 
 def at_least(minimum: float) -> Any:
-    """An attrs validator: ``value >= minimum`` (``None`` passes), else a ConfigError naming the field."""
+    """An attrs validator: a finite number ``>= minimum`` (``None`` passes), else a ConfigError naming
+    the field (NaN and infinity included: ``sampling.temperature=nan`` is refused here, before any
+    model loads)."""
 
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None and value < minimum:
-            raise ConfigError(
-                f"{type(instance).__name__}.{attribute.name} must be >= {minimum}, got {value!r}"
-            )
+        check_number(f"{type(instance).__name__}.{attribute.name}", value, minimum=minimum, optional=True)
 
     return check
 
 
 def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and not value > 0:
-        raise ConfigError(f"{type(instance).__name__}.{attribute.name} must be > 0, got {value!r}")
+    check_number(
+        f"{type(instance).__name__}.{attribute.name}", value, minimum=0, exclusive=True, optional=True
+    )
 
 
 def _ks(instance: Any, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
@@ -104,7 +105,7 @@ class SamplingConfig:
 
     temperature: float = attrs.field(default=0.0, validator=at_least(0))
     max_tokens: int | None = attrs.field(default=None, validator=at_least(1))
-    top_p: float = attrs.field(default=1.0, validator=_positive)
+    top_p: float = attrs.field(default=1.0, validator=[_positive, number_in(0.0, 1.0)])
     stop: tuple[str, ...] | None = None
 
 

@@ -14,14 +14,16 @@ Each setting has one owner, reused rather than re-declared:
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from typing import Any, Literal
 
 import attrs
 
 from ludic_core.cli.rl_recipe import RLEpisodesConfig
 from ludic_core.cli.run_config import at_least
 from ludic_core.errors import ConfigError
-from ludic_train.config import TrainerConfig
+from ludic_core.validation import boolean, number_in, positive_number
+from ludic_train.config import FROM_TOKENIZER, TrainerConfig
 
 __all__ = [
     "FROM_TOKENIZER",
@@ -34,8 +36,13 @@ __all__ = [
     "default_trainer_config",
 ]
 
-FROM_TOKENIZER = -1
 """``trainer.pad_token_id`` meaning "the tokenizer's pad id (else its eos id)"."""
+
+
+def _readable_file(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    """A file the run reads later must exist now, before any model loads."""
+    if value is not None and not (os.path.isfile(value) and os.access(value, os.R_OK)):
+        raise ConfigError(f"{type(instance).__name__}.{attribute.name}: {value!r} is not a readable file")
 
 
 def default_trainer_config() -> TrainerConfig:
@@ -48,9 +55,9 @@ class LoraSettings:
     ``include_lm_head``: adapt the output head too (the random test model learns nothing without it)."""
 
     rank: int = attrs.field(default=8, validator=at_least(0))
-    alpha: float | None = None
-    dropout: float = 0.0
-    include_lm_head: bool = False
+    alpha: float | None = attrs.field(default=None, validator=positive_number(optional=True))
+    dropout: float = attrs.field(default=0.0, validator=number_in(0.0, 1.0))
+    include_lm_head: bool = attrs.field(default=False, validator=boolean())
 
 
 @attrs.frozen(kw_only=True)
@@ -81,7 +88,7 @@ class RLRunConfig(RLEpisodesConfig):
     trainer: TrainerConfig = attrs.field(factory=default_trainer_config)
     lora: LoraSettings = attrs.field(factory=LoraSettings)
     run: RunSettings = attrs.field(factory=RunSettings)
-    chat_template: str | None = None
+    chat_template: str | None = attrs.field(default=None, validator=_readable_file)
     """A Jinja chat template file, for a tokenizer that has none."""
 
 

@@ -1,0 +1,44 @@
+"""Every field of a training run's config is refused, naming it, when its value has the wrong type, is
+not finite or is out of range: before any model loads (``load_config`` builds no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ludic_core.cli.config import load_config
+from ludic_core.errors import ConfigError
+from ludic_train.recipes.config import RLRunConfig
+
+HOSTILE = [
+    "episodes=0", "episodes=inf", "episodes=1.5", "episodes=true",
+    "samples_per_prompt=0", "seed=-1", "steps=0", "steps=inf", "steps=1e30", "eval_episodes=0",
+    "backend.kind=banana", "backend.max_concurrency=0", "backend.request_timeout_s=nan",
+    "backend.request_timeout_s=0", "backend.max_retries=-1", "backend.base_urls=[]",
+    "backend.base_urls=['ftp://x']",
+    "sampling.temperature=nan", "sampling.temperature=-1", "sampling.temperature=inf",
+    "sampling.max_tokens=0", "sampling.top_p=0", "sampling.top_p=1.5", "sampling.top_p=nan",
+    "rollout.max_steps=0", "rollout.concurrency=0", "rollout.timeout_s=nan", "rollout.timeout_s=-1",
+    "rollout.episode_timeout_s=0", "rollout.on_failure=ignore",
+    "trainer.pad_token_id=-5", "trainer.device=banana", "trainer.optimizer=adam", "trainer.lr=true",
+    "trainer.lr=nan", "trainer.lr=0", "trainer.weight_decay=inf", "trainer.weight_decay=-1",
+    "trainer.betas=[0.9, 1.0]", "trainer.eps=0", "trainer.max_grad_norm=inf", "trainer.max_seq_len=1.5",
+    "trainer.micro_token_budget=0", "trainer.publish_every_steps=-1", "trainer.max_lag=-1",
+    "trainer.max_refills=0", "trainer.log_every=0", "trainer.eval_every_steps=0",
+    "trainer.max_consecutive_skipped_steps=0", "trainer.share_prompt_prefix=2",
+    "lora.rank=-1", "lora.alpha=-1", "lora.alpha=nan", "lora.dropout=5.0", "lora.dropout=nan",
+    "lora.include_lm_head=3",
+    "run.checkpoint_every=-1", "run.max_to_keep=0", "run.loggers=['tensorboard']", "run.save_final=2",
+    "chat_template=/nonexistent/template.jinja",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("override", HOSTILE)
+def test_a_hostile_value_is_refused_naming_its_field(override: str) -> None:
+    field = override.split("=", 1)[0].split(".")[-1]
+    with pytest.raises(ConfigError, match=field):
+        load_config(RLRunConfig, overrides=["env=tictactoe", override])
+
+
+def test_the_defaults_pass() -> None:
+    config = load_config(RLRunConfig, overrides=["env=tictactoe"])
+    assert config.steps >= 1 and config.sampling.temperature == 1.0
