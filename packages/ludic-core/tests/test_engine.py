@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -507,3 +508,33 @@ async def test_deterministic_ids_make_reruns_identical_down_to_the_ids() -> None
     first, second = batches
     assert [i.to_dict() for i in first.items] == [i.to_dict() for i in second.items]
     assert len({i.meta["rollout_id"] for i in first.items}) == 80  # unique within the run
+
+
+class SlowSyncStepEnv(GuessNumberEnv):
+    """A synchronous step that computes for a while without declaring ``blocking_step``."""
+
+    def env_step(self, action: str) -> StepOutcome:
+        time.sleep(0.2)
+        return super().env_step(action)
+
+
+async def test_a_sync_step_that_holds_the_loop_is_reported_naming_the_env_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from ludic_core import env as env_module
+
+    monkeypatch.setattr(env_module, "SLOW_SYNC_STEP_S", 0.05)
+    monkeypatch.setattr(env_module, "_REPORTED_SLOW", set())
+    engine = RolloutEngine(
+        env_factories={"slow": SlowSyncStepEnv},
+        protocol_factories={
+            "single": lambda: SingleAgentProtocol(ScriptedAgent(ScriptedChatClient(["1"], cycle=True)))
+        },
+    )
+    request = RolloutRequest(EnvSpec("slow"), ProtocolSpec("single"))
+    with caplog.at_level(logging.WARNING, logger="ludic"):
+        await engine.generate_rollouts([request, request], RolloutSettings(max_steps=1))
+    reports = [r for r in caplog.records if "step_blocked_the_event_loop" in r.getMessage()]
+    assert len(reports) == 1, "reported once per env class"
+    message = reports[0].getMessage()
+    assert "SlowSyncStepEnv" in message and "blocking_step = True" in message

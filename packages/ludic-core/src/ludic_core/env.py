@@ -7,14 +7,49 @@ tool calls or model outputs that failed to parse: those stay between the agent a
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
-from typing import Generic, TypeVar
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
 
 from ludic_core.errors import ProtocolError
+from ludic_core.logs import get_logger
 from ludic_core.threads import run_in_daemon_thread
 from ludic_core.types import Info, StepOutcome
 
-__all__ = ["LudicEnv", "SingleAgentEnv"]
+__all__ = ["SLOW_SYNC_STEP_S", "LudicEnv", "SingleAgentEnv", "timed_sync_step"]
+
+log = get_logger(__name__)
+
+SLOW_SYNC_STEP_S = 1.0
+"""A synchronous step (on the event loop) that takes longer than this is reported, once per env class:
+no other episode ran meanwhile and no episode timeout could fire."""
+_REPORTED_SLOW: set[type] = set()
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+def timed_sync_step(env: Any, step: Callable[[A], R], action: A) -> R:
+    """``step(action)`` (a synchronous env step on the event loop), reported when it held the loop for
+    more than :data:`SLOW_SYNC_STEP_S`, naming the env and the fix."""
+    start = time.perf_counter()
+    try:
+        return step(action)
+    finally:
+        held = time.perf_counter() - start
+        if held > SLOW_SYNC_STEP_S and type(env) not in _REPORTED_SLOW:
+            _REPORTED_SLOW.add(type(env))
+            log.warning(
+                "env.step_blocked_the_event_loop",
+                env=type(env).__name__,
+                held_s=round(held, 3),
+                fix=(
+                    f"{type(env).__name__}.step ran on the event loop for {held:.1f} s: no other episode "
+                    "ran and no episode timeout could fire meanwhile. Set blocking_step = True on the env "
+                    "class (its step then runs in a worker thread) or override astep for I/O waits"
+                ),
+            )
+
 
 AgentID = TypeVar("AgentID", bound=str)
 
@@ -61,7 +96,7 @@ class LudicEnv(abc.ABC, Generic[AgentID]):
         With ``blocking_step`` set, ``step`` runs in a worker thread."""
         if self.blocking_step:
             return await run_in_daemon_thread(lambda: self.step(actions), name=f"{self.name}.step")
-        return self.step(actions)
+        return timed_sync_step(self, self.step, actions)
 
     @property
     def suggested_sysprompt(self) -> str | None:
@@ -105,7 +140,7 @@ class SingleAgentEnv(LudicEnv[str]):
         worker thread when ``blocking_step`` is set."""
         if self.blocking_step:
             return await run_in_daemon_thread(lambda: self.env_step(action), name=f"{self.name}.env_step")
-        return self.env_step(action)
+        return timed_sync_step(self, self.env_step, action)
 
     def _single_action(self, actions: Mapping[str, str]) -> str:
         if len(actions) == 1 and self._agent_id in actions:  # every well-formed call: no set algebra

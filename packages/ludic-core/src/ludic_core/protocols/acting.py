@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ludic_core.env import LudicEnv, SingleAgentEnv
+from ludic_core.env import LudicEnv, SingleAgentEnv, timed_sync_step
 from ludic_core.errors import LudicTimeoutError, ProtocolError, TransportError
 from ludic_core.harness import AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.inference import InferenceSpec
@@ -51,16 +51,19 @@ def direct_step(env: LudicEnv[Any]) -> Callable[[Mapping[str, str]], dict[str, S
     if env.blocking_step:
         return None
     cls = type(env)
-    if cls.astep is LudicEnv.astep:
-        return env.step
-    if (
+    direct = cls.astep is LudicEnv.astep or (
         issubclass(cls, SingleAgentEnv)
         and cls.astep is SingleAgentEnv.astep
         and cls.aenv_step is SingleAgentEnv.aenv_step
         and cls.step is SingleAgentEnv.step
-    ):
-        return env.step
-    return None
+    )
+    if not direct:
+        return None
+
+    def step(actions: Mapping[str, str]) -> dict[str, StepOutcome]:
+        return timed_sync_step(env, env.step, actions)
+
+    return step
 
 
 def _not_a_result(result: object) -> EpisodeStageError:
