@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -67,59 +68,55 @@ def test_a_hanging_grading_is_killed_and_the_next_one_works(sleepy_grader: Grade
         worker.stop()
 
 
-def test_an_ungraded_answer_fails_the_episode_instead_of_being_paid_as_wrong(
-    monkeypatch: pytest.MonkeyPatch, sleepy_grader: Grader
-) -> None:
+@pytest.fixture
+def sleepy_worker(monkeypatch: pytest.MonkeyPatch, sleepy_grader: Grader) -> Iterator[GradingWorker]:
+    """The process-wide grading worker replaced by one that runs the sleepy grader."""
     worker = GradingWorker(sleepy_grader)
     monkeypatch.setattr(equivalence, "_WORKER", worker)
     monkeypatch.setattr(equivalence, "math_verify_available", lambda: True)
     try:
-        env = make_math_env(sample={"problem": "2+2?", "answer": "4"}, grading_timeout_s=0.5)
-        env.reset()
-        with pytest.raises(UngradedAnswerError, match=r"could not be graded.*rather than paid as incorrect"):
-            env.step({env.agent_id: "\\boxed{2^{2^{2^{2^{2^{2}}}}}}"})
-        # Equal normal forms are decided without the child.
-        env.reset()
-        outcome = env.step({env.agent_id: "\\boxed{4}"})[env.agent_id]
-        assert outcome.info["correct"] is True and outcome.reward == 1.0
+        yield worker
     finally:
         worker.stop()
 
 
-async def test_the_engine_drops_and_counts_an_ungraded_episode(
-    monkeypatch: pytest.MonkeyPatch, sleepy_grader: Grader
+def test_an_ungraded_answer_fails_the_episode_instead_of_being_paid_as_wrong(
+    sleepy_worker: GradingWorker,
 ) -> None:
+    env = make_math_env(sample={"problem": "2+2?", "answer": "4"}, grading_timeout_s=0.5)
+    env.reset()
+    with pytest.raises(UngradedAnswerError, match=r"could not be graded.*rather than paid as incorrect"):
+        env.step({env.agent_id: "\\boxed{2^{2^{2^{2^{2^{2}}}}}}"})
+    # Equal normal forms are decided without the child.
+    env.reset()
+    outcome = env.step({env.agent_id: "\\boxed{4}"})[env.agent_id]
+    assert outcome.info["correct"] is True and outcome.reward == 1.0
+
+
+async def test_the_engine_drops_and_counts_an_ungraded_episode(sleepy_worker: GradingWorker) -> None:
     from ludic_core.engine import RolloutEngine
     from ludic_core.protocols.single_agent import SingleAgentProtocol
     from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
     from ludic_core.rollout_settings import RolloutSettings
     from ludic_core.testing import ScriptedAgent, ScriptedChatClient
 
-    worker = GradingWorker(sleepy_grader)
-    monkeypatch.setattr(equivalence, "_WORKER", worker)
-    monkeypatch.setattr(equivalence, "math_verify_available", lambda: True)
-    try:
-        engine = RolloutEngine(
-            env_factories={
-                "math": lambda: make_math_env(
-                    sample={"problem": "2+2?", "answer": "4"}, grading_timeout_s=0.5
-                )
-            },
-            protocol_factories={
-                answer: (lambda a=answer: SingleAgentProtocol(ScriptedAgent(ScriptedChatClient([a]))))
-                for answer in ("\\boxed{2^{2^{2^{2}}}}", "\\boxed{4}")
-            },
-        )
-        requests = [
-            RolloutRequest(EnvSpec("math"), ProtocolSpec(answer))
+    engine = RolloutEngine(
+        env_factories={
+            "math": lambda: make_math_env(sample={"problem": "2+2?", "answer": "4"}, grading_timeout_s=0.5)
+        },
+        protocol_factories={
+            answer: (lambda a=answer: SingleAgentProtocol(ScriptedAgent(ScriptedChatClient([a]))))
             for answer in ("\\boxed{2^{2^{2^{2}}}}", "\\boxed{4}")
-        ]
-        result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=1, on_failure="continue"))
-        [ungraded, graded] = result.episodes
-        assert ungraded.failure is not None and ungraded.failure.error_type == "UngradedAnswerError"
-        assert graded.failure is None and graded.rollouts[0].total_reward == 1.0
-    finally:
-        worker.stop()
+        },
+    )
+    requests = [
+        RolloutRequest(EnvSpec("math"), ProtocolSpec(answer))
+        for answer in ("\\boxed{2^{2^{2^{2}}}}", "\\boxed{4}")
+    ]
+    result = await engine.generate_rollouts(requests, RolloutSettings(max_steps=1, on_failure="continue"))
+    [ungraded, graded] = result.episodes
+    assert ungraded.failure is not None and ungraded.failure.error_type == "UngradedAnswerError"
+    assert graded.failure is None and graded.rollouts[0].total_reward == 1.0
 
 
 def test_verdicts_without_a_child() -> None:

@@ -39,6 +39,20 @@ def _weights_of(seed: int) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in _model(seed).state_dict().items()}
 
 
+def _two_checkpoints(tmp_path: Path) -> Path:
+    """Steps 1 and 2 of one run; returns step 2's directory."""
+    manager = CheckpointManager(CheckpointConfig(tmp_path, max_to_keep=3))
+    _save(manager, 1, seed=1)
+    return _save(manager, 2, seed=2)
+
+
+def _flip_a_bit(path: Path) -> None:
+    """One flipped bit in the middle of the file (the tensor payload: torch.load accepts it)."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
 def _loads_as(manager: CheckpointManager, seed: int, target: Any = None) -> Path:
     model = _model(99)
     loaded = manager.load(target, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
@@ -59,16 +73,12 @@ def test_manifest_lists_every_file_with_its_sha256(tmp_path: Path) -> None:
 def test_a_corrupt_weights_file_is_detected_and_latest_falls_back(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    manager = CheckpointManager(CheckpointConfig(tmp_path, max_to_keep=3))
-    _save(manager, 1, seed=1)
-    newest = _save(manager, 2, seed=2)
+    newest = _two_checkpoints(tmp_path)
     weights = newest / "model.pt"
-    data = bytearray(weights.read_bytes())
     if damage == "truncate":
-        weights.write_bytes(data[: len(data) // 2])
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     else:
-        data[len(data) // 2] ^= 0x01  # one flipped bit in the tensor payload: torch.load would accept it
-        weights.write_bytes(bytes(data))
+        _flip_a_bit(weights)
 
     with pytest.raises(DataError, match=r"step_000002/model\.pt: .*manifest\.json"):
         verify_checkpoint(newest)
@@ -184,13 +194,8 @@ def test_retention_prefers_the_run_line(tmp_path: Path) -> None:
 def test_a_checkpoint_without_a_readable_manifest_never_loads(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    manager = CheckpointManager(CheckpointConfig(tmp_path, max_to_keep=3))
-    _save(manager, 1, seed=1)
-    newest = _save(manager, 2, seed=2)
-    weights = newest / "model.pt"
-    data = bytearray(weights.read_bytes())
-    data[len(data) // 2] ^= 0x01  # flipped weights that torch.load accepts: only the manifest tells
-    weights.write_bytes(bytes(data))
+    newest = _two_checkpoints(tmp_path)
+    _flip_a_bit(newest / "model.pt")  # weights torch.load accepts: only the manifest tells
     manifest = newest / "manifest.json"
     if damage == "deleted":
         manifest.unlink()
