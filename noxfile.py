@@ -327,13 +327,13 @@ def _report_args(session: nox.Session, part: str = "") -> tuple[str, ...]:
     )
 
 
-def _run_pytest(session: nox.Session, *args: str) -> None:
+def _run_pytest(session: nox.Session, *args: str, markers: str = TEST_MARKERS) -> None:
     # Exit code 5 means "no tests collected": a package whose tests are not written yet is not a failure.
     session.run(
         "pytest",
         *args,
         "-m",
-        TEST_MARKERS,
+        markers,
         f"--timeout={TEST_TIMEOUT_S}",
         *_report_args(session),
         *session.posargs,
@@ -406,13 +406,15 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.parametrize("package", LIGHT_PACKAGES, ids=LIGHT_PACKAGES)
 @disposable_venv
 def light(session: nox.Session, package: str) -> None:
-    """The torch-free packages' tests on Python 3.12 and 3.13 (the other sessions run 3.11)."""
+    """The torch-free packages' tests on Python 3.12 and 3.13 (the other sessions run 3.11); tests
+    marked ``slow`` (a minute of pipeline chaos, say) run on 3.11 only: they test timing-heavy logic,
+    not the interpreter."""
     _prepare(session)
     requirements = _test_requirements(package)
     if _needs_torch(requirements):
         session.error(f"{package}'s tests need torch; they belong in the `tests` session only")
     _install_local(session, requirements, editable=True)
-    _run_pytest(session, f"packages/{package}/tests")
+    _run_pytest(session, f"packages/{package}/tests", markers=f"{TEST_MARKERS} and not slow")
 
 
 @nox.session(python=PYTHON)
