@@ -711,7 +711,7 @@ class CheckpointManager:
                     except DataError:
                         continue
         continues = isinstance(line, str) and not newer_on_line
-        self._line = line if continues else uuid.uuid4().hex
+        self._line = line if isinstance(line, str) and continues else uuid.uuid4().hex
         inside = path.parent.resolve() == self.cfg.output_dir.resolve()
         self._parent = path.name if inside else None
         if inside and not continues and _rank() == 0:
