@@ -32,6 +32,18 @@ HOSTILE = [
 ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "override", ["episodes=1000000", "env_kwargs.opponent=banana", "eval_env_kwargs.x=1"]
+)
+def test_what_only_the_run_would_have_found_is_refused_before_any_model_loads(override: str) -> None:
+    from ludic_train.recipes.rl import check_rl_training
+
+    field = override.split("=", 1)[0].split(".")[0]
+    overrides = ["env=tictactoe", "backend.model=tiny", "samples_per_prompt=8", override]
+    with pytest.raises(ConfigError, match=field if field != "episodes" else "episodes x samples_per_prompt"):
+        check_rl_training(load_config(RLRunConfig, overrides=overrides))
+
+
 @pytest.mark.parametrize("override", HOSTILE)
 def test_a_hostile_value_is_refused_naming_its_field(override: str) -> None:
     field = override.split("=", 1)[0].split(".")[-1]

@@ -30,6 +30,9 @@ __all__ = [
 ]
 
 BACKEND_KINDS = ("openai", "local", "vllm", "tinker")
+MAX_EPISODES_PER_BATCH = 1_000_000
+"""The most episodes one batch (one eval, one training step) may ask for: a million requests take
+about a gigabyte before a single one runs."""
 
 
 def at_least(minimum: float) -> Any:
@@ -127,6 +130,15 @@ class EpisodesConfig:
     seed: int = attrs.field(default=0, validator=at_least(0))
     system_prompt: str | None = None
     run_dir: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        total = self.episodes * self.samples_per_prompt
+        if total > MAX_EPISODES_PER_BATCH:
+            raise ConfigError(
+                f"{type(self).__name__}: episodes x samples_per_prompt = {self.episodes} x "
+                f"{self.samples_per_prompt} = {total} episodes in one batch, over {MAX_EPISODES_PER_BATCH}: "
+                "their requests alone would not fit in memory; split the run"
+            )
 
 
 @attrs.frozen(kw_only=True)

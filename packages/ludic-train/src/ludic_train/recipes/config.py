@@ -132,13 +132,9 @@ class PipelineSettings:
     queue_key: str = "ludic:pipeline"
     weights_dir: str = "runs/pipeline-weights"
     max_queue_len: int = attrs.field(default=32, validator=at_least(1))
-    wait_timeout_s: float = 600.0
+    wait_timeout_s: float = attrs.field(default=600.0, validator=positive_number())
     actor_batches: int = attrs.field(default=0, validator=at_least(0))
-    clear_queue: bool = False
-
-    def __attrs_post_init__(self) -> None:
-        if not self.wait_timeout_s > 0:
-            raise ConfigError(f"PipelineSettings.wait_timeout_s must be > 0, got {self.wait_timeout_s!r}")
+    clear_queue: bool = attrs.field(default=False, validator=boolean())
 
 
 @attrs.frozen(kw_only=True)
