@@ -128,7 +128,8 @@ def _host_socket_paths() -> list[str]:
 
 
 def _bind_read_only(libc: ctypes.CDLL, source: str, target: str) -> None:
-    _mount(libc, source, target, None, MS_BIND | MS_REC, None)
+    # Not recursive: a file system mounted below ``source`` stays out (an empty directory inside).
+    _mount(libc, source, target, None, MS_BIND, None)
     # A remount must keep the flags a user namespace may not drop (nosuid, nodev, noexec, atime).
     flags = os.statvfs(target).f_flag
     kept = flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)
