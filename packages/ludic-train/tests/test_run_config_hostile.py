@@ -3,11 +3,13 @@ not finite or is out of range: before any model loads (``load_config`` builds no
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ludic_core.cli.config import load_config
 from ludic_core.errors import ConfigError
-from ludic_train.recipes.config import RLRunConfig
+from ludic_train.recipes.config import LoraSettings, RLRunConfig
 
 HOSTILE = [
     "episodes=0", "episodes=inf", "episodes=1.5", "episodes=true",
@@ -28,20 +30,21 @@ HOSTILE = [
     "lora.rank=-1", "lora.alpha=-1", "lora.alpha=nan", "lora.dropout=5.0", "lora.dropout=nan",
     "lora.include_lm_head=3",
     "run.checkpoint_every=-1", "run.max_to_keep=0", "run.loggers=['tensorboard']", "run.save_final=2",
-    "chat_template=/nonexistent/template.jinja",
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "override", ["episodes=1000000", "env_kwargs.opponent=banana", "eval_env_kwargs.x=1"]
-)
-def test_what_only_the_run_would_have_found_is_refused_before_any_model_loads(override: str) -> None:
-    from ludic_train.recipes.rl import check_rl_training
+def test_a_batch_too_large_to_hold_is_refused() -> None:
+    overrides = ["env=tictactoe", "samples_per_prompt=8", "episodes=1000000"]
+    with pytest.raises(ConfigError, match="episodes x samples_per_prompt = 1000000 x 8"):
+        load_config(RLRunConfig, overrides=overrides)
 
-    field = override.split("=", 1)[0].split(".")[0]
-    overrides = ["env=tictactoe", "backend.model=tiny", "samples_per_prompt=8", override]
-    with pytest.raises(ConfigError, match=field if field != "episodes" else "episodes x samples_per_prompt"):
-        check_rl_training(load_config(RLRunConfig, overrides=overrides))
+
+def test_a_missing_chat_template_file_is_refused_before_the_model_loads(tmp_path: Path) -> None:
+    from ludic_train.recipes.components import build_model
+
+    missing = str(tmp_path / "nope.jinja")
+    with pytest.raises(ConfigError, match=r"chat_template: '.*nope\.jinja' is not a readable file"):
+        build_model("/nonexistent-model", device="cpu", lora=LoraSettings(), chat_template=missing)
 
 
 @pytest.mark.parametrize("override", HOSTILE)

@@ -42,7 +42,6 @@ __all__ = [
     "TICTACTOE_SYSTEM_PROMPT",
     "RLEpisodesConfig",
     "build_algorithm",
-    "check_env_kwargs",
     "check_rl_episodes",
     "eval_requests",
     "rollout_source",
@@ -123,25 +122,10 @@ def build_algorithm(config: RLEpisodesConfig) -> AlgorithmSpec:
     return spec
 
 
-def check_env_kwargs(env: str, kwargs: dict[str, Any], field: str) -> None:
-    """Build one ``env`` with ``kwargs`` (what every episode will do): a bad option, or data the env
-    cannot load, fails here, naming ``field``, before any model loads."""
-    try:
-        ENVS.build(env, **kwargs)
-    except ConfigError as exc:
-        raise ConfigError(f"{field} = {kwargs!r} for env {env!r}: {exc}") from exc
-    except Exception as exc:  # whatever the env's own constructor raises
-        raise ConfigError(f"{field} = {kwargs!r} for env {env!r}: {type(exc).__name__}: {exc}") from exc
-
-
 def check_rl_episodes(config: RLEpisodesConfig) -> None:
-    """What is refusable without a model: the env (built once with its options), its profile, the
-    algorithm and its options."""
+    """What is refusable without a model: the env, its profile, the algorithm and its options."""
     ENVS.get(config.env)
     resolve_profile(config.env)
-    check_env_kwargs(config.env, config.env_kwargs, "env_kwargs")
-    if config.eval_env_kwargs is not None:
-        check_env_kwargs(config.env, config.eval_env_kwargs, "eval_env_kwargs")
     build_algorithm(config)
 
 

@@ -170,6 +170,13 @@ def check_ranks_agree(value: Any, what: str) -> None:
         )
 
 
+def _read_chat_template(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"chat_template: {path!r} is not a readable file ({exc})") from exc
+
+
 def build_model(
     name: str, *, device: str, lora: LoraSettings, chat_template: str | None = None
 ) -> tuple[Any, Any]:
@@ -180,10 +187,12 @@ def build_model(
     Every rank builds the same full model before sharding it: the same directory or seeded config,
     and LoRA's initial adapters drawn from torch's default generator, which every process starts with
     the same seed."""
+    # A template file that is not there fails before the model loads (minutes for a large one).
+    template = None if chat_template is None else _read_chat_template(chat_template)
     # Training wants float32 master weights whatever dtype the directory was saved in.
     model, tokenizer = load_local_model(name, device=rank_device(device), dtype="float32")
-    if chat_template is not None:
-        tokenizer.chat_template = Path(chat_template).read_text()
+    if template is not None:
+        tokenizer.chat_template = template
     if lora.rank:
         from ludic_train.lora import apply_lora
 

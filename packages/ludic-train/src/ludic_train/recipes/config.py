@@ -14,8 +14,7 @@ Each setting has one owner, reused rather than re-declared:
 
 from __future__ import annotations
 
-import os
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 
@@ -37,12 +36,6 @@ __all__ = [
 ]
 
 """``trainer.pad_token_id`` meaning "the tokenizer's pad id (else its eos id)"."""
-
-
-def _readable_file(instance: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    """A file the run reads later must exist now, before any model loads."""
-    if value is not None and not (os.path.isfile(value) and os.access(value, os.R_OK)):
-        raise ConfigError(f"{type(instance).__name__}.{attribute.name}: {value!r} is not a readable file")
 
 
 def default_trainer_config() -> TrainerConfig:
@@ -88,7 +81,7 @@ class RLRunConfig(RLEpisodesConfig):
     trainer: TrainerConfig = attrs.field(factory=default_trainer_config)
     lora: LoraSettings = attrs.field(factory=LoraSettings)
     run: RunSettings = attrs.field(factory=RunSettings)
-    chat_template: str | None = attrs.field(default=None, validator=_readable_file)
+    chat_template: str | None = None
     """A Jinja chat template file, for a tokenizer that has none."""
 
 
