@@ -43,15 +43,6 @@ def test_answer_extraction_is_linear(
     assert_linear_time(extract, make_text)
 
 
-def test_the_check_catches_quadratic_work() -> None:
-    def quadratic(text: str) -> int:
-        # Slicing the rest at every position copies O(n^2) characters, as a backtracking regex would scan.
-        return sum(len(text[i:]) for i in range(0, len(text), 64))
-
-    with pytest.raises(AssertionError, match="CPU time"):
-        assert_linear_time(quadratic, lambda n: "x" * n)
-
-
 def test_unit_words_still_stripped() -> None:
     assert normalize_math_answer("5 cm") == "5"
     assert normalize_math_answer("-1,234.5 square inches ") == "-1,234.5"

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -233,9 +234,8 @@ def test_a_full_disk_names_the_cause_the_file_and_the_checkpoint(
 
 
 def shutil_usage(free: int) -> Any:
-    import shutil
-
-    return shutil._ntuple_diskusage(total=1 << 30, used=(1 << 30) - free, free=free)  # type: ignore[attr-defined]
+    """What ``shutil.disk_usage`` answers, with ``free`` bytes free (the save reads only ``free``)."""
+    return SimpleNamespace(total=1 << 30, used=(1 << 30) - free, free=free)
 
 
 def test_a_crash_after_resuming_an_older_checkpoint_resumes_it_again(tmp_path: Path) -> None:
