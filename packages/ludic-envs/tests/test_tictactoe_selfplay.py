@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ludic_core.errors import ProtocolError
+from ludic_core.errors import ConfigError, ProtocolError
 from ludic_core.protocols.multi_agent import MultiAgentProtocol
 from ludic_core.testing import ScriptedAgent, ScriptedChatClient, check_env
 from ludic_envs.tictactoe import TicTacToeRewards, TicTacToeSelfPlayEnv
@@ -88,3 +88,36 @@ def test_an_action_that_is_not_text_forfeits_the_game(action: object) -> None:
     assert out["x"].terminated and out["o"].terminated
     assert out["x"].info["illegal_reason"] == "not a coordinate A1..C3"
     assert repr(action) in out["x"].obs
+
+
+def test_start_board_starts_with_the_player_to_move() -> None:
+    env = TicTacToeSelfPlayEnv(start_board="X........")
+    start = env.reset()
+    assert env.active_agents == ["o"]
+    assert "Your move (B1, C1" in start["o"][0] and "Wait for O's move" in start["x"][0]
+    env.step({"o": "B2"})
+    assert env.active_agents == ["x"]
+    env.reset()  # every game starts from the same position
+    assert env.game.board.compact() == "X........"
+
+
+@pytest.mark.parametrize(
+    ("start_board", "match"),
+    [("XXX.OO...", "already decided"), ("XX", "not a valid position"), (9, "string of 9 cells")],
+)
+def test_bad_start_board_is_refused_naming_it(start_board: object, match: str) -> None:
+    with pytest.raises(ConfigError, match=rf"start_board.*{match}"):
+        TicTacToeSelfPlayEnv(start_board=start_board)  # type: ignore[arg-type]
+
+
+def test_hidden_opponent_move_gives_the_single_agent_envs_prompt() -> None:
+    from ludic_envs.tictactoe import TicTacToeEnv
+
+    selfplay = TicTacToeSelfPlayEnv(show_opponent_move=False, start_board="X........")
+    single = TicTacToeEnv(show_opponent_move=False, agent_mark="O", start_board="X........")
+    assert selfplay.reset()["o"][0] == single.env_reset(seed=0)[0]
+    selfplay.step({"o": "B2"})
+    out = selfplay.step({"x": "A2"})
+    assert "played" not in out["o"].obs and out["o"].obs.startswith("You play O.")
+    with pytest.raises(ConfigError, match="show_opponent_move"):
+        TicTacToeSelfPlayEnv(show_opponent_move="no")  # type: ignore[arg-type]

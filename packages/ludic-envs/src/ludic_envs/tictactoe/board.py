@@ -19,6 +19,7 @@ __all__ = [
     "EMPTY",
     "Board",
     "Mark",
+    "check_start_board",
     "coordinate_of",
     "index_of",
     "other_mark",
@@ -157,3 +158,19 @@ class Board:
         for r, row in enumerate(ROWS):
             lines.append(f"{row} | " + " ".join(self.cells[r * 3 : r * 3 + 3]))
         return "\n".join(lines)
+
+
+def check_start_board(start_board: object, name: str = "start_board") -> Board | None:
+    """An env's ``start_board`` option: ``None``, or nine cells (``"X.O......"``) of a legal, undecided
+    position. Refuses anything else with a ``ConfigError`` naming ``name`` and the value."""
+    if start_board is None:
+        return None
+    if not isinstance(start_board, str):
+        raise ConfigError(f"{name} must be a string of 9 cells, got {start_board!r}")
+    try:
+        board = Board.from_string(start_board)
+    except DataError as exc:
+        raise ConfigError(f"{name}={start_board!r} is not a valid position: {exc}") from None
+    if board.over:
+        raise ConfigError(f"{name}={start_board!r} is already decided; the agent would have no move")
+    return board

@@ -6,13 +6,14 @@ import random
 from typing import Any, Literal
 
 from ludic_core.env import SingleAgentEnv
-from ludic_core.errors import ConfigError, DataError, ProtocolError
+from ludic_core.errors import ConfigError, ProtocolError
 from ludic_core.types import Info, StepOutcome
 from ludic_envs.tictactoe.board import (
     Board,
     Mark,
     action_text,
     check_mark,
+    check_start_board,
     coordinate_of,
     index_of,
     other_mark,
@@ -154,17 +155,8 @@ class TicTacToeEnv(SingleAgentEnv):
 
     @staticmethod
     def _check_start_board(start_board: str | None, agent_mark: str) -> Board | None:
-        if start_board is None:
-            return None
-        if not isinstance(start_board, str):
-            raise ConfigError(f"start_board must be a string of 9 cells, got {start_board!r}")
-        try:
-            board = Board.from_string(start_board)
-        except DataError as exc:
-            raise ConfigError(f"start_board={start_board!r} is not a valid position: {exc}") from None
-        if board.over:
-            raise ConfigError(f"start_board={start_board!r} is already decided; the agent would have no move")
-        if agent_mark not in ("random", board.to_move):
+        board = check_start_board(start_board)
+        if board is not None and agent_mark not in ("random", board.to_move):
             raise ConfigError(
                 f"start_board={start_board!r} has {board.to_move} to move, but agent_mark={agent_mark!r}; "
                 f"pass agent_mark={board.to_move!r} or 'random'"

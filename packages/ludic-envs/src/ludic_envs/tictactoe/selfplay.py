@@ -8,7 +8,15 @@ from typing import Any
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ProtocolError
 from ludic_core.types import Info, StepOutcome
-from ludic_envs.tictactoe.board import Mark, action_text, coordinate_of, index_of, other_mark
+from ludic_core.validation import check_bool
+from ludic_envs.tictactoe.board import (
+    Mark,
+    action_text,
+    check_start_board,
+    coordinate_of,
+    index_of,
+    other_mark,
+)
 from ludic_envs.tictactoe.game import TicTacToeGame
 from ludic_envs.tictactoe.prompts import SYSTEM_PROMPT, board_prompt, ending_text
 from ludic_envs.tictactoe.rewards import TicTacToeRewards
@@ -26,11 +34,25 @@ class TicTacToeSelfPlayEnv(LudicEnv[str]):
     terminal reward, so the loser learns it lost on the winner's move. An illegal move ends the game:
     the mover gets ``rewards.illegal_move``, the other ``rewards.opponent_forfeit``.
 
+    ``start_board`` (nine cells, ``"X.O......"``) starts every game from that position, the player to
+    move first; ``show_opponent_move=False`` leaves the "X played B2." line out of the board prompt, so
+    that a player sees exactly the prompt of :class:`~ludic_envs.tictactoe.TicTacToeEnv` with the same
+    option (a policy trained on one plays the other).
+
     The env is deterministic (no randomness at all); ``reset(seed=...)`` is accepted for the contract.
     """
 
-    def __init__(self, *, rewards: TicTacToeRewards | dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        rewards: TicTacToeRewards | dict[str, float] | None = None,
+        show_opponent_move: bool = True,
+        start_board: str | None = None,
+    ) -> None:
         self.rewards = TicTacToeRewards.coerce(rewards)
+        check_bool("TicTacToeSelfPlayEnv.show_opponent_move", show_opponent_move)
+        self.show_opponent_move = show_opponent_move
+        self.start_board = check_start_board(start_board)
         self._game: TicTacToeGame | None = None
 
     @property
@@ -54,12 +76,21 @@ class TicTacToeSelfPlayEnv(LudicEnv[str]):
         return self._game
 
     def reset(self, *, seed: int | None = None) -> dict[str, tuple[str, Info]]:
-        self._game = TicTacToeGame()
+        self._game = TicTacToeGame() if self.start_board is None else TicTacToeGame(board=self.start_board)
         board = self._game.board
-        x_info = {**self._game.summary_for("X"), "optimal_moves": self._game.optimal_coordinates()}
-        o_info = {**self._game.summary_for("O"), "optimal_moves": []}
-        o_obs = f"You play O. X moves first.\n{board.render()}\nWait for X's move."
-        return {"x": (board_prompt(board, "X"), x_info), "o": (o_obs, o_info)}
+        mover = board.to_move
+        waiter = other_mark(mover)
+        first = "moves first" if self.start_board is None else "moves next"
+        return {
+            mover.lower(): (
+                board_prompt(board, mover),
+                {**self._game.summary_for(mover), "optimal_moves": self._game.optimal_coordinates()},
+            ),
+            waiter.lower(): (
+                f"You play {waiter}. {mover} {first}.\n{board.render()}\nWait for {mover}'s move.",
+                {**self._game.summary_for(waiter), "optimal_moves": []},
+            ),
+        }
 
     def step(self, actions: Mapping[str, str]) -> dict[str, StepOutcome]:
         game = self.game
@@ -93,7 +124,8 @@ class TicTacToeSelfPlayEnv(LudicEnv[str]):
                 waiter_obs = self._final_obs(header, waiter_mark)
             else:
                 mover_obs = f"You play {mover_mark}.\n{game.board.render()}\nWait for {waiter_mark}'s move."
-                waiter_obs = board_prompt(game.board, waiter_mark, header=header)
+                shown = header if self.show_opponent_move else ""
+                waiter_obs = board_prompt(game.board, waiter_mark, header=shown)
         done = game.is_over()
         return {
             mover: StepOutcome(
