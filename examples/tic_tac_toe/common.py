@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import attrs
+
 from ludic_agents.agent import Agent
 from ludic_agents.chat_template import ChatTemplate
 from ludic_agents.context import LatestObservation
@@ -41,6 +43,7 @@ REWARDS = {"win": 1.0, "forced_draw": 0.5, "unforced_draw": 0.5, "loss": 0.0, "i
 opponent, "could have won" is already paid for by the wins."""
 
 MOVE_STOP = "</move>"
+MAX_MOVES = 5  # X moves at most five times: a game against a bot never needs more agent steps
 MAX_MOVE_TOKENS = 10  # "<move>B2</move>" is 8 SmolLM2 tokens; two spare for a leading space or newline
 
 _STRICT_MOVE = re.compile(r"\s*<move>([ABC][123])</move>\s*")
@@ -60,14 +63,33 @@ OUTCOMES = ("win", "draw", "loss", "illegal", "parse_error", "unfinished")
 
 
 def make_env(
-    opponent: str = "random", agent_mark: str = "random", start_board: str | None = None
+    opponent: str = "random",
+    agent_mark: str = "random",
+    start_board: str | None = None,
+    optimal_prob: float = 0.5,
 ) -> TicTacToeEnv:
     return TicTacToeEnv(
         opponent=opponent,
+        optimal_prob=optimal_prob,
         agent_mark=agent_mark,  # type: ignore[arg-type]
         rewards=REWARDS,
         show_opponent_move=False,
         start_board=start_board,
+    )
+
+
+def make_agent(
+    client: ChatClient, *, chat_template: ChatTemplate | None = None, system_prompt: str = SYSTEM_PROMPT
+) -> Agent:
+    """The examples' player: the strict move parser and board-only prompts (the system prompt and the
+    latest board)."""
+    return Agent(
+        client=client,
+        parser=move_parser,
+        chat_template=chat_template,
+        context=LatestObservation(system_prompt=system_prompt),
+        # A reply cut by max_tokens is malformed anyway; the strict parser says so.
+        reject_incomplete_completions=False,
     )
 
 
@@ -87,20 +109,18 @@ def make_engine(
 
     ``chat_template`` renders and tokenizes the prompt; by default the client's own tokenizer does
     (``LocalPolicyClient`` and ``TinkerChatClient`` carry one; a ``VLLMClient`` or a scripted teacher
-    does not)."""
+    does not). An ``EnvSpec`` may also name its own ``opponent`` and ``optimal_prob`` (see
+    :func:`grpo_requests`); ``opponent`` is the default."""
 
-    def env(start_board: str | None = None) -> TicTacToeEnv:
-        return make_env(opponent, agent_mark, start_board)
+    default_opponent = opponent
+
+    def env(
+        start_board: str | None = None, opponent: str = default_opponent, optimal_prob: float = 0.5
+    ) -> TicTacToeEnv:
+        return make_env(opponent, agent_mark, start_board, optimal_prob)
 
     def protocol() -> SingleAgentProtocol:
-        agent = Agent(
-            client=client,
-            parser=move_parser,
-            chat_template=chat_template,
-            context=LatestObservation(system_prompt=system_prompt),
-            # A reply cut by max_tokens is malformed anyway; the strict parser says so.
-            reject_incomplete_completions=False,
-        )
+        agent = make_agent(client, chat_template=chat_template, system_prompt=system_prompt)
         return SingleAgentProtocol(agent, stop_on_parse_error=True)
 
     return RolloutEngine(
@@ -124,18 +144,70 @@ def inference_spec(*, temperature: float, logprobs: bool, max_tokens: int = MAX_
     )
 
 
+@attrs.frozen
+class TrainingGames:
+    """Which games GRPO trains on. Evaluation always plays from the empty board against the random
+    opponent; training may differ, to keep the signal alive:
+
+    * ``opponent``/``optimal_prob``: who the agent trains against. Against a random opponent most
+      blunders go unpunished, so they earn the same reward as the best move and GRPO cannot tell them
+      apart; a ``"mixed"`` opponent (the perfect move with probability ``optimal_prob``) punishes them.
+    * ``start_share``: the share of groups that start from a position reached by 1 to
+      ``max_start_plies`` random plies instead of the empty board (the agent plays the side to move).
+      Games from the empty board visit few positions once the policy settles; varied starts keep
+      every kind of position in the batch, and shorter games cost fewer turns.
+
+    Rewards stay the game outcome (:data:`REWARDS`): nothing tells the agent which move was best."""
+
+    opponent: str = "random"
+    optimal_prob: float = 0.5
+    start_share: float = 0.0
+    max_start_plies: int = 6
+
+    def env_spec(self, rng: random.Random) -> EnvSpec:
+        kwargs: dict[str, Any] = {}
+        if self.opponent != "random":
+            kwargs.update(opponent=self.opponent, optimal_prob=self.optimal_prob)
+        if self.start_share and rng.random() < self.start_share:
+            kwargs["start_board"] = random_position(rng, plies=rng.randint(1, self.max_start_plies))
+        return EnvSpec("tictactoe", kwargs=kwargs)
+
+
+def random_position(rng: random.Random, *, plies: int) -> str:
+    """A position after ``plies`` random moves from the empty board (fewer if a game would end: the
+    position returned is always undecided)."""
+    board = Board()
+    for _ in range(plies):
+        after = board.play(rng.choice(board.legal_moves()))
+        if after.over:
+            break
+        board = after
+    return board.compact()
+
+
 def grpo_requests(
-    *, group_size: int, groups_per_step: int, temperature: float, seed: int, max_tokens: int = MAX_MOVE_TOKENS
+    *,
+    group_size: int,
+    groups_per_step: int,
+    temperature: float,
+    seed: int,
+    max_tokens: int = MAX_MOVE_TOKENS,
+    games: TrainingGames = TrainingGames(),
 ) -> Callable[[int], list[RolloutRequest]]:
-    """``step -> requests``: ``groups_per_step`` games, each played ``group_size`` times (same env seed,
-    so the same side and the same opponent dice; different sampling seeds). A pure function of the
-    step, so resumed runs replay the same requests."""
+    """``step -> requests``: ``groups_per_step`` games, each played ``group_size`` times (same env seed
+    and start, so the same side and the same opponent dice; different sampling seeds). ``games`` says
+    which games (:class:`TrainingGames`). A pure function of the step, so resumed runs replay the same
+    requests."""
     spec = inference_spec(temperature=temperature, logprobs=True, max_tokens=max_tokens)
 
     def requests(step: int) -> list[RolloutRequest]:
         strategy = GRPORequestStrategy(group_size=group_size, seed=derive_seed(seed, "train", step))
-        base = RolloutRequest(env=EnvSpec("tictactoe"), protocol=ProtocolSpec("ttt_agent"), inference=spec)
-        return strategy.expand([base] * groups_per_step)
+        starts = random.Random(derive_seed(seed, "train-starts", step))
+        bases = [
+            RolloutRequest(env=games.env_spec(starts), protocol=ProtocolSpec("ttt_agent"), inference=spec)
+            for _ in range(groups_per_step)
+        ]
+        return strategy.expand(bases)
 
     return requests
 

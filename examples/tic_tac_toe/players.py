@@ -12,9 +12,13 @@ import random
 import re
 from typing import Any
 
-from common import legal_moves_in_prompt
+from common import MAX_MOVES, grpo_requests, legal_moves_in_prompt, make_engine, rollout_settings
 
+from ludic_agents.chat_template import ChatTemplate
+from ludic_core.credit import ConstantCredit
 from ludic_core.inference import TokenCompletionRequest
+from ludic_core.saw import SAWItem
+from ludic_core.saw_builder import build_saw_items
 from ludic_core.testing import ScriptedChatClient
 from ludic_envs.tictactoe import Board, coordinate_of, optimal_moves
 
@@ -51,3 +55,16 @@ def perfect_player(tokenizer: Any) -> ScriptedChatClient:
     return _client(
         tokenizer, lambda prompt, rng: coordinate_of(rng.choice(optimal_moves(board_in_prompt(prompt))))
     )
+
+
+async def teacher_moves(
+    tokenizer: Any, chat_template: ChatTemplate, *, games: int, seed: int
+) -> tuple[int, list[SAWItem]]:
+    """The warm start's data: ``games`` games of :func:`random_legal_player` against the random
+    opponent, through the agent's engine, as one SAW item per move (weight 1). Returns the number of
+    games played and the items."""
+    engine = make_engine(random_legal_player(tokenizer), chat_template=chat_template, seed=seed)
+    requests = grpo_requests(group_size=1, groups_per_step=games, temperature=1.0, seed=seed)(0)
+    played = await engine.generate_rollouts(requests, rollout_settings(MAX_MOVES))
+    rollouts = list(played.rollouts)
+    return len(rollouts), build_saw_items(rollouts, ConstantCredit().compute(rollouts))

@@ -1,0 +1,454 @@
+"""Self-play: one policy plays both seats of two-player Tic-Tac-Toe and learns from both.
+
+The warm start is the demo's (SFT on a rules-only teacher's games). Then GRPO trains the policy against
+itself: every game runs through ``MultiAgentProtocol`` with the same model behind X and O, yields one
+rollout per seat, and the group-relative credit compares each seat's rollouts only with that seat's
+rollouts of the same group (``(group_id, agent_id)`` groups). Outcome rewards only: win 1, draw 0.5,
+loss 0; an illegal or malformed move -1 for the mover and a win for the other seat.
+
+What the run reports, against the warm start it started from:
+
+* **head-to-head**: pairs of games between the trained policy and a frozen copy of its warm start,
+  one game with the trained policy as X and one as O on the same sampling seeds, at T = 1; the trained
+  policy's points per game (win 1, draw ½; a forfeit by either side counts as a win for the other)
+  with a 95% interval over the pairs;
+* **optimal-move rate** on the demo's fixed positions (scored by the solver) with a paired interval;
+* points per game against the random opponent (the demo's games), with a paired interval.
+
+    python examples/selfplay.py                 # SmolLM2-135M on 2 CPU cores; ~3.5 GB resident
+    python examples/selfplay.py --smoke         # CI's learning check (with --check): a few steps
+    python examples/selfplay.py --model tiny --smoke   # a tiny random model: the plumbing in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
+
+GAME_MOVES = 9  # both seats together never move more than nine times
+TRAIN_TEMPERATURE = 1.0
+
+# Outcome rewards for each seat. A forfeit (the other seat's illegal move) is a win: the game's result.
+SELFPLAY_REWARDS = {
+    "win": 1.0,
+    "forced_draw": 0.5,
+    "unforced_draw": 0.5,
+    "loss": 0.0,
+    "illegal_move": -1.0,
+    "opponent_forfeit": 1.0,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {
+        "model": "smollm2",
+        "teacher_games": 64,
+        "sft_steps": 20,
+        "sft_lr": 2e-3,
+        "steps": 30,
+        "groups_per_step": 4,
+        "lr": 1e-3,
+        "start_share": 0.5,
+        "eval_positions": 200,
+        "eval_games": 150,
+        "match_pairs": 100,
+    },
+    # CI's learning check (`nox -s selfplay`): the same warm start and a few self-play steps.
+    "smoke": {
+        "model": "smollm2",
+        "teacher_games": 64,
+        "sft_steps": 20,
+        "sft_lr": 2e-3,
+        "steps": 6,
+        "groups_per_step": 4,
+        "lr": 1e-3,
+        "start_share": 0.5,
+        "eval_positions": 100,
+        "eval_games": 0,
+        "match_pairs": 50,
+    },
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--smoke", action="store_true", help="CI's size (PRESETS['smoke']): a few self-play steps")
+    p.add_argument(
+        "--model", choices=("smollm2", "tiny"), help="SmolLM2-135M-Instruct, or a tiny random model"
+    )
+    p.add_argument("--teacher-games", type=int, help="rules-only teacher games for the warm start")
+    p.add_argument("--sft-steps", type=int, help="warm-start optimiser steps")
+    p.add_argument("--sft-lr", type=float)
+    p.add_argument("--steps", type=int, help="self-play GRPO optimiser steps")
+    p.add_argument(
+        "--group-size", type=int, default=8, help="games per GRPO group (same start, other samples)"
+    )
+    p.add_argument("--groups-per-step", type=int)
+    p.add_argument("--lr", type=float, help="self-play learning rate")
+    p.add_argument(
+        "--start-share",
+        type=float,
+        help="share of groups that start after 1-6 random plies (else empty board)",
+    )
+    p.add_argument("--eval-positions", type=int, help="fixed positions scored by the solver")
+    p.add_argument(
+        "--eval-games", type=int, help="games against the random opponent per evaluation (0: skip)"
+    )
+    p.add_argument("--match-pairs", type=int, help="head-to-head pairs of games against the warm start")
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--lora-layers", type=int, default=8, help="adapt the top N decoder layers")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch CPU threads")
+    p.add_argument("--out", type=Path, help="run directory (default: a new runs/selfplay-<date>-<time>/)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless the trained policy beats its warm start head to head (interval above 0.5)",
+    )
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = Path("runs") / time.strftime("selfplay-%Y%m%d-%H%M%S")
+    for key, value in PRESETS["smoke" if args.smoke else "default"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+# --- the engine --------------------------------------------------------------------------------------
+
+
+def make_selfplay_engine(
+    seats: Callable[[str], Any], *, chat_template: Any, seed: int, rollout_log: str | None = None
+) -> Any:
+    """An engine over the two-player env (``"ttt_selfplay"``, board-only prompts as in the demo) whose
+    protocol ``"seats"`` puts ``seats(spec)`` behind X and O: ``seats`` maps the protocol spec's
+    ``trained`` kwarg (``"both"``, ``"x"`` or ``"o"``) to a ``{"x": client, "o": client}`` mapping."""
+    from common import make_agent
+
+    from ludic_core.engine import RolloutEngine
+    from ludic_core.protocols.multi_agent import MultiAgentProtocol
+    from ludic_envs.tictactoe import TicTacToeSelfPlayEnv
+
+    def env(start_board: str | None = None) -> TicTacToeSelfPlayEnv:
+        return TicTacToeSelfPlayEnv(
+            rewards=SELFPLAY_REWARDS, show_opponent_move=False, start_board=start_board
+        )
+
+    def protocol(trained: str = "both") -> MultiAgentProtocol:
+        clients = seats(trained)
+        agents = {seat: make_agent(clients[seat], chat_template=chat_template) for seat in ("x", "o")}
+        return MultiAgentProtocol(agents, stop_on_parse_error=True)
+
+    return RolloutEngine(
+        env_factories={"ttt_selfplay": env},
+        protocol_factories={"seats": protocol},
+        base_seed=seed,
+        rollout_log=rollout_log,
+    )
+
+
+def selfplay_requests(
+    *, group_size: int, groups_per_step: int, start_share: float, seed: int
+) -> Callable[[int], list[Any]]:
+    """``step -> requests``: ``groups_per_step`` groups of ``group_size`` self-play games; a group's
+    games share a start (the empty board, or with probability ``start_share`` a position after 1-6
+    random plies) and differ in their sampling seeds."""
+    import random
+
+    from common import inference_spec, random_position
+
+    from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.seeding import derive_seed
+    from ludic_core.strategies import GRPORequestStrategy
+
+    spec = inference_spec(temperature=TRAIN_TEMPERATURE, logprobs=True)
+
+    def requests(step: int) -> list[RolloutRequest]:
+        starts = random.Random(derive_seed(seed, "selfplay-starts", step))
+        bases = []
+        for _ in range(groups_per_step):
+            kwargs = {}
+            if starts.random() < start_share:
+                kwargs["start_board"] = random_position(starts, plies=starts.randint(1, 6))
+            bases.append(
+                RolloutRequest(
+                    env=EnvSpec("ttt_selfplay", kwargs=kwargs), protocol=ProtocolSpec("seats"), inference=spec
+                )
+            )
+        return GRPORequestStrategy(group_size=group_size, seed=derive_seed(seed, "selfplay", step)).expand(
+            bases
+        )
+
+    return requests
+
+
+# --- head-to-head ------------------------------------------------------------------------------------
+
+
+def match_requests(pairs: int, *, seed: int) -> list[Any]:
+    """``pairs`` pairs of games from the empty board at T = 1: in pair ``i`` the trained policy plays X
+    in one game and O in the other, on the same sampling seed."""
+    from common import inference_spec
+
+    from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.seeding import derive_seed
+
+    spec = inference_spec(temperature=TRAIN_TEMPERATURE, logprobs=False)
+    return [
+        RolloutRequest(
+            env=EnvSpec("ttt_selfplay"),
+            protocol=ProtocolSpec("seats", kwargs={"trained": seat}),
+            env_seed=0,
+            sampling_seed=derive_seed(seed, "match", i),
+            inference=spec,
+            meta={"pair": i, "trained_seat": seat},
+        )
+        for i in range(pairs)
+        for seat in ("x", "o")
+    ]
+
+
+def seat_points(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Points per seat of one game from its two rollout records: win 1, draw ½, loss 0; a seat that
+    moved illegally or replied out of format forfeits (0), and the other seat wins (1)."""
+    by_seat = {r["agent_id"]: r for r in records}
+    if set(by_seat) != {"x", "o"}:
+        raise ValueError(f"a game has rollouts for seats {sorted(by_seat)}, expected x and o")
+    for seat, record in by_seat.items():
+        if record.get("parse_error") or record.get("illegal_reason") or record.get("failed"):
+            other = "o" if seat == "x" else "x"
+            return {seat: 0.0, other: 1.0}
+    return {seat: {"win": 1.0, "draw": 0.5}.get(r.get("result"), 0.0) for seat, r in by_seat.items()}
+
+
+async def head_to_head(engine: Any, requests: Sequence[Any]) -> dict[str, Any]:
+    """The trained policy's points per game against the warm start, per pair and overall."""
+    from evaluation import interval
+
+    from ludic_core.evaluation import run_eval
+
+    played = await run_eval(engine, requests, [], _settings())
+    games: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for record in played.rollouts:
+        games.setdefault((record["pair"], record["trained_seat"]), []).append(record)
+    points = {key: seat_points(records)[key[1]] for key, records in games.items()}
+    pairs = sorted({pair for pair, _ in points})
+    per_pair = [(points[(p, "x")] + points[(p, "o")]) / 2 for p in pairs]
+    low, high = interval(per_pair)
+    return {
+        "points_mean": statistics.fmean(per_pair),
+        "low": low,
+        "high": high,
+        "pairs": len(per_pair),
+        "points_as_x": statistics.fmean(points[(p, "x")] for p in pairs),
+        "points_as_o": statistics.fmean(points[(p, "o")] for p in pairs),
+        "win_rate": statistics.fmean(v == 1.0 for v in points.values()),
+        "draw_rate": statistics.fmean(v == 0.5 for v in points.values()),
+    }
+
+
+def _settings() -> Any:
+    from common import rollout_settings
+
+    return rollout_settings(GAME_MOVES)
+
+
+# --- the run -----------------------------------------------------------------------------------------
+
+
+def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
+    import torch
+
+    from ludic_train.lora import apply_lora
+    from ludic_train.testing import bpe_tokenizer, load_smollm2, tiny_causal_lm
+
+    if args.model == "tiny":
+        tokenizer = bpe_tokenizer()
+        base = tiny_causal_lm(tokenizer, seed=args.seed)
+        with torch.random.fork_rng(devices=[]):  # adapters from a seeded RNG, whatever ran before
+            torch.manual_seed(args.seed)
+            # The head too: adapters on two tiny blocks alone barely move the output distribution.
+            return apply_lora(base, rank=8, include_lm_head=True), tokenizer
+    base, tokenizer = load_smollm2()
+    layers = base.config.num_hidden_layers
+    top = range(max(0, layers - args.lora_layers), layers)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(args.seed)
+        return apply_lora(base, rank=args.lora_rank, layers=top), tokenizer
+
+
+def frozen_copy(model: Any) -> Any:
+    """A copy of ``model`` for evaluation that shares every frozen tensor with it (the base weights)
+    and owns a copy of the trainable ones (the adapters): the warm start costs only its adapters."""
+    shared = {id(p): p for p in model.parameters() if not p.requires_grad}
+    shared.update({id(b): b for b in model.buffers()})
+    clone = copy.deepcopy(model, memo=shared)
+    for p in clone.parameters():
+        p.requires_grad_(False)
+    return clone.eval()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from common import make_engine
+    from evaluation import Evaluation, paired_interval
+    from players import teacher_moves
+
+    from ludic_agents.chat_template import HFChatTemplate
+    from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
+    from ludic_core.loggers.console import PrintLogger
+    from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.tee import TeeLogger
+    from ludic_core.peak_memory import peak_rss_mb
+    from ludic_train.config import TrainerConfig
+    from ludic_train.local_client import LocalPolicyClient
+    from ludic_train.presets import make_grpo, make_sft
+    from ludic_train.trainer import Trainer
+
+    started = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "metrics.jsonl").unlink(missing_ok=True)
+    model, tokenizer = load_model(args)
+    template = HFChatTemplate(tokenizer)
+    client = LocalPolicyClient(model, tokenizer, max_batch_size=64, seed=args.seed)
+    metrics_log = JsonlLogger(args.out / "metrics.jsonl")
+    base_config: dict[str, Any] = {
+        "pad_token_id": tokenizer,
+        "max_grad_norm": 1.0,
+        "max_seq_len": 256,
+        "micro_token_budget": 2048,
+    }
+
+    games, items = await teacher_moves(tokenizer, template, games=args.teacher_games, seed=args.seed + 1)
+    print(f"Warm start: SFT on {len(items)} moves of {games} rules-only teacher games", flush=True)
+    sft = Trainer(
+        model=model,
+        algorithm=make_sft(),
+        batch_source=OfflineBatchSource(items, batch_size=16, seed=args.seed),
+        config=TrainerConfig(lr=args.sft_lr, publish_every_steps=0, **base_config),
+        logger=metrics_log,
+    )
+    await sft.train(args.sft_steps)
+
+    warm = frozen_copy(model)
+    warm_client = LocalPolicyClient(warm, tokenizer, max_batch_size=64, seed=args.seed)
+    evaluation = Evaluation(
+        positions=args.eval_positions,
+        games=args.eval_games,
+        greedy_games=0,
+        seed=args.seed,
+        sampled_temperature=TRAIN_TEMPERATURE,
+    )
+
+    def single_agent_engine() -> Any:
+        return make_engine(client, chat_template=template, seed=args.seed)
+
+    evals = {"warm start": await evaluation.run(single_agent_engine(), games=args.eval_games > 0)}
+    print(f"warm start: {_summary_line(evals['warm start'])}", flush=True)
+
+    clients = {"both": {"x": client, "o": client}, "x": {"x": client, "o": warm_client}}
+    clients["o"] = {"x": warm_client, "o": client}
+    engine = make_selfplay_engine(
+        clients.__getitem__,
+        chat_template=template,
+        seed=args.seed,
+        rollout_log=str(args.out / "rollouts.jsonl"),
+    )
+    algorithm = make_grpo(group_size=args.group_size)
+    trainer = Trainer(
+        model=model,
+        algorithm=algorithm,
+        batch_source=RolloutBatchSource(
+            engine=engine,
+            credit_assigner=algorithm.credit_assigner,
+            requests=selfplay_requests(
+                group_size=args.group_size,
+                groups_per_step=args.groups_per_step,
+                start_share=args.start_share,
+                seed=args.seed,
+            ),
+            settings=_settings(),
+        ),
+        config=TrainerConfig(lr=args.lr, **base_config),
+        publisher=client.as_publisher(),
+        logger=TeeLogger(
+            PrintLogger(keys=["train/avg_total_reward", "train/loss", "train/grad_norm", "perf/step_s"]),
+            metrics_log,
+        ),
+    )
+    results = await trainer.train(args.steps)
+    metrics_log.close()
+
+    evals["self-play"] = await evaluation.run(single_agent_engine(), games=args.eval_games > 0)
+    print(f"self-play: {_summary_line(evals['self-play'])}", flush=True)
+    match = await head_to_head(engine, match_requests(args.match_pairs, seed=args.seed))
+    gains = {
+        name: paired_interval(evals["warm start"]["paired"][name], evals["self-play"]["paired"][name])
+        for name in evals["self-play"]["paired"]
+    }
+    rewards = [r["train/avg_total_reward"] for r in results]
+    summary: dict[str, Any] = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "wall_s": time.perf_counter() - started,
+        "peak_rss_mb": round(peak_rss_mb()),
+        "head_to_head": match,
+        "gain_over_warm_start": gains,
+        "evaluations": {k: {n: v for n, v in e.items() if n != "paired"} for k, e in evals.items()},
+        "train_reward": rewards,
+    }
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(
+        f"Head-to-head against the warm start: {match['points_mean']:.3f} points per game "
+        f"(95% interval [{match['low']:.3f}, {match['high']:.3f}], {match['pairs']} pairs; "
+        f"as X {match['points_as_x']:.3f}, as O {match['points_as_o']:.3f})"
+    )
+    for name, g in gains.items():
+        print(
+            f"self-play − warm start, {name}: {g['mean']:+.3f} (paired 95% interval [{g['low']:+.3f}, {g['high']:+.3f}])"
+        )
+    print(
+        f"Wall time {summary['wall_s']:.0f} s, peak resident memory {summary['peak_rss_mb']} MiB; files in {args.out}/"
+    )
+    return summary
+
+
+def _summary_line(evaluation: dict[str, Any]) -> str:
+    parts = [f"{k}={v:.3f}" for k, v in evaluation["positions"].items()]
+    if "sampled_games" in evaluation:
+        parts.append(f"points vs random={evaluation['sampled_games']['points_mean']:.3f}")
+    return ", ".join(parts)
+
+
+def check(summary: dict[str, Any]) -> list[str]:
+    """``--check``: the trained policy beats its warm start head to head, beyond noise."""
+    match = summary["head_to_head"]
+    if match["low"] > 0.5:
+        return []
+    return [
+        f"head-to-head points {match['points_mean']:.3f}, 95% interval [{match['low']:.3f}, {match['high']:.3f}] "
+        "is not above 0.5"
+    ]
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    result = asyncio.run(main(arguments))
+    if arguments.check and (failures := check(result)):
+        sys.exit("selfplay --check failed: " + "; ".join(failures))
