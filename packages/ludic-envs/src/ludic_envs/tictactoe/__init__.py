@@ -1,7 +1,7 @@
 """Tic-Tac-Toe: against a built-in opponent (:class:`TicTacToeEnv`) and two-player self-play
 (:class:`TicTacToeSelfPlayEnv`)."""
 
-from ludic_envs.tictactoe.board import COORDINATES, Board, coordinate_of, index_of
+from ludic_envs.tictactoe.board import COORDINATES, Board, check_start_board, coordinate_of, index_of
 from ludic_envs.tictactoe.env import TicTacToeEnv
 from ludic_envs.tictactoe.game import TicTacToeGame
 from ludic_envs.tictactoe.opponents import (
@@ -26,6 +26,7 @@ __all__ = [
     "TicTacToeGame",
     "TicTacToeRewards",
     "TicTacToeSelfPlayEnv",
+    "check_start_board",
     "coordinate_of",
     "index_of",
     "make_opponent",
