@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -44,6 +46,7 @@ TRAIN_TEMPERATURE = 1.0
 # --check: the mean self-play reward of the last two steps minus the first two. Measured with --smoke
 # (seed 0, 2 CPU cores): 0.094 -> 0.398 (+0.30); the margin is a third of that.
 MIN_REWARD_RISE = 0.1
+MATCH_CONCURRENCY = 64
 
 # Outcome rewards for each seat. A forfeit (the other seat's illegal move) is a win: the game's result.
 SELFPLAY_REWARDS = {
@@ -245,7 +248,10 @@ async def head_to_head(engine: Any, requests: Sequence[Any]) -> dict[str, Any]:
 
     from ludic_core.evaluation import run_eval
 
-    played = await run_eval(engine, requests, [], _settings())
+    # At most MATCH_CONCURRENCY games in flight: each seat's client holds the KV cache of its own batch,
+    # and two full batches of 64 rows at once would take the run past 4 GB resident.
+    settings = attrs.evolve(_settings(), concurrency=MATCH_CONCURRENCY)
+    played = await run_eval(engine, requests, [], settings)
     games: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for record in played.rollouts:
         games.setdefault((record["pair"], record["trained_seat"]), []).append(record)
