@@ -176,7 +176,7 @@ def selfplay_requests(
     random plies) and differ in their sampling seeds."""
     import random
 
-    from common import inference_spec, random_position
+    from common import inference_spec, random_start
 
     from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
     from ludic_core.seeding import derive_seed
@@ -188,9 +188,8 @@ def selfplay_requests(
         starts = random.Random(derive_seed(seed, "selfplay-starts", step))
         bases = []
         for _ in range(groups_per_step):
-            kwargs = {}
-            if starts.random() < start_share:
-                kwargs["start_board"] = random_position(starts, plies=starts.randint(1, 6))
+            start = random_start(starts, share=start_share)
+            kwargs = {} if start is None else {"start_board": start}
             bases.append(
                 RolloutRequest(
                     env=EnvSpec("ttt_selfplay", kwargs=kwargs), protocol=ProtocolSpec("seats"), inference=spec
@@ -232,6 +231,8 @@ def match_requests(pairs: int, *, seed: int) -> list[Any]:
 def seat_points(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Points per seat of one game from its two rollout records: win 1, draw ½, loss 0; a seat that
     moved illegally or replied out of format forfeits (0), and the other seat wins (1)."""
+    from common import game_points
+
     by_seat = {r["agent_id"]: r for r in records}
     if set(by_seat) != {"x", "o"}:
         raise ValueError(f"a game has rollouts for seats {sorted(by_seat)}, expected x and o")
@@ -239,7 +240,7 @@ def seat_points(records: Sequence[dict[str, Any]]) -> dict[str, float]:
         if record.get("parse_error") or record.get("illegal_reason") or record.get("failed"):
             other = "o" if seat == "x" else "x"
             return {seat: 0.0, other: 1.0}
-    return {seat: {"win": 1.0, "draw": 0.5}.get(r.get("result"), 0.0) for seat, r in by_seat.items()}
+    return {seat: game_points(record) for seat, record in by_seat.items()}
 
 
 async def head_to_head(engine: Any, requests: Sequence[Any]) -> dict[str, Any]:

@@ -168,9 +168,18 @@ class TrainingGames:
         kwargs: dict[str, Any] = {}
         if self.opponent != "random":
             kwargs.update(opponent=self.opponent, optimal_prob=self.optimal_prob)
-        if self.start_share and rng.random() < self.start_share:
-            kwargs["start_board"] = random_position(rng, plies=rng.randint(1, self.max_start_plies))
+        start = random_start(rng, share=self.start_share, max_plies=self.max_start_plies)
+        if start is not None:
+            kwargs["start_board"] = start
         return EnvSpec("tictactoe", kwargs=kwargs)
+
+
+def random_start(rng: random.Random, *, share: float, max_plies: int = 6) -> str | None:
+    """A GRPO group's start: with probability ``share`` a position after 1 to ``max_plies`` random
+    plies (:func:`random_position`), else ``None`` (the empty board). Draws nothing when ``share`` is 0."""
+    if share and rng.random() < share:
+        return random_position(rng, plies=rng.randint(1, max_plies))
+    return None
 
 
 def random_position(rng: random.Random, *, plies: int) -> str:
@@ -304,7 +313,7 @@ def position_reducers() -> Sequence[Reducer]:
     """Legal-move and optimal-move rates over single decisions (a malformed reply counts as neither)."""
     return [
         Reducer("legal_move_rate", _legal_move, "rate", "rollouts"),
-        Reducer("optimal_move_rate", _optimal_move, "rate", "rollouts"),
+        Reducer("optimal_move_rate", optimal_move, "rate", "rollouts"),
         Reducer("parse_error_rate", "parse_error", "rate", "rollouts"),
     ]
 
@@ -313,7 +322,9 @@ def _legal_move(record: dict[str, Any]) -> bool:
     return bool(record.get("reached_env")) and not record.get("illegal_reason")
 
 
-def _optimal_move(record: dict[str, Any]) -> bool:
+def optimal_move(record: dict[str, Any]) -> bool:
+    """Whether a one-decision record (:func:`position_requests`) played a legal move that keeps the
+    best outcome perfect play can reach."""
     return _legal_move(record) and bool(record.get("move_was_optimal"))
 
 

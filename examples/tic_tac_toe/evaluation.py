@@ -13,6 +13,7 @@ from common import (
     MAX_MOVES,
     eval_requests,
     game_points,
+    optimal_move,
     outcome,
     outcome_reducers,
     position_reducers,
@@ -72,14 +73,7 @@ class Evaluation:
         result["positions"] = {k: v for k, v in pos.metrics.items() if k.endswith("_rate")}
         by_seed = {r["env_seed"]: r for r in pos.rollouts}
         result["paired"] = {
-            "optimal_move": [
-                float(
-                    bool(by_seed[q.env_seed].get("reached_env"))
-                    and not by_seed[q.env_seed].get("illegal_reason")
-                    and bool(by_seed[q.env_seed].get("move_was_optimal"))
-                )
-                for q in position_requests
-            ]
+            "optimal_move": [float(optimal_move(by_seed[q.env_seed])) for q in position_requests]
         }
         for mode, requests in self.game_requests.items() if games else ():
             played = await run_eval(engine, requests, outcome_reducers(), rollout_settings(MAX_MOVES))
