@@ -157,13 +157,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from common import MAX_MOVES, TrainingGames, grpo_requests, make_engine, rollout_settings
-    from evaluation import Evaluation, paired_interval
+    from evaluation import Evaluation
     from players import perfect_player, random_legal_player, teacher_moves
     from rich.console import Console
 
     from ludic_agents.chat_template import HFChatTemplate
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
     from ludic_core.errors import MissingExtraError
+    from ludic_core.intervals import paired_interval
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
     from ludic_core.peak_memory import peak_rss_mb, reset_peak_rss
@@ -489,6 +490,9 @@ def check(summary: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
+    from ludic_core.peak_memory import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any thread allocates: one heap arena keeps freed memory reusable
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     if arguments.check and (failures := check(result)):

@@ -245,9 +245,8 @@ def seat_points(records: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 async def head_to_head(engine: Any, requests: Sequence[Any]) -> dict[str, Any]:
     """The trained policy's points per game against the warm start, per pair and overall."""
-    from evaluation import interval
-
     from ludic_core.evaluation import run_eval
+    from ludic_core.intervals import mean_interval
 
     # At most MATCH_CONCURRENCY games in flight: each seat's client holds the KV cache of its own batch,
     # and two full batches of 64 rows at once would take the run past 4 GB resident.
@@ -259,7 +258,7 @@ async def head_to_head(engine: Any, requests: Sequence[Any]) -> dict[str, Any]:
     points = {key: seat_points(records)[key[1]] for key, records in games.items()}
     pairs = sorted({pair for pair, _ in points})
     per_pair = [(points[(p, "x")] + points[(p, "o")]) / 2 for p in pairs]
-    low, high = interval(per_pair)
+    low, high = mean_interval(per_pair)
     return {
         "points_mean": statistics.fmean(per_pair),
         "low": low,
@@ -316,11 +315,12 @@ def frozen_copy(model: Any) -> Any:
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from common import make_engine
-    from evaluation import Evaluation, paired_interval
+    from evaluation import Evaluation
     from players import teacher_moves
 
     from ludic_agents.chat_template import HFChatTemplate
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
+    from ludic_core.intervals import paired_interval
     from ludic_core.loggers.console import PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
@@ -482,6 +482,9 @@ def check(summary: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
+    from ludic_core.peak_memory import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any thread allocates: one heap arena keeps freed memory reusable
     arguments = parse_args()
     result = asyncio.run(main(arguments))
     if arguments.check and (failures := check(result)):

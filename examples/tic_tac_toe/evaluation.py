@@ -1,12 +1,10 @@
-"""The Tic-Tac-Toe examples' evaluation: the same positions and games for every checkpoint, and paired
-95% intervals on the differences between two checkpoints."""
+"""The Tic-Tac-Toe examples' evaluation: the same positions and games for every checkpoint, keyed so that
+two checkpoints can be compared item by item (:func:`ludic_core.intervals.paired_interval`)."""
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from common import (
@@ -24,25 +22,6 @@ from common import (
 
 from ludic_core.evaluation import run_eval
 from ludic_core.seeding import derive_seed
-
-
-def paired_interval(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
-    """Mean of ``after - before`` over paired items with a 95% normal interval (``n`` large)."""
-    if len(before) != len(after) or len(before) < 2:
-        raise ValueError(
-            f"paired_interval needs two equal-length samples of >= 2, got {len(before)}, {len(after)}"
-        )
-    diffs = [a - b for a, b in zip(after, before, strict=True)]
-    mean = statistics.fmean(diffs)
-    half = 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": float(len(diffs))}
-
-
-def interval(values: Sequence[float]) -> tuple[float, float]:
-    """95% normal interval of a mean."""
-    mean = statistics.fmean(values)
-    half = 1.96 * statistics.pstdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-    return mean - half, mean + half
 
 
 class Evaluation:

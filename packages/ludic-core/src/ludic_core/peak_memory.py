@@ -16,9 +16,10 @@ import resource
 import sys
 from typing import Any
 
-__all__ = ["peak_rss_mb", "reset_peak_rss", "resettable"]
+__all__ = ["limit_malloc_arenas", "peak_rss_mb", "reset_peak_rss", "resettable"]
 
 _STATUS = "/proc/self/status"
+_M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 _CLEAR_REFS = "/proc/self/clear_refs"
 
 
@@ -57,14 +58,31 @@ def peak_rss_mb() -> float:
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
 
 
+def limit_malloc_arenas(count: int = 1) -> bool:
+    """Let glibc's allocator use at most ``count`` heap arenas in this process; call it first thing,
+    before threads start allocating. Returns False where it has no effect (not glibc).
+
+    glibc gives threads that allocate at the same time their own arenas (up to eight per core), and
+    memory freed in one arena is reused only by that arena. A training run allocates tensors from
+    the event loop's thread, the sampler's worker thread and torch's intra-op threads, so each arena
+    keeps its own high-water mark of freed memory: the tool-use example's GRPO stage grew to 3.7 GB
+    resident with the default arenas and stayed near 2.1 GB with one, at the same step time on two
+    cores. ``MALLOC_ARENA_MAX=1`` in the environment does the same for a whole process tree.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"limit_malloc_arenas: count must be an int >= 1, got {count!r}")
+    mallopt = _libc_function("mallopt")
+    return mallopt is not None and bool(mallopt(_M_ARENA_MAX, count))
+
+
 def _trim_heap() -> None:
-    trim = _malloc_trim()
+    trim = _libc_function("malloc_trim")
     if trim is not None:
         trim(0)
 
 
 @functools.cache
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim`` among the symbols the process has loaded, looked up once (None on other
-    C libraries)."""
-    return getattr(ctypes.CDLL(None), "malloc_trim", None)
+def _libc_function(name: str) -> Any:
+    """A glibc allocator function (``malloc_trim``, ``mallopt``) among the symbols the process has
+    loaded, looked up once (None on other C libraries)."""
+    return getattr(ctypes.CDLL(None), name, None)
