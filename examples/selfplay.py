@@ -23,7 +23,6 @@ What the run reports, against the warm start it started from:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import copy
 import json
 import os
@@ -40,6 +39,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lora_run import StagePeaks, add_run_arguments, apply_preset, load_lora_model, run_script
 
 GAME_MOVES = 9  # both seats together never move more than nine times
 TRAIN_TEMPERATURE = 1.0
@@ -94,9 +96,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument("--smoke", action="store_true", help="CI's size (PRESETS['smoke']): a few self-play steps")
-    p.add_argument(
-        "--model", choices=("smollm2", "tiny"), help="SmolLM2-135M-Instruct, or a tiny random model"
-    )
     p.add_argument("--teacher-games", type=int, help="rules-only teacher games for the warm start")
     p.add_argument("--sft-steps", type=int, help="warm-start optimiser steps")
     p.add_argument("--sft-lr", type=float)
@@ -116,23 +115,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--eval-games", type=int, help="games against the random opponent per evaluation (0: skip)"
     )
     p.add_argument("--match-pairs", type=int, help="head-to-head pairs of games against the warm start")
-    p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument("--lora-layers", type=int, default=8, help="adapt the top N decoder layers")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch CPU threads")
-    p.add_argument("--out", type=Path, help="run directory (default: a new runs/selfplay-<date>-<time>/)")
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help="exit 1 unless the trained policy beats its warm start head to head (interval above 0.5)",
+    add_run_arguments(
+        p,
+        run_name="selfplay",
+        check_help="exit 1 unless the trained policy beats its warm start head to head (interval above 0.5)",
     )
     args = p.parse_args(argv)
-    if args.out is None:
-        args.out = Path("runs") / time.strftime("selfplay-%Y%m%d-%H%M%S")
-    for key, value in PRESETS["smoke" if args.smoke else "default"].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return apply_preset(args, PRESETS["smoke" if args.smoke else "default"], run_name="selfplay")
 
 
 # --- the engine --------------------------------------------------------------------------------------
@@ -280,27 +269,6 @@ def _settings() -> Any:
 # --- the run -----------------------------------------------------------------------------------------
 
 
-def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    import torch
-
-    from ludic_train.lora import apply_lora
-    from ludic_train.testing import bpe_tokenizer, load_smollm2, tiny_causal_lm
-
-    if args.model == "tiny":
-        tokenizer = bpe_tokenizer()
-        base = tiny_causal_lm(tokenizer, seed=args.seed)
-        with torch.random.fork_rng(devices=[]):  # adapters from a seeded RNG, whatever ran before
-            torch.manual_seed(args.seed)
-            # The head too: adapters on two tiny blocks alone barely move the output distribution.
-            return apply_lora(base, rank=8, include_lm_head=True), tokenizer
-    base, tokenizer = load_smollm2()
-    layers = base.config.num_hidden_layers
-    top = range(max(0, layers - args.lora_layers), layers)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(args.seed)
-        return apply_lora(base, rank=args.lora_rank, layers=top), tokenizer
-
-
 def frozen_copy(model: Any) -> Any:
     """A copy of ``model`` for evaluation that shares every frozen tensor with it (the base weights)
     and owns a copy of the trainable ones (the adapters): the warm start costs only its adapters."""
@@ -324,24 +292,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from ludic_core.loggers.console import PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
-    from ludic_core.peak_memory import peak_rss_mb, reset_peak_rss
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
     from ludic_train.presets import make_grpo, make_sft
     from ludic_train.trainer import Trainer
 
     started = time.perf_counter()
-    peak_mb: dict[str, int] = {}  # resident-memory peak of each stage
-
-    def stage_done(stage: str) -> None:
-        peak_mb[stage] = max(peak_mb.get(stage, 0), round(peak_rss_mb()))
-        reset_peak_rss()
+    peaks = StagePeaks()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "metrics.jsonl").unlink(missing_ok=True)
-    model, tokenizer = load_model(args)
+    model, tokenizer = load_lora_model(args)
     template = HFChatTemplate(tokenizer)
     client = LocalPolicyClient(model, tokenizer, max_batch_size=64, seed=args.seed)
     metrics_log = JsonlLogger(args.out / "metrics.jsonl")
@@ -362,7 +325,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         logger=metrics_log,
     )
     await sft.train(args.sft_steps)
-    stage_done("warm start")
+    peaks.done("warm start")
 
     warm = frozen_copy(model)
     warm_client = LocalPolicyClient(warm, tokenizer, max_batch_size=64, seed=args.seed)
@@ -379,7 +342,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     evals = {"warm start": await evaluation.run(single_agent_engine(), games=args.eval_games > 0)}
     print(f"warm start: {_summary_line(evals['warm start'])}", flush=True)
-    stage_done("evaluation")
+    peaks.done("evaluation")
 
     clients = {"both": {"x": client, "o": client}, "x": {"x": client, "o": warm_client}}
     clients["o"] = {"x": warm_client, "o": client}
@@ -413,13 +376,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     results = await trainer.train(args.steps)
     metrics_log.close()
-    stage_done("self-play")
+    peaks.done("self-play")
 
     evals["self-play"] = await evaluation.run(single_agent_engine(), games=args.eval_games > 0)
     print(f"self-play: {_summary_line(evals['self-play'])}", flush=True)
-    stage_done("evaluation")
+    peaks.done("evaluation")
     match = await head_to_head(engine, match_requests(args.match_pairs, seed=args.seed))
-    stage_done("evaluation")
+    peaks.done("evaluation")
     gains = {
         name: paired_interval(evals["warm start"]["paired"][name], evals["self-play"]["paired"][name])
         for name in evals["self-play"]["paired"]
@@ -428,8 +391,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "wall_s": time.perf_counter() - started,
-        "peak_rss_mb": max(peak_mb.values()),
-        "peak_rss_mb_by_stage": peak_mb,
+        "peak_rss_mb": peaks.peak,
+        "peak_rss_mb_by_stage": peaks.by_stage,
         "head_to_head": match,
         "gain_over_warm_start": gains,
         "evaluations": {k: {n: v for n, v in e.items() if n != "paired"} for k, e in evals.items()},
@@ -482,10 +445,4 @@ def check(summary: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
-    from ludic_core.peak_memory import limit_malloc_arenas
-
-    limit_malloc_arenas()  # before any thread allocates: one heap arena keeps freed memory reusable
-    arguments = parse_args()
-    result = asyncio.run(main(arguments))
-    if arguments.check and (failures := check(result)):
-        sys.exit("selfplay --check failed: " + "; ".join(failures))
+    run_script("selfplay", parse_args, main, check)

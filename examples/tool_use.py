@@ -22,7 +22,6 @@ sequence.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics
@@ -35,6 +34,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "calculator"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lora_run import StagePeaks, add_run_arguments, apply_preset, load_lora_model, run_script
 
 TRAIN_TEMPERATURE = 1.0
 # --check: the mean GRPO reward of the last two steps minus the first two. Measured with --smoke
@@ -71,9 +73,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument("--smoke", action="store_true", help="CI's size (PRESETS['smoke']): a few GRPO steps")
-    p.add_argument(
-        "--model", choices=("smollm2", "tiny"), help="SmolLM2-135M-Instruct, or a tiny random model"
-    )
     p.add_argument("--teacher-episodes", type=int, help="scripted teacher episodes for the warm start")
     p.add_argument("--sft-steps", type=int, help="warm-start optimiser steps")
     p.add_argument("--sft-lr", type=float)
@@ -82,43 +81,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--groups-per-step", type=int)
     p.add_argument("--lr", type=float, help="GRPO learning rate")
     p.add_argument("--eval-questions", type=int, help="fixed questions per evaluation")
-    p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument("--lora-layers", type=int, default=8, help="adapt the top N decoder layers")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="torch CPU threads")
-    p.add_argument("--out", type=Path, help="run directory (default: a new runs/tool-use-<date>-<time>/)")
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help="exit 1 unless the GRPO reward rose and success rose beyond noise (paired interval above 0)",
+    add_run_arguments(
+        p,
+        run_name="tool-use",
+        check_help="exit 1 unless the GRPO reward rose and success rose beyond noise (paired interval above 0)",
     )
     args = p.parse_args(argv)
-    if args.out is None:
-        args.out = Path("runs") / time.strftime("tool-use-%Y%m%d-%H%M%S")
-    for key, value in PRESETS["smoke" if args.smoke else "default"].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
-
-
-def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    import torch
-
-    from ludic_train.lora import apply_lora
-    from ludic_train.testing import bpe_tokenizer, load_smollm2, tiny_causal_lm
-
-    if args.model == "tiny":
-        tokenizer = bpe_tokenizer()  # ChatML special tokens, as SmolLM2's, so the chat template fits
-        base = tiny_causal_lm(tokenizer, seed=args.seed)
-        with torch.random.fork_rng(devices=[]):  # adapters from a seeded RNG, whatever ran before
-            torch.manual_seed(args.seed)
-            return apply_lora(base, rank=8, include_lm_head=True), tokenizer
-    base, tokenizer = load_smollm2()
-    layers = base.config.num_hidden_layers
-    top = range(max(0, layers - args.lora_layers), layers)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(args.seed)
-        return apply_lora(base, rank=args.lora_rank, layers=top), tokenizer
+    return apply_preset(args, PRESETS["smoke" if args.smoke else "default"], run_name="tool-use")
 
 
 async def teacher_items(tokenizer: Any, template: Any, *, episodes: int, seed: int) -> list[Any]:
@@ -179,24 +148,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from ludic_core.loggers.console import PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
-    from ludic_core.peak_memory import peak_rss_mb, reset_peak_rss
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
     from ludic_train.presets import make_grpo, make_sft
     from ludic_train.trainer import Trainer
 
     started = time.perf_counter()
-    peak_mb: dict[str, int] = {}
-
-    def stage_done(stage: str) -> None:
-        peak_mb[stage] = max(peak_mb.get(stage, 0), round(peak_rss_mb()))
-        reset_peak_rss()
+    peaks = StagePeaks()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "metrics.jsonl").unlink(missing_ok=True)
-    model, tokenizer = load_model(args)
+    model, tokenizer = load_lora_model(args)
     template = tool_chat_template(tokenizer)
     # 32 rows per forward pass: as fast as 64 here, and a third of the KV-cache memory.
     client = LocalPolicyClient(model, tokenizer, max_batch_size=32, seed=args.seed)
@@ -217,7 +181,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     # The adapters start at zero, so this is the base model itself: the yardstick without a warm start.
     evals = {"base model": await evaluate(engine, questions)}
     print(f"base model: {_summary_line(evals['base model'])}", flush=True)
-    stage_done("evaluation")
+    peaks.done("evaluation")
 
     items = await teacher_items(tokenizer, template, episodes=args.teacher_episodes, seed=args.seed + 1)
     print(f"Warm start: SFT on {len(items)} scripted episodes", flush=True)
@@ -229,11 +193,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         logger=metrics_log,
     )
     await sft.train(args.sft_steps)
-    stage_done("warm start")
+    peaks.done("warm start")
 
     evals["warm start"] = await evaluate(engine, questions)
     print(f"warm start: {_summary_line(evals['warm start'])}", flush=True)
-    stage_done("evaluation")
+    peaks.done("evaluation")
 
     algorithm = make_grpo(group_size=args.group_size)
     trainer = Trainer(
@@ -256,11 +220,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     results = await trainer.train(args.steps)
     metrics_log.close()
-    stage_done("grpo")
+    peaks.done("grpo")
 
     evals["grpo"] = await evaluate(engine, questions)
     print(f"after GRPO: {_summary_line(evals['grpo'])}", flush=True)
-    stage_done("evaluation")
+    peaks.done("evaluation")
     gains = {
         key: paired(evals["warm start"]["reports"], evals["grpo"]["reports"], key)
         for key in ("correct", "called", "right_expression")
@@ -269,8 +233,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "wall_s": time.perf_counter() - started,
-        "peak_rss_mb": max(peak_mb.values()),
-        "peak_rss_mb_by_stage": peak_mb,
+        "peak_rss_mb": peaks.peak,
+        "peak_rss_mb_by_stage": peaks.by_stage,
         "evaluations": {k: e["rates"] for k, e in evals.items()},
         "gain_over_warm_start": gains,
         "train_reward": rewards,
@@ -314,10 +278,4 @@ def check(summary: dict[str, Any]) -> list[str]:
 
 
 if __name__ == "__main__":
-    from ludic_core.peak_memory import limit_malloc_arenas
-
-    limit_malloc_arenas()  # before any thread allocates: one heap arena keeps freed memory reusable
-    arguments = parse_args()
-    result = asyncio.run(main(arguments))
-    if arguments.check and (failures := check(result)):
-        sys.exit("tool_use --check failed: " + "; ".join(failures))
+    run_script("tool_use", parse_args, main, check)

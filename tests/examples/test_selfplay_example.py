@@ -76,7 +76,7 @@ def test_frozen_copy_shares_the_base_and_owns_its_adapters(selfplay: ModuleType)
     import torch
 
     args = selfplay.parse_args(["--model", "tiny"])
-    model, _tokenizer = selfplay.load_model(args)
+    model, _tokenizer = selfplay.load_lora_model(args)
     copy = selfplay.frozen_copy(model)
     frozen = dict(model.named_parameters())
     for name, p in copy.named_parameters():
