@@ -53,6 +53,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "groups_per_step": 4,
         "lr": 1e-3,
         "eval_questions": 200,
+        "base_eval": True,
     },
     # CI's learning check (`nox -s tool_use`): the same warm start and a few GRPO steps.
     "smoke": {
@@ -63,7 +64,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "steps": 4,
         "groups_per_step": 4,
         "lr": 1e-3,
-        "eval_questions": 64,
+        "eval_questions": 32,
+        "base_eval": False,
     },
 }
 
@@ -81,6 +83,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--groups-per-step", type=int)
     p.add_argument("--lr", type=float, help="GRPO learning rate")
     p.add_argument("--eval-questions", type=int, help="fixed questions per evaluation")
+    p.add_argument(
+        "--base-eval",
+        action=argparse.BooleanOptionalAction,
+        help="also evaluate the base model (the yardstick without a warm start)",
+    )
     add_run_arguments(
         p,
         run_name="tool-use",
@@ -178,10 +185,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     questions = task_requests(
         args.eval_questions, seed=args.seed + 2, temperature=TRAIN_TEMPERATURE, logprobs=False
     )
-    # The adapters start at zero, so this is the base model itself: the yardstick without a warm start.
-    evals = {"base model": await evaluate(engine, questions)}
-    print(f"base model: {_summary_line(evals['base model'])}", flush=True)
-    peaks.done("evaluation")
+    evals: dict[str, dict[str, Any]] = {}
+    if args.base_eval:
+        # The adapters start at zero, so this is the base model itself: the yardstick without a warm start.
+        evals["base model"] = await evaluate(engine, questions)
+        print(f"base model: {_summary_line(evals['base model'])}", flush=True)
+        peaks.done("evaluation")
 
     items = await teacher_items(tokenizer, template, episodes=args.teacher_episodes, seed=args.seed + 1)
     print(f"Warm start: SFT on {len(items)} scripted episodes", flush=True)
