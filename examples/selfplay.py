@@ -15,8 +15,8 @@ What the run reports, against the warm start it started from:
 * **optimal-move rate** on the demo's fixed positions (scored by the solver) with a paired interval;
 * points per game against the random opponent (the demo's games), with a paired interval.
 
-    python examples/selfplay.py                 # SmolLM2-135M: ~21 min on 2 CPU cores, 3.7 GB resident
-    python examples/selfplay.py --smoke         # CI's learning check (with --check): ~6 min, 3.4 GB
+    python examples/selfplay.py                 # SmolLM2-135M: ~21 min on 2 CPU cores, < 3.7 GB resident
+    python examples/selfplay.py --smoke         # CI's learning check (with --check): ~6 min, 2.3 GB
     python examples/selfplay.py --model tiny --smoke   # a tiny random model: the plumbing in seconds
 """
 
