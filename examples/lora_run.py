@@ -6,13 +6,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StagePeaks", "add_run_arguments", "apply_preset", "load_lora_model", "run_script"]
+__all__ = [
+    "StagePeaks",
+    "add_run_arguments",
+    "apply_preset",
+    "load_lora_model",
+    "reward_rise_problem",
+    "run_script",
+    "start_run",
+    "warm_start",
+]
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, run_name: str, check_help: str) -> None:
@@ -62,6 +72,56 @@ def load_lora_model(args: argparse.Namespace) -> tuple[Any, Any]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(args.seed)
         return apply_lora(base, rank=args.lora_rank, layers=top), tokenizer
+
+
+def start_run(args: argparse.Namespace) -> tuple[Any, Any]:
+    """Set torch's threads and seed, make the run directory (a rerun into it starts a new
+    ``metrics.jsonl``) and load the model: ``(model, tokenizer)``."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "metrics.jsonl").unlink(missing_ok=True)
+    return load_lora_model(args)
+
+
+async def warm_start(
+    model: Any,
+    items: Sequence[Any],
+    *,
+    lr: float,
+    steps: int,
+    seed: int,
+    config: Mapping[str, Any],
+    logger: Any,
+) -> None:
+    """SFT on a teacher's SAW items, 16 per step, for ``steps`` steps (``config``: the trainer settings
+    the run's GRPO stage uses too)."""
+    from ludic_core.batch_sources import OfflineBatchSource
+    from ludic_train.config import TrainerConfig
+    from ludic_train.presets import make_sft
+    from ludic_train.trainer import Trainer
+
+    sft = Trainer(
+        model=model,
+        algorithm=make_sft(),
+        batch_source=OfflineBatchSource(list(items), batch_size=16, seed=seed),
+        config=TrainerConfig(lr=lr, publish_every_steps=0, **config),
+        logger=logger,
+    )
+    await sft.train(steps)
+
+
+def reward_rise_problem(rewards: Sequence[float], *, margin: float, label: str) -> str | None:
+    """``--check``'s learning test: the mean reward of the last two steps minus the first two must be at
+    least ``margin``. Returns what is wrong (``label`` names the stage, e.g. ``"GRPO"``), else None."""
+    if len(rewards) < 4:
+        return f"--check needs at least 4 {label} steps, got {len(rewards)}"
+    rise = statistics.fmean(rewards[-2:]) - statistics.fmean(rewards[:2])
+    if rise < margin:
+        return f"{label} reward rose by {rise:+.3f} (last two steps over the first two) < {margin}"
+    return None
 
 
 class StagePeaks:

@@ -41,7 +41,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lora_run import StagePeaks, add_run_arguments, apply_preset, load_lora_model, run_script
+from lora_run import (
+    StagePeaks,
+    add_run_arguments,
+    apply_preset,
+    reward_rise_problem,
+    run_script,
+    start_run,
+    warm_start,
+)
 
 GAME_MOVES = 9  # both seats together never move more than nine times
 TRAIN_TEMPERATURE = 1.0
@@ -281,30 +289,25 @@ def frozen_copy(model: Any) -> Any:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
     from common import make_engine
     from evaluation import Evaluation
     from players import teacher_moves
 
     from ludic_agents.chat_template import HFChatTemplate
-    from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
+    from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.intervals import paired_interval
     from ludic_core.loggers.console import PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.presets import make_grpo, make_sft
+    from ludic_train.presets import make_grpo
     from ludic_train.trainer import Trainer
 
     started = time.perf_counter()
     peaks = StagePeaks()
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "metrics.jsonl").unlink(missing_ok=True)
-    model, tokenizer = load_lora_model(args)
+    model, tokenizer = start_run(args)
     template = HFChatTemplate(tokenizer)
     client = LocalPolicyClient(model, tokenizer, max_batch_size=64, seed=args.seed)
     metrics_log = JsonlLogger(args.out / "metrics.jsonl")
@@ -317,14 +320,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     games, items = await teacher_moves(tokenizer, template, games=args.teacher_games, seed=args.seed + 1)
     print(f"Warm start: SFT on {len(items)} moves of {games} rules-only teacher games", flush=True)
-    sft = Trainer(
-        model=model,
-        algorithm=make_sft(),
-        batch_source=OfflineBatchSource(items, batch_size=16, seed=args.seed),
-        config=TrainerConfig(lr=args.sft_lr, publish_every_steps=0, **base_config),
+    await warm_start(
+        model,
+        items,
+        lr=args.sft_lr,
+        steps=args.sft_steps,
+        seed=args.seed,
+        config=base_config,
         logger=metrics_log,
     )
-    await sft.train(args.sft_steps)
     peaks.done("warm start")
 
     warm = frozen_copy(model)
@@ -425,16 +429,8 @@ def check(summary: dict[str, Any]) -> list[str]:
     """``--check``: self-play raised its own reward (last two steps over the first two) by at least
     :data:`MIN_REWARD_RISE`, and the trained policy beats its warm start head to head beyond noise.
     Returns the promises broken."""
-    broken = []
-    rewards = summary["train_reward"]
-    if len(rewards) < 4:
-        broken.append(f"--check needs at least 4 self-play steps, got {len(rewards)}")
-    else:
-        rise = statistics.fmean(rewards[-2:]) - statistics.fmean(rewards[:2])
-        if rise < MIN_REWARD_RISE:
-            broken.append(
-                f"self-play reward rose by {rise:+.3f} (last two steps over the first two) < {MIN_REWARD_RISE}"
-            )
+    rise = reward_rise_problem(summary["train_reward"], margin=MIN_REWARD_RISE, label="self-play")
+    broken = [] if rise is None else [rise]
     match = summary["head_to_head"]
     if not match["low"] > 0.5:
         broken.append(

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,7 +35,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "calculator"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lora_run import StagePeaks, add_run_arguments, apply_preset, load_lora_model, run_script
+from lora_run import (
+    StagePeaks,
+    add_run_arguments,
+    apply_preset,
+    reward_rise_problem,
+    run_script,
+    start_run,
+    warm_start,
+)
 
 TRAIN_TEMPERATURE = 1.0
 # --check: the mean GRPO reward of the last two steps minus the first two. Measured with --smoke
@@ -148,26 +155,21 @@ def paired(before: list[dict[str, Any]], after: list[dict[str, Any]], key: str) 
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
     from task import make_engine, rollout_settings, task_requests, tool_chat_template
 
-    from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
+    from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.loggers.console import PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.presets import make_grpo, make_sft
+    from ludic_train.presets import make_grpo
     from ludic_train.trainer import Trainer
 
     started = time.perf_counter()
     peaks = StagePeaks()
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "metrics.jsonl").unlink(missing_ok=True)
-    model, tokenizer = load_lora_model(args)
+    model, tokenizer = start_run(args)
     template = tool_chat_template(tokenizer)
     # 32 rows per forward pass: as fast as 64 here, and a third of the KV-cache memory.
     client = LocalPolicyClient(model, tokenizer, max_batch_size=32, seed=args.seed)
@@ -194,14 +196,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     items = await teacher_items(tokenizer, template, episodes=args.teacher_episodes, seed=args.seed + 1)
     print(f"Warm start: SFT on {len(items)} scripted episodes", flush=True)
-    sft = Trainer(
-        model=model,
-        algorithm=make_sft(),
-        batch_source=OfflineBatchSource(items, batch_size=16, seed=args.seed),
-        config=TrainerConfig(lr=args.sft_lr, publish_every_steps=0, **base_config),
+    await warm_start(
+        model,
+        items,
+        lr=args.sft_lr,
+        steps=args.sft_steps,
+        seed=args.seed,
+        config=base_config,
         logger=metrics_log,
     )
-    await sft.train(args.sft_steps)
     peaks.done("warm start")
 
     evals["warm start"] = await evaluate(engine, questions)
@@ -267,16 +270,8 @@ def check(summary: dict[str, Any]) -> list[str]:
     """``--check``: the GRPO reward rose (last two steps over the first two) by at least
     :data:`MIN_REWARD_RISE`, and success rose with its paired interval above zero. Returns the
     promises broken."""
-    broken = []
-    rewards = summary["train_reward"]
-    if len(rewards) < 4:
-        broken.append(f"--check needs at least 4 GRPO steps, got {len(rewards)}")
-    else:
-        rise = statistics.fmean(rewards[-2:]) - statistics.fmean(rewards[:2])
-        if rise < MIN_REWARD_RISE:
-            broken.append(
-                f"GRPO reward rose by {rise:+.3f} (last two steps over the first two) < {MIN_REWARD_RISE}"
-            )
+    rise = reward_rise_problem(summary["train_reward"], margin=MIN_REWARD_RISE, label="GRPO")
+    broken = [] if rise is None else [rise]
     gain = summary["gain_over_warm_start"]["correct"]
     if not gain["low"] > 0:
         broken.append(

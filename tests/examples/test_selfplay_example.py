@@ -74,9 +74,10 @@ def test_seat_points(selfplay: ModuleType) -> None:
 
 def test_frozen_copy_shares_the_base_and_owns_its_adapters(selfplay: ModuleType) -> None:
     import torch
+    from lora_run import load_lora_model  # on sys.path once the script is loaded
 
     args = selfplay.parse_args(["--model", "tiny"])
-    model, _tokenizer = selfplay.load_lora_model(args)
+    model, _tokenizer = load_lora_model(args)
     copy = selfplay.frozen_copy(model)
     frozen = dict(model.named_parameters())
     for name, p in copy.named_parameters():
