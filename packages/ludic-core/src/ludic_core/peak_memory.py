@@ -16,6 +16,8 @@ import resource
 import sys
 from typing import Any
 
+from ludic_core.errors import ConfigError
+
 __all__ = ["limit_malloc_arenas", "peak_rss_mb", "reset_peak_rss", "resettable"]
 
 _STATUS = "/proc/self/status"
@@ -70,7 +72,7 @@ def limit_malloc_arenas(count: int = 1) -> bool:
     cores. ``MALLOC_ARENA_MAX=1`` in the environment does the same for a whole process tree.
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"limit_malloc_arenas: count must be an int >= 1, got {count!r}")
+        raise ConfigError(f"limit_malloc_arenas: count must be an int >= 1, got {count!r}")
     mallopt = _libc_function("mallopt")
     return mallopt is not None and bool(mallopt(_M_ARENA_MAX, count))
 
