@@ -491,7 +491,7 @@ async def test_a_failed_child_fails_its_episode_in_the_engine() -> None:
     engine = RolloutEngine(env_factories={"answer": ExactAnswerEnv})
     result = await engine.generate_rollouts(
         [RolloutRequest(env=EnvSpec("answer"), protocol=spec)],
-        RolloutSettings(max_steps=3, on_failure="continue"),
+        RolloutSettings(max_steps=3, on_failure="continue", max_failure_rate=1.0),
     )
     [episode] = result.episodes
     assert episode.failure is not None and episode.failure.stage == "client"

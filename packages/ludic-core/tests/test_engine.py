@@ -15,12 +15,19 @@ from core_data_builders import guess_engine
 from ludic_core import RolloutSettings
 from ludic_core.credit import GroupNormalizedReturn, MonteCarloReturn
 from ludic_core.engine import DEFAULT_EPISODE_TIMEOUT_S, DEFAULT_MODEL_CALL_TIMEOUT_S, RolloutEngine
-from ludic_core.errors import ConfigError, EpisodeError, RegistryError, TransportError
+from ludic_core.errors import (
+    ConfigError,
+    EpisodeError,
+    MissingExtraError,
+    RegistryError,
+    TransportError,
+    missing_extra,
+)
 from ludic_core.inference import InferenceSpec, ReturnSpec, TokenCompletionRequest
 from ludic_core.protocols import SingleAgentProtocol
 from ludic_core.registry import ENVS, PROTOCOLS
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic_core.rollout_log import read_rollouts
+from ludic_core.rollout_log import RolloutLog, read_rollouts
 from ludic_core.saw import SAWBatch
 from ludic_core.serialization import rollout_to_dict
 from ludic_core.strategies import GRPORequestStrategy, IdentityStrategy
@@ -237,7 +244,8 @@ async def test_episode_timeout_and_client_errors_become_failures() -> None:
         protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(slow))},
     )
     result = await engine.generate_rollouts(
-        [guess_request()] * 2, RolloutSettings(max_steps=1, episode_timeout_s=0.05, on_failure="continue")
+        [guess_request()] * 2,
+        RolloutSettings(max_steps=1, episode_timeout_s=0.05, on_failure="continue", max_failure_rate=1.0),
     )
     assert [e.failure.stage for e in result.episodes if e.failure] == ["timeout", "timeout"]
     assert result.rollouts[0].failure is not None and result.rollouts[0].meta["episode_index"] == 0
@@ -250,9 +258,81 @@ async def test_episode_timeout_and_client_errors_become_failures() -> None:
         protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(ScriptedChatClient(broken)))},
     )
     result = await engine.generate_rollouts(
-        [guess_request()], RolloutSettings(max_steps=1, on_failure="continue")
+        [guess_request()], RolloutSettings(max_steps=1, on_failure="continue", max_failure_rate=1.0)
     )
     assert result.episodes[0].failure is not None and result.episodes[0].failure.stage == "client"
+
+
+def _engine_failing_on(env_seeds: set[int]) -> RolloutEngine:
+    """A guess engine whose env fails to reset (a TransportError, as a remote env would) for ``env_seeds``."""
+
+    class FlakyGuessEnv(GuessNumberEnv):
+        def reset(self, seed: int | None = None) -> Any:
+            if seed in env_seeds:
+                raise TransportError(f"env server unreachable (seed {seed})")
+            return super().reset(seed=seed)
+
+    return RolloutEngine(
+        env_factories={"guess": FlakyGuessEnv},
+        protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(ScriptedChatClient(["1"])))},
+    )
+
+
+async def test_more_failures_than_max_failure_rate_raise_naming_the_first_after_every_episode_ran(
+    tmp_path: Path,
+) -> None:
+    requests = [guess_request(env_seed=s, sampling_seed=s) for s in range(4)]
+    done: list[int] = []
+    engine = _engine_failing_on({1, 2, 3})
+    engine.rollout_log = RolloutLog(tmp_path / "episodes.jsonl")
+    with pytest.raises(EpisodeError) as caught:
+        await engine.generate_rollouts(
+            requests,
+            RolloutSettings(max_steps=1, max_failure_rate=0.5),
+            on_episode_done=lambda e: done.append(e.episode_index),
+        )
+    message = str(caught.value)
+    assert "3 of 4 episodes failed" in message and "max_failure_rate=0.5" in message
+    # The first failure in request order, with its cause, and how many share it.
+    assert "episode 1" in message and "env server unreachable (seed 1)" in message
+    assert "stage 'env'" in message and "3 of the 3 failed with TransportError" in message
+    # Every episode ran and was logged before the call failed: nothing is lost.
+    assert sorted(done) == [0, 1, 2, 3]
+    assert len(list(read_rollouts(tmp_path / "episodes.jsonl"))) == 4
+
+
+async def test_failures_up_to_max_failure_rate_are_reported_not_raised() -> None:
+    requests = [guess_request(env_seed=s, sampling_seed=s) for s in range(4)]
+    result = await _engine_failing_on({1, 2}).generate_rollouts(
+        requests, RolloutSettings(max_steps=1, max_failure_rate=0.5)
+    )
+    assert [e.episode_index for e in result.failed_episodes] == [1, 2]
+    with pytest.raises(EpisodeError, match="2 of 4 episodes failed"):
+        await _engine_failing_on({1, 2}).generate_rollouts(
+            requests, RolloutSettings(max_steps=1, max_failure_rate=0.25)
+        )
+    strict = RolloutSettings(max_steps=1, max_failure_rate=0.0)
+    assert not (await guess_engine().generate_rollouts(requests, strict)).failed_episodes
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, "half", True, float("nan")])
+def test_max_failure_rate_must_be_a_share(bad: object) -> None:
+    with pytest.raises(ConfigError, match="max_failure_rate must be a number in \\[0, 1\\]"):
+        RolloutSettings(max_steps=1, max_failure_rate=bad)  # type: ignore[arg-type]
+
+
+async def test_a_missing_extra_while_building_the_env_ends_the_call_instead_of_failing_each_episode() -> None:
+    def env_needing_an_extra(**kwargs: Any) -> GuessNumberEnv:
+        raise missing_extra("ludic-envs", "hf", "datasets")
+
+    engine = RolloutEngine(
+        env_factories={"guess": env_needing_an_extra},
+        protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(ScriptedChatClient(["1"])))},
+    )
+    with pytest.raises(MissingExtraError, match=r'pip install "ludic-envs\[hf\]"'):
+        await engine.generate_rollouts(
+            [guess_request()] * 3, RolloutSettings(max_steps=1, max_failure_rate=1.0)
+        )
 
 
 async def test_episode_timers_reused_across_episodes_still_fire_on_time() -> None:
@@ -270,7 +350,8 @@ async def test_episode_timers_reused_across_episodes_still_fire_on_time() -> Non
     loop = asyncio.get_running_loop()
     started = loop.time()
     result = await engine.generate_rollouts(
-        [guess_request()] * 3, RolloutSettings(max_steps=1, episode_timeout_s=0.05, on_failure="continue")
+        [guess_request()] * 3,
+        RolloutSettings(max_steps=1, episode_timeout_s=0.05, on_failure="continue", max_failure_rate=1.0),
     )
     assert loop.time() - started < 2.0
     assert [e.failure.stage for e in result.episodes if e.failure] == ["timeout"] * 3

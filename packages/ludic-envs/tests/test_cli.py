@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 from collections import Counter
 from pathlib import Path
@@ -132,6 +133,54 @@ async def test_eval_pass_at_k_over_samples(tmp_path: Path) -> None:
     metrics, _, _ = await _eval(tmp_path, "first-legal", "-k", "3", "pass_k=[1, 3]")
     assert metrics["num_rollouts"] == 18
     assert 0.0 <= metrics["pass@1"] <= metrics["pass@3"] <= 1.0
+
+
+async def test_eval_with_a_wrong_model_name_exits_non_zero_naming_the_cause(tmp_path: Path) -> None:
+    async with serve_openai() as server:
+        status, out, err = await ludic(
+            "eval", "tictactoe", "--backend", "openai", "--base-url", server.base_url,
+            "--model", "no-such-model", "-n", "3", "--run-dir", "run",
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert status != 0, out
+    assert "3 of 3 episodes failed" in err and "max_failure_rate=0.5" in err
+    assert "HTTP 404 for model 'no-such-model'" in err and "unknown model no-such-model" in err
+    assert "is in run/episodes.jsonl" in err and "Traceback" not in err
+    assert len(list(read_rollouts(tmp_path / "run" / "episodes.jsonl"))) == 3  # every episode logged
+
+
+async def test_eval_against_a_dead_url_exits_non_zero_naming_the_cause(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    status, out, err = await ludic(
+        "eval", "tictactoe", "--backend", "openai", "--base-url", dead_url, "--model", "m", "-n", "2",
+        "--run-dir", "run", "backend.max_retries=0",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert status != 0, out
+    assert "2 of 2 episodes failed" in err and "stage 'client'" in err
+    assert "TransportError" in err and dead_url in err and "Traceback" not in err
+
+
+async def test_rollouts_rerun_retries_the_failed_episodes(tmp_path: Path) -> None:
+    output = tmp_path / "data.jsonl"
+    async with serve_openai() as server:
+        common = ["rollouts", "tictactoe", "--base-url", server.base_url, "-o", str(output), "-n", "2"]
+        status, _out, err = await ludic(
+            *common, "--model", "no-such-model", "--run-dir", "runs/a", cwd=tmp_path
+        )
+        assert status != 0 and "2 of 2 episodes failed" in err
+        ledger = output.with_name("data.jsonl.requests.jsonl")
+        assert not ledger.exists() or not ledger.read_text().strip()  # nothing counts as done
+        # The model name fixed, the rerun collects both requests.
+        status, _out, err = await ludic(
+            *common, "--model", "first-legal", "--run-dir", "runs/b", cwd=tmp_path
+        )
+        assert status == 0, err
+        counts = json.loads((tmp_path / "runs/b/counts.json").read_text())
+        assert counts["skipped_done"] == 0 and counts["rollouts"] == 2 and counts["failed_episodes"] == 0
+        assert len(ledger.read_text().splitlines()) == 2
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,12 @@ same calls reproduces the same seeds, hence the same rollouts with deterministic
 Failures. A protocol reports env, agent and client failures on its rollouts (``Rollout.failure``);
 the engine adds timeouts and crashes of the protocol itself. ``on_failure="raise"`` cancels the rest of
 the batch at the first failure and raises :class:`~ludic_core.errors.EpisodeError`;
-``on_failure="continue"`` keeps going and reports every failed episode in the result. Failed episodes
-never produce SAW items.
+``on_failure="continue"`` keeps going and reports every failed episode in the result, unless more than
+``max_failure_rate`` of the call's episodes failed: then it raises :class:`~ludic_core.errors.EpisodeError`
+naming the first failure once every episode has run and been logged. Failed episodes never produce SAW
+items. A :class:`~ludic_core.errors.ConfigError` or :class:`~ludic_core.errors.MissingExtraError` raised
+while building an env or protocol is not an episode failure: it would fail every episode, so it ends the
+call at once.
 
 Settings. How episodes run (``max_steps``, ``concurrency``, the timeouts and ``on_failure``) is one
 :class:`~ludic_core.rollout_settings.RolloutSettings` value given to each call; the batch source,
@@ -50,7 +54,7 @@ import attrs
 from ludic_core.call_timeout import call_timeout
 from ludic_core.credit import CreditAssigner
 from ludic_core.env import LudicEnv
-from ludic_core.errors import ConfigError, EpisodeError, LudicTimeoutError
+from ludic_core.errors import ConfigError, EpisodeError, LudicTimeoutError, MissingExtraError
 from ludic_core.filters import SampleFilter, apply_filter
 from ludic_core.ids import seeded_ids
 from ludic_core.inference import InferenceSpec
@@ -142,6 +146,25 @@ class RolloutResult:
     @property
     def failed_episodes(self) -> list[EpisodeResult]:
         return [e for e in self.episodes if e.failed]
+
+    def check_failure_rate(self, max_failure_rate: float) -> None:
+        """Raise :class:`~ludic_core.errors.EpisodeError` if more than ``max_failure_rate`` of the
+        episodes failed, naming the first failed episode (in request order) and its cause."""
+        failed = self.failed_episodes
+        if not failed or len(failed) <= max_failure_rate * len(self.episodes):
+            return
+        first = failed[0]
+        assert first.failure is not None
+        same = sum(
+            1 for e in failed if e.failure is not None and e.failure.error_type == first.failure.error_type
+        )
+        raise EpisodeError(
+            f"{len(failed)} of {len(self.episodes)} episodes failed, more than "
+            f"RolloutSettings.max_failure_rate={max_failure_rate}; the first (episode {first.episode_index}, "
+            f"env {first.request.env.kind!r}) failed in stage {first.failure.stage!r}: "
+            f"{first.failure.error_type}: {first.failure.message} ({same} of the {len(failed)} failed with "
+            f"{first.failure.error_type})"
+        )
 
     def failure_summary(self) -> list[dict[str, Any]]:
         """JSON-friendly: one entry per failed episode (no tracebacks)."""
@@ -360,6 +383,7 @@ class RolloutEngine:
                 total=len(out.episodes),
                 stages=dict(Counter(e.failure.stage for e in out.failed_episodes if e.failure)),
             )
+            out.check_failure_rate(settings.max_failure_rate)
         return out
 
     async def _run_episode(
@@ -453,7 +477,7 @@ class RolloutEngine:
             # moves it: no loop timer scheduled and cancelled per episode (see call_timeout).
             with call_timeout(settings["episode_timeout_s"]):
                 rollouts = list(await run)
-        except ConfigError:
+        except (ConfigError, MissingExtraError):
             raise
         except TimeoutError:
             error = LudicTimeoutError(

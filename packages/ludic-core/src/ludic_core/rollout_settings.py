@@ -43,6 +43,11 @@ def _finite_positive(instance: Any, attribute: attrs.Attribute[Any], value: obje
         raise ConfigError(f"RolloutSettings.{attribute.name} must be a finite number > 0, got {value!r}")
 
 
+def _rate(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"RolloutSettings.{attribute.name} must be a number in [0, 1], got {value!r}")
+
+
 def _policy(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in FAILURE_POLICIES:
         raise ConfigError(f"RolloutSettings.on_failure must be one of {FAILURE_POLICIES}, got {value!r}")
@@ -60,6 +65,11 @@ class RolloutSettings:
     * ``on_failure`` — ``"continue"`` keeps the other episodes and reports each failed one (counted in
       a batch's meta, never trained on); ``"raise"`` cancels the rest at the first failure and raises
       :class:`~ludic_core.errors.EpisodeError` (handy while writing an env or agent).
+    * ``max_failure_rate`` — under ``"continue"``, the share of a call's episodes that may fail. A call
+      with more failures still runs (and logs) every episode, then raises
+      :class:`~ludic_core.errors.EpisodeError` naming the count and the first failure: a dead server or
+      a wrong model name fails loudly instead of yielding a table of zeros or an empty batch. ``1``
+      tolerates any number, ``0`` none.
     """
 
     max_steps: int = attrs.field(validator=_positive_int)
@@ -67,6 +77,7 @@ class RolloutSettings:
     timeout_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=_finite_positive)
     episode_timeout_s: float = attrs.field(default=DEFAULT_EPISODE_TIMEOUT_S, validator=_finite_positive)
     on_failure: FailurePolicy = attrs.field(default="continue", validator=_policy)
+    max_failure_rate: float = attrs.field(default=0.5, validator=_rate)
 
     @classmethod
     def coerce(cls, value: object, *, owner: str) -> RolloutSettings:

@@ -10,7 +10,8 @@ group (``group_id``) for pass@k.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ludic_core.cli.backends import Backend
 from ludic_core.cli.profiles import EvalProfile
 from ludic_core.cli.run_config import BACKEND_KINDS, EpisodesConfig, SamplingConfig
 from ludic_core.engine import RolloutEngine
+from ludic_core.errors import EpisodeError
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.registry import ENVS
@@ -30,6 +32,7 @@ __all__ = [
     "build_engine",
     "build_episodes",
     "build_requests",
+    "episodes_logged_in",
     "flags_of",
     "inference_spec",
     "sampling_params",
@@ -185,3 +188,15 @@ def build_episodes(
         inference=inference_spec(sampling_params(config.sampling, profile), backend),
     )
     return engine, requests
+
+
+@contextmanager
+def episodes_logged_in(run_dir: Path) -> Iterator[None]:
+    """Add where every episode (and its failure's traceback) is logged to an :class:`EpisodeError`
+    (too many failed episodes) raised inside."""
+    try:
+        yield
+    except EpisodeError as exc:
+        raise EpisodeError(
+            f"{exc}; every episode, with its traceback, is in {run_dir / 'episodes.jsonl'}"
+        ) from exc

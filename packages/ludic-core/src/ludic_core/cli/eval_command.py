@@ -5,6 +5,9 @@ per-rollout records to ``records.jsonl`` and the metrics to ``metrics.json``. Th
 of each outcome of the env's profile (Tic-Tac-Toe: win / draw / loss / illegal / parse_error; QA:
 correct / wrong / no_answer / parse_error), accuracy and pass@k when the env defines success (a reply
 that never parsed and a failed episode count as wrong), the mean reward and the failure count.
+
+A run in which more than ``rollout.max_failure_rate`` of the episodes failed (a dead server, a wrong
+model name) exits non-zero with the first failure's cause, once every episode is logged.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ludic_core.cli.config import load_config
 from ludic_core.cli.episodes import (
     add_run_arguments,
     build_episodes,
+    episodes_logged_in,
     flags_of,
 )
 from ludic_core.cli.profiles import EvalProfile, resolve_profile
@@ -58,7 +62,7 @@ async def _evaluate(config: EvalConfig, run_dir: Path) -> dict[str, Any]:
     backend = make_backend(config.backend)
     try:
         engine, requests = build_episodes(config, profile=profile, backend=backend, run_dir=run_dir)
-        with Progress(f"eval {config.env}", len(requests)) as bar:
+        with Progress(f"eval {config.env}", len(requests)) as bar, episodes_logged_in(run_dir):
             result = await run_eval(
                 engine,
                 requests,

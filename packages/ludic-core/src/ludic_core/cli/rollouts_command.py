@@ -6,7 +6,9 @@ every finished request is recorded in ``<output>.requests.jsonl`` (its ``request
 rollouts were kept), so a rerun with the same output skips the requests already done and collects the
 rest: an interrupted run resumes where it stopped. ``<output>.run.json`` holds what fixes the requests
 (env, env kwargs, seed, samples per prompt); a rerun with other values is refused rather than mixing
-two datasets in one file.
+two datasets in one file. A failed episode is not recorded as done, so a rerun retries it; a run in
+which more than ``rollout.max_failure_rate`` of the episodes failed exits non-zero with the first
+failure's cause.
 
 Rollouts from a message-level backend (``openai``) carry text but no token ids (step info
 ``token_level: False``); re-tokenise them with the student's chat template before SFT.
@@ -28,6 +30,7 @@ from ludic_core.cli.config import load_config
 from ludic_core.cli.episodes import (
     add_run_arguments,
     build_episodes,
+    episodes_logged_in,
     flags_of,
 )
 from ludic_core.cli.keep import parse_keep
@@ -119,14 +122,19 @@ async def _collect(config: RolloutsConfig, run_dir: Path) -> dict[str, int]:
         todo = [r for r in requests if r.meta["request_id"] not in done]
         counts["skipped_done"] = len(requests) - len(todo)
 
-        with Progress(f"rollouts {config.env}", len(requests), done=counts["skipped_done"]) as bar:
+        progress = Progress(f"rollouts {config.env}", len(requests), done=counts["skipped_done"])
+        with progress as bar, episodes_logged_in(run_dir):
 
             def on_episode_done(episode: EpisodeResult) -> None:
                 kept = [r for r in episode.rollouts if not episode.failed and keep(rollout_record(r))]
                 kept_log.write(kept)
                 # The ledger line goes last: a crash between the two writes reruns the request, and
-                # its rollouts may then appear twice in the output, but none is ever lost.
-                _append_line(ledger, {"request_id": episode.request.meta["request_id"], "kept": len(kept)})
+                # its rollouts may then appear twice in the output, but none is ever lost. A failed
+                # episode gets no ledger line, so a rerun (the server fixed) runs it again.
+                if not episode.failed:
+                    _append_line(
+                        ledger, {"request_id": episode.request.meta["request_id"], "kept": len(kept)}
+                    )
                 counts["rollouts"] += len(episode.rollouts)
                 counts["kept"] += len(kept)
                 counts["failed_episodes"] += int(episode.failed)
