@@ -63,7 +63,26 @@ def test_dry_run_prints_the_config_and_builds_every_component_without_a_run_dir(
     assert config["env"] == "tictactoe" and config["algorithm"] == "grpo"  # the recipe's defaults
     for component in ("model", "tokenizer", "engine", "algorithm", "trainer"):
         assert f"\n{component}: " in done.stdout
+    # The training and evaluation envs were built and reset, as their first episodes will be.
+    assert "\nenv: env 'tictactoe' built and reset" in done.stdout
+    assert "\neval env: env 'tictactoe' built and reset" in done.stdout
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_missing_data_file_is_refused_before_the_model_loads_and_leaves_no_run_dir(
+    tmp_path: Path, dry_run: bool
+) -> None:
+    smoke = ROOT / "examples" / "gsm8k" / "grpo_smoke.toml"
+    missing = tmp_path / "no-such" / "train.jsonl"
+    done = ludic(
+        "train", "gsm8k-grpo", str(smoke), f'env_kwargs.data_files.train="{missing}"', "run_dir=run",
+        *(["--dry-run"] if dry_run else []),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"data file {str(missing)!r} does not exist" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize(

@@ -163,6 +163,22 @@ async def test_eval_against_a_dead_url_exits_non_zero_naming_the_cause(tmp_path:
     assert "TransportError" in err and dead_url in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", ["eval", "rollouts"])
+async def test_a_missing_data_file_is_refused_before_the_run_directory_exists(
+    tmp_path: Path, command: str
+) -> None:
+    missing = tmp_path / "no-such" / "test.jsonl"
+    output = ["-o", "out.jsonl"] if command == "rollouts" else []
+    status, _out, err = await ludic(
+        command, "gsm8k", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", *output,
+        "env_kwargs.split=test", f'env_kwargs.data_files.test="{missing}"',
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert status == 2, err
+    assert f"data file {str(missing)!r} does not exist" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
 async def test_rollouts_rerun_retries_the_failed_episodes(tmp_path: Path) -> None:
     output = tmp_path / "data.jsonl"
     async with serve_openai() as server:

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from ludic_core.cli.rl_recipe import build_algorithm, check_rl_episodes
+from ludic_core.cli.rl_recipe import build_algorithm, check_envs_build, check_rl_episodes
 from ludic_core.errors import ConfigError
 from ludic_tinker.cli_backend import TinkerBackend, fake_model_tokenizer
 from ludic_tinker.recipes import TinkerRLRunConfig
@@ -108,6 +108,8 @@ async def _run(
     settings = config.tinker
     profile = resolve_profile(config.env)
     algorithm = build_algorithm(config)
+    # Validation built the envs already; a dry run lists them with the other components.
+    envs = check_envs_build(config, profile) if dry_run else {}
     trainer_config = TinkerTrainerConfig(
         adam=settings.adam,
         sampler_every=1,
@@ -165,6 +167,7 @@ async def _run(
             "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} samples per step",
             "algorithm": f"{algorithm.name} as Tinker loss {tinker_loss_for(algorithm).loss_fn!r}",
             "trainer": f"TinkerTrainer, Adam lr {settings.adam.learning_rate}, {config.steps} steps",
+            **envs,
         }
     evals = eval_requests(config, profile)
     reducers = eval_reducers(profile, EvalConfig(env=config.env))

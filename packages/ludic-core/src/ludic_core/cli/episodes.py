@@ -19,7 +19,7 @@ from ludic_core.cli.backends import Backend
 from ludic_core.cli.profiles import EvalProfile
 from ludic_core.cli.run_config import BACKEND_KINDS, EpisodesConfig, SamplingConfig
 from ludic_core.engine import RolloutEngine
-from ludic_core.errors import EpisodeError
+from ludic_core.errors import ConfigError, EpisodeError, LudicError
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.registry import ENVS
@@ -32,7 +32,9 @@ __all__ = [
     "build_engine",
     "build_episodes",
     "build_requests",
+    "check_env_builds",
     "episodes_logged_in",
+    "first_request",
     "flags_of",
     "inference_spec",
     "sampling_params",
@@ -166,6 +168,18 @@ def build_engine(
     )
 
 
+def first_request(config: EpisodesConfig) -> RolloutRequest:
+    """The first request of a command's episodes: its env, env kwargs and env seed."""
+    return build_requests(
+        env=config.env,
+        env_kwargs=config.env_kwargs,
+        episodes=1,
+        samples_per_prompt=1,
+        seed=config.seed,
+        inference=InferenceSpec(),
+    )[0]
+
+
 def build_episodes(
     config: EpisodesConfig, *, profile: EvalProfile, backend: Backend, run_dir: Path
 ) -> tuple[RolloutEngine, list[RolloutRequest]]:
@@ -200,3 +214,26 @@ def episodes_logged_in(run_dir: Path) -> Iterator[None]:
         raise EpisodeError(
             f"{exc}; every episode, with its traceback, is in {run_dir / 'episodes.jsonl'}"
         ) from exc
+
+
+def check_env_builds(request: RolloutRequest) -> str:
+    """Build ``request``'s env and reset it with its seed, as its episode will, and describe it.
+
+    Commands call it before they create a run directory or load a model, so a missing data file, a
+    missing extra or a bad env kwarg is refused once, with its cause, instead of failing every episode
+    (or, in a dry run, not at all). An error that is not a Ludic one becomes a :class:`ConfigError`
+    naming the env and its kwargs."""
+    kind, kwargs = request.env.kind, dict(request.env.kwargs)
+    try:
+        env = ENVS.get(kind)(**kwargs)
+        observed = env.reset(seed=request.env_seed)
+    except LudicError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"env {kind!r} with env_kwargs {kwargs} could not be built and reset (seed {request.env_seed}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return (
+        f"env {kind!r} built and reset (seed {request.env_seed}): {len(observed)} agent(s) observe the start"
+    )

@@ -25,7 +25,9 @@ from ludic_core.cli.config import load_config
 from ludic_core.cli.episodes import (
     add_run_arguments,
     build_episodes,
+    check_env_builds,
     episodes_logged_in,
+    first_request,
     flags_of,
 )
 from ludic_core.cli.profiles import EvalProfile, resolve_profile
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     # Everything that can be refused cheaply is, before the run directory exists.
     check_backend(config.backend)
     ENVS.get(config.env)
+    check_env_builds(first_request(config))
     resolve_profile(config.env)
     run_dir = create_run_dir("eval", config.env, config, config.run_dir)
     metrics = asyncio.run(_evaluate(config, run_dir))

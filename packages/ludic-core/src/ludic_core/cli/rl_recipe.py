@@ -25,7 +25,13 @@ import attrs
 from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.cli.backends import Backend
-from ludic_core.cli.episodes import CLI_PROTOCOL, build_engine, build_requests, sampling_params
+from ludic_core.cli.episodes import (
+    CLI_PROTOCOL,
+    build_engine,
+    build_requests,
+    check_env_builds,
+    sampling_params,
+)
 from ludic_core.cli.profiles import EvalProfile, resolve_profile
 from ludic_core.cli.run_config import EpisodesConfig, SamplingConfig, at_least
 from ludic_core.credit import CreditAssigner
@@ -42,6 +48,7 @@ __all__ = [
     "TICTACTOE_SYSTEM_PROMPT",
     "RLEpisodesConfig",
     "build_algorithm",
+    "check_envs_build",
     "check_rl_episodes",
     "eval_requests",
     "rollout_source",
@@ -123,10 +130,13 @@ def build_algorithm(config: RLEpisodesConfig) -> AlgorithmSpec:
 
 
 def check_rl_episodes(config: RLEpisodesConfig) -> None:
-    """What is refusable without a model: the env, its profile, the algorithm and its options."""
+    """What is refusable without a model: the env, its profile, the algorithm and its options, and
+    the training and evaluation envs built and reset (their data files and extras;
+    :func:`check_envs_build`)."""
     ENVS.get(config.env)
-    resolve_profile(config.env)
+    profile = resolve_profile(config.env)
     build_algorithm(config)
+    check_envs_build(config, profile)
 
 
 def _spec(
@@ -170,6 +180,16 @@ def train_requests(
         return strategy.expand([base] * config.episodes)[rank * share : (rank + 1) * share]
 
     return requests
+
+
+def check_envs_build(config: RLEpisodesConfig, profile: EvalProfile) -> dict[str, str]:
+    """Build and reset the env of the first training episode and of the first evaluation episode
+    (:func:`~ludic_core.cli.episodes.check_env_builds`). :func:`check_rl_episodes` calls it before a
+    run directory exists; a dry run prints what it returns."""
+    return {
+        "env": check_env_builds(train_requests(config, profile)(0)[0]),
+        "eval env": check_env_builds(eval_requests(config, profile)[0]),
+    }
 
 
 def rollout_source(

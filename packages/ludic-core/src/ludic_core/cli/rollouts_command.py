@@ -30,7 +30,9 @@ from ludic_core.cli.config import load_config
 from ludic_core.cli.episodes import (
     add_run_arguments,
     build_episodes,
+    check_env_builds,
     episodes_logged_in,
+    first_request,
     flags_of,
 )
 from ludic_core.cli.keep import parse_keep
@@ -154,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     # Everything that can be refused cheaply is, before the run directory exists.
     check_backend(config.backend)
     ENVS.get(config.env)
+    check_env_builds(first_request(config))
     resolve_profile(config.env)
     run_dir = create_run_dir("rollouts", config.env, config, config.run_dir)
     counts = asyncio.run(_collect(config, run_dir))

@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from ludic_core.cli.rl_recipe import build_algorithm, rollout_source
+from ludic_core.cli.rl_recipe import build_algorithm, check_envs_build, rollout_source
 from ludic_core.errors import ConfigError
 from ludic_train.recipes.config import PipelineRunConfig
 from ludic_train.recipes.rl import check_rl
@@ -54,6 +54,8 @@ async def _actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool) -> 
 
     profile = resolve_profile(config.env)
     algorithm = build_algorithm(config)
+    # Validation built the envs already; a dry run lists them with the other components.
+    envs = check_envs_build(config, profile) if dry_run else {}
     model, tokenizer = load_local_model(config.backend.model, device=config.backend.device)
     client = LocalPolicyClient(
         model, tokenizer, seed=config.seed, max_batch_size=config.backend.max_concurrency, initial_version=0
@@ -88,6 +90,7 @@ async def _actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool) -> 
             "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} per batch",
             "algorithm": f"{algorithm.name} credit ({type(algorithm.credit_assigner).__name__})",
             "actor": f"{type(actor).__name__} -> {config.pipeline.queue_key} at {config.pipeline.redis_url}",
+            **envs,
         }
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

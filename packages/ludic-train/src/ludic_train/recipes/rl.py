@@ -21,6 +21,7 @@ from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.cli.profiles import resolve_profile
 from ludic_core.cli.rl_recipe import (
     build_algorithm,
+    check_envs_build,
     check_rl_episodes,
     eval_requests,
     rollout_source,
@@ -83,6 +84,8 @@ async def _run(
     from ludic_train.recipes.components import build_model
 
     algorithm = build_algorithm(config)
+    # Validation built the envs already; a dry run lists them with the other components.
+    envs = check_envs_build(config, resolve_profile(config.env)) if dry_run else {}
     model, tokenizer = build_model(
         config.backend.model,
         device=config.backend.device,
@@ -91,11 +94,12 @@ async def _run(
     )
     sampler = await open_sampler(config, model, tokenizer, run_dir=run_dir, dry_run=dry_run)
     try:
-        return await _train(
+        summary = await _train(
             config, run_dir, model, tokenizer, algorithm, sampler, dry_run=dry_run, resume=resume
         )
     finally:
         await sampler.aclose()
+    return {**summary, **envs}
 
 
 async def _train(
