@@ -13,7 +13,7 @@ import pytest
 from core_data_builders import guess_engine
 
 from ludic_core import RolloutSettings
-from ludic_core.credit import GroupNormalizedReturn, MonteCarloReturn
+from ludic_core.credit import GroupNormalizedReturn, MonteCarloReturn, credit_signature
 from ludic_core.engine import DEFAULT_EPISODE_TIMEOUT_S, DEFAULT_MODEL_CALL_TIMEOUT_S, RolloutEngine
 from ludic_core.errors import (
     ConfigError,
@@ -574,6 +574,8 @@ async def test_results_repr_as_counts_not_as_every_token() -> None:
     )
     assert repr(batch) == f"SAWBatch(<{len(batch.items)} items>, meta={batch.meta!r})"
     assert len(repr(batch)) < 1000 < len(repr(batch.items))
+    # Each item records the credit assigner that weighted it; the trainer checks it against its own.
+    assert {item.meta["credit"] for item in batch.items} == {credit_signature(MonteCarloReturn())}
 
 
 async def test_deterministic_ids_make_reruns_identical_down_to_the_ids() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import attrs
 import pytest
 import torch
 from torch import Tensor
@@ -31,6 +32,7 @@ from ludic_core.algorithms import (
     sft,
     with_truncated_is,
 )
+from ludic_core.credit import credit_signature
 from ludic_core.errors import ConfigError
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_tinker import TinkerTrainer, supported_loss_fns, tinker_loss_for
@@ -41,7 +43,7 @@ from ludic_train.algorithm import RLAlgorithm
 from ludic_train.collate import collate_saw_items
 from ludic_train.config import TrainerConfig
 from ludic_train.losses.base import SequenceLoss, TokenLogpContext
-from ludic_train.presets import make_grpo
+from ludic_train.presets import make_dr_grpo, make_grpo
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -252,3 +254,25 @@ def test_specs_without_a_tinker_builtin_are_refused_by_name(spec: object, why: s
 def test_from_algorithm_refuses_what_is_not_a_spec(training_client) -> None:
     with pytest.raises(ConfigError, match=r"expected an AlgorithmSpec .* got str"):
         TinkerTrainer.from_algorithm(training_client, OneBatch(_items()), "grpo")  # type: ignore[arg-type]
+
+
+async def test_both_trainers_refuse_items_weighted_by_another_credit_assigner(training_client) -> None:
+    # Items credited for GRPO handed to a Dr. GRPO spec: either backend would silently train them as
+    # if Dr. GRPO's credit had run.
+    grpo, dr_grpo = make_grpo(), make_dr_grpo()
+    stamped = [
+        attrs.evolve(item, meta={**item.meta, "credit": credit_signature(grpo.credit_assigner)})
+        for item in _items()
+    ]
+    expected = credit_signature(dr_grpo.credit_assigner)
+    with pytest.raises(ConfigError, match="assigns credit with") as caught:
+        await TinkerTrainer.from_algorithm(training_client, OneBatch(stamped), dr_grpo).train(1)
+    assert expected in str(caught.value) and "'dr_grpo'" in str(caught.value)
+    local = Trainer(
+        model=tiny_causal_lm(bpe_tokenizer(), seed=0),
+        algorithm=dr_grpo,
+        batch_source=OneBatch(stamped),
+        config=TrainerConfig(pad_token_id=0, device="cpu", max_seq_len=64, publish_every_steps=0),
+    )
+    with pytest.raises(ConfigError, match="assigns credit with"):
+        await local.train(1)

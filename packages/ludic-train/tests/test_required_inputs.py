@@ -10,7 +10,7 @@ import torch
 
 from ludic_core import RolloutSettings
 from ludic_core.batch_sources import RolloutBatchSource
-from ludic_core.credit import GroupNormalizedReturn
+from ludic_core.credit import CreditAssigner, GroupNormalizedReturn
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import DataError
 from ludic_core.inference import InferenceSpec, ReturnSpec
@@ -27,7 +27,7 @@ from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
 
-def rollout_source(inference: InferenceSpec) -> RolloutBatchSource:
+def rollout_source(inference: InferenceSpec, credit_assigner: CreditAssigner) -> RolloutBatchSource:
     client = SeededChatClient([str(n) for n in range(1, 6)])
     engine = RolloutEngine(
         env_factories={"guess": GuessNumberEnv},
@@ -36,7 +36,7 @@ def rollout_source(inference: InferenceSpec) -> RolloutBatchSource:
     request = RolloutRequest(EnvSpec("guess", {"max_number": 5}), ProtocolSpec("single"), inference=inference)
     return RolloutBatchSource(
         engine=engine,
-        credit_assigner=GroupNormalizedReturn(group_size=2),
+        credit_assigner=credit_assigner,
         requests=lambda step: GRPORequestStrategy(2, seed=step).expand([request] * 2),
         settings=RolloutSettings(max_steps=3),
     )
@@ -46,7 +46,7 @@ def trainer(algorithm: RLAlgorithm, inference: InferenceSpec) -> Trainer:
     return Trainer(
         model=tiny_causal_lm(bpe_tokenizer(), seed=1),
         algorithm=algorithm,
-        batch_source=rollout_source(inference),
+        batch_source=rollout_source(inference, algorithm.credit_assigner),
         config=TrainerConfig(pad_token_id=0, device="cpu", max_seq_len=256, publish_every_steps=0),
     )
 

@@ -28,13 +28,16 @@ also summed parser penalties on internal ReAct steps, which its ``total_reward``
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Literal, Protocol, TypeAlias, runtime_checkable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.types import EnvironmentStep, Rollout, Step
+
+if TYPE_CHECKING:
+    from ludic_core.saw import SAWItem
 
 __all__ = [
     "ClampOrder",
@@ -46,7 +49,9 @@ __all__ = [
     "MonteCarloReturn",
     "PerStepReward",
     "RolloutStepKey",
+    "check_items_credit",
     "counted_reward",
+    "credit_signature",
     "group_key",
     "group_rollouts",
 ]
@@ -60,6 +65,39 @@ class CreditAssigner(Protocol):
     """Turns rollouts into one weight per step."""
 
     def compute(self, rollouts: Sequence[Rollout]) -> dict[RolloutStepKey, float]: ...
+
+
+def credit_signature(credit_assigner: CreditAssigner) -> str:
+    """What a SAW item records about the credit assigner that weighted it (its ``"credit"`` meta):
+    the class name and its settings (the numeric, text and boolean attrs fields; state such as a
+    shared value tracker is left out). The trainer compares it with its algorithm's credit assigner,
+    so a batch source built with another one is refused rather than silently trained on."""
+    name = type(credit_assigner).__name__
+    if not attrs.has(type(credit_assigner)):
+        return name
+    settings = [
+        f"{field.name}={getattr(credit_assigner, field.name)!r}"
+        for field in attrs.fields(type(credit_assigner))
+        if isinstance(getattr(credit_assigner, field.name), (int, float, str, bool, type(None)))
+    ]
+    return f"{name}({', '.join(settings)})"
+
+
+def check_items_credit(items: Iterable[SAWItem], credit_assigner: CreditAssigner, *, algorithm: str) -> bool:
+    """Refuse items weighted by another credit assigner than ``credit_assigner`` (the one of the
+    ``algorithm`` a trainer runs): trained on, they would make the algorithm's own credit assigner
+    silently unused (GRPO and Dr. GRPO step for step alike). Returns whether some items carry no
+    stamp (hand-made, or from outside Ludic): those train with their weights as given."""
+    expected = credit_signature(credit_assigner)
+    stamps = {item.meta.get("credit") for item in items}
+    wrong = sorted(str(s) for s in stamps if s is not None and s != expected)
+    if wrong:
+        raise ConfigError(
+            f"the batch's items were weighted by {', '.join(wrong)}, but algorithm {algorithm!r} assigns "
+            f"credit with {expected}: build the batch source with credit_assigner=algorithm.credit_assigner "
+            "(or train with the algorithm that matches it)"
+        )
+    return None in stamps
 
 
 def counted_reward(step: Step) -> float:

@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 
 import attrs
 
-from ludic_core.credit import CreditAssigner, group_key
+from ludic_core.credit import CreditAssigner, credit_signature, group_key
 from ludic_core.errors import DataError, UnbuildableRolloutError
 from ludic_core.logs import get_logger
 from ludic_core.retokenize import MessageTemplate
@@ -71,13 +71,18 @@ def _items_or_unbuildable(
     retokenize_with: MessageTemplate | None,
 ) -> tuple[list[SAWItem], dict[str, str]]:
     weights = credit_assigner.compute(rollouts)
+    signature = credit_signature(credit_assigner)
     items: list[SAWItem] = []
     unbuildable: dict[str, str] = {}
     for rollout in rollouts:
         try:
-            items.extend(rollout_to_saw_items(rollout, weights, retokenize_with=retokenize_with))
+            built = rollout_to_saw_items(rollout, weights, retokenize_with=retokenize_with)
         except UnbuildableRolloutError as error:
             unbuildable[error.rollout_id] = error.reason
+            continue
+        for item in built:
+            item.meta["credit"] = signature
+        items.extend(built)
     return items, unbuildable
 
 

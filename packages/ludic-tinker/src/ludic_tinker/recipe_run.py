@@ -155,7 +155,14 @@ async def _run(
     if resuming:
         spec = algorithm
         trainer = await TinkerTrainer.resume(
-            service, checkpoints, source, tinker_loss_for(spec), preprocess=spec.preprocess, **common
+            service,
+            checkpoints,
+            source,
+            tinker_loss_for(spec),
+            preprocess=spec.preprocess,
+            credit_assigner=spec.credit_assigner,
+            algorithm_name=spec.name,
+            **common,
         )
     else:
         trainer = TinkerTrainer.from_algorithm(training_client, source, algorithm, **common)

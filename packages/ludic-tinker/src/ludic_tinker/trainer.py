@@ -26,6 +26,7 @@ import numpy as np
 import tinker
 
 from ludic_core.algorithms.spec import AlgorithmSpec
+from ludic_core.credit import CreditAssigner, check_items_credit
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.loggers.base import TrainingLogger
 from ludic_core.loggers.step_result import StepResult
@@ -104,7 +105,9 @@ class TinkerTrainer:
     (``forward_backward_custom``, needs torch); :meth:`from_algorithm` picks the built-in loss that
     computes an algorithm spec's objective. ``preprocess`` runs on each batch first (e.g. an
     algorithm's zero-weight filter). ``start_step`` is the step of the weights ``training_client``
-    holds (0 for a fresh run; :meth:`resume` sets it from the checkpoint).
+    holds (0 for a fresh run; :meth:`resume` sets it from the checkpoint). ``credit_assigner`` (set by
+    :meth:`from_algorithm`): items weighted by another credit assigner are refused
+    (:func:`~ludic_core.credit.check_items_credit`).
 
     The same shape as ludic-train's local ``Trainer``: ``train(num_steps)`` returns one
     :class:`~ludic_core.StepResult` per step (canonical ``train/`` and ``perf/`` keys, ``train/step``
@@ -124,6 +127,8 @@ class TinkerTrainer:
         preprocess: Callable[[SAWBatch], SAWBatch] | None = None,
         start_step: int = 0,
         logger: TrainingLogger | None = None,
+        credit_assigner: CreditAssigner | None = None,
+        algorithm_name: str = "",
     ) -> None:
         if isinstance(loss, TinkerLoss):
             loss.check_supported()
@@ -140,6 +145,8 @@ class TinkerTrainer:
         self.chat_client = chat_client
         self.preprocess = preprocess
         self.logger = logger
+        self.credit_assigner = credit_assigner
+        self.algorithm_name = algorithm_name or (loss.loss_fn if isinstance(loss, TinkerLoss) else "custom")
         self._adam = self.config.adam.to_tinker()
         self._step = start_step
         self._sampler_version: int | None = None
@@ -158,6 +165,8 @@ class TinkerTrainer:
         which says which specs need a :class:`CustomLoss`) and its preprocess."""
         spec = algorithm_spec(algorithm)
         preprocess = kwargs.pop("preprocess", spec.preprocess)
+        kwargs.setdefault("credit_assigner", spec.credit_assigner)
+        kwargs.setdefault("algorithm_name", spec.name)
         return cls(training_client, batch_source, tinker_loss_for(spec), preprocess=preprocess, **kwargs)
 
     @classmethod
@@ -216,6 +225,8 @@ class TinkerTrainer:
 
     async def train_step(self, batch: SAWBatch) -> StepResult:
         started = time.perf_counter()
+        if self.credit_assigner is not None:
+            check_items_credit(batch.items, self.credit_assigner, algorithm=self.algorithm_name)
         if self.preprocess is not None:
             batch = self.preprocess(batch)
         items = list(batch.items)

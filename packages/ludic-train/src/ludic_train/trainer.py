@@ -20,11 +20,12 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ludic_core.algorithms.spec import AlgorithmSpec
+from ludic_core.credit import check_items_credit
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.loggers.base import TrainingLogger, canonicalize, is_number
 from ludic_core.loggers.step_result import StepResult
@@ -127,6 +128,7 @@ class Trainer:
             RLAlgorithm.from_spec(algorithm) if isinstance(algorithm, AlgorithmSpec) else algorithm
         )
         self.batch_source = batch_source
+        self._warned_unstamped = False
         self.publisher = publisher
         self.checkpointer = checkpointer
         self.logger = logger
@@ -426,6 +428,7 @@ class Trainer:
             batch = await self.batch_source.next_batch()
             if not isinstance(batch, SAWBatch):
                 raise DataError(f"batch source returned {type(batch).__name__}, expected SAWBatch")
+            self._check_credit(batch.items)
             items, rejected = check_items(batch.items, vocab_size=self._vocab_size)
             if rejected:
                 invalid += len(rejected)
@@ -467,6 +470,17 @@ class Trainer:
             "preprocess; "
             "check that the publisher moves the sampler's policy version"
         )
+
+    def _check_credit(self, items: Sequence[SAWItem]) -> None:
+        unstamped = check_items_credit(items, self.algorithm.credit_assigner, algorithm=self.algorithm.name)
+        if unstamped and not self._warned_unstamped:
+            self._warned_unstamped = True
+            # Info, not a warning: SFT data and hand-made items are unstamped by design.
+            log.info(
+                "trainer.credit_not_applied",
+                reason="items carry no credit stamp; their weights train as given",
+                algorithm=self.algorithm.name,
+            )
 
     def _reject_future_versions(self, items: list[SAWItem]) -> None:
         """Data sampled by weights newer than the trainer's own step cannot come from this run (e.g.
