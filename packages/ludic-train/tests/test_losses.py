@@ -1,7 +1,7 @@
 """Every loss and its gradient against an independent reference written here with plain per-token loops.
 
-The references follow the original Ludic's loss formulas (with the changes listed in ludic-train's
-README, "Differences from the original") token by token: ``log_softmax(logits[b, t])[input_ids[b, t+1]]`` for every ``t`` whose next token is an action,
+The references follow the original Ludic's loss formulas (with the changes listed in the docs'
+algorithms page, docs/concepts/algorithms.md, "Differences from the original") token by token: ``log_softmax(logits[b, t])[input_ids[b, t+1]]`` for every ``t`` whose next token is an action,
 nothing vectorised, no code shared with the implementation. Values and gradients (w.r.t. the logits)
 are compared in float64 over several shapes, masks (prompt prefixes, multi-turn action segments, right
 padding, sequences without actions) and advantages (positive, negative, zero).

@@ -2,8 +2,8 @@
 torch-free preset :func:`ludic_core.algorithms.presets.<name>`, with the same keyword arguments.
 
 The presets themselves (credit assigner, loss spec, preprocess and every default) are data in
-:mod:`ludic_core.algorithms.presets`; this module states none of them. The package README's
-"Algorithms" section lists every preset with its defaults in one table. The trainer also takes the
+:mod:`ludic_core.algorithms.presets`; this module states none of them. The docs' algorithms page
+(docs/concepts/algorithms.md, "Presets") lists every preset with its defaults in one table. The trainer also takes the
 spec directly (``Trainer(algorithm=ludic_core.algorithms.grpo(), ...)``), and by name:
 ``ludic_core.make_algorithm("grpo")``.
 

@@ -41,7 +41,7 @@ def pids_with_marker(marker: bytes, session_id: int | None = None, exclude: int 
     """Processes whose environment holds ``marker`` or that are in ``session_id``.
 
     Used without a dedicated uid: a program can scrub its children's environment and leave the
-    session, so this is best effort (see the README's isolation table).
+    session, so this is best effort (see the isolation table in docs/packages/ludic-envs.md).
     """
     own = os.getpid()
     found = []

@@ -14,7 +14,7 @@ LimitKind: TypeAlias = Literal["cpu_time", "wall_time", "memory", "file_size", "
 @attrs.frozen
 class IsolationReport:
     """Which isolation layers were actually in force for a run (they depend on the host's kernel
-    and privileges; see the package README)."""
+    and privileges; see the isolation table in docs/packages/ludic-envs.md)."""
 
     uid: int | None = None
     dedicated_uid: bool = False
