@@ -137,6 +137,7 @@ def test_missing_backend_names_its_package_before_any_run_dir(
     monkeypatch.setattr(backends, "BACKENDS", builtins_only)
     monkeypatch.chdir(tmp_path)
     cli_main = importlib.import_module("ludic_core.cli.main")
-    assert cli_main.main(["eval", "x", "--backend", "tinker", "--model", "m"]) == 2
-    assert "backend 'tinker' needs ludic-tinker: pip install ludic-tinker" in capsys.readouterr().err
+    for kind, package in (("tinker", "ludic-tinker"), ("vllm", "ludic-vllm"), ("local", "ludic-train")):
+        assert cli_main.main(["eval", "x", "--backend", kind, "--model", "m"]) == 2
+        assert f"backend {kind!r} needs {package}: pip install {package}" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()

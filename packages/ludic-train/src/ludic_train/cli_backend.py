@@ -21,20 +21,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ludic_core.errors import ConfigError, RegistryError
+from ludic_core.cli.backends import chat_agent_factory, require_chat_agent
+from ludic_core.errors import ConfigError
 from ludic_core.harness import AgentHarness
 from ludic_core.parsing import Parser
-from ludic_core.registry import AGENTS, make_agent
 from ludic_train.local_client import LocalPolicyClient
 
 if TYPE_CHECKING:
     from ludic_core.cli.run_config import BackendConfig
 
-__all__ = ["LocalBackend", "chat_agent_factory", "load_local_model", "require_chat_agent"]
+__all__ = ["LocalBackend", "load_local_model"]
 
 NAMED_MODELS = ("tiny", "smollm2")
-CHAT_AGENT = "chat"
-"""The registered agent the backend builds (ludic-agents: an ``Agent`` on the client's chat template)."""
 
 
 def load_local_model(
@@ -66,30 +64,6 @@ def load_local_model(
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     model = AutoModelForCausalLM.from_pretrained(str(path), **({} if dtype is None else {"dtype": dtype}))
     return model.to(device), tokenizer
-
-
-def require_chat_agent() -> None:
-    """Refuse early when the registered ``"chat"`` agent (ludic-agents) is not installed."""
-    if CHAT_AGENT not in AGENTS:
-        raise RegistryError(
-            f"the token-level backends build their agents as the registered agent {CHAT_AGENT!r}, which "
-            'ludic-agents provides: pip install "ludic-agents[hf]"'
-        )
-
-
-def chat_agent_factory(
-    client: Any, *, parser: Parser, system_prompt: str | None
-) -> Callable[[], AgentHarness]:
-    """A fresh registered ``"chat"`` agent per episode over ``client`` (which carries the tokenizer
-    whose chat template renders the prompts)."""
-
-    def make() -> AgentHarness:
-        agent: AgentHarness = make_agent(
-            CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt
-        )
-        return agent
-
-    return make
 
 
 class LocalBackend:

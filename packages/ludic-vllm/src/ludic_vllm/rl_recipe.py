@@ -37,6 +37,7 @@ from typing import Any
 
 import attrs
 
+from ludic_core.cli.backends import ClientBackend, TokenizedClient
 from ludic_core.cli.run_config import BackendConfig
 from ludic_core.errors import ConfigError, MissingExtraError
 from ludic_vllm.backend import VLLMBackendConfig, make_publisher, make_sampling_client, open_vllm_backend
@@ -46,7 +47,7 @@ try:
     from ludic_train.recipes.components import launched_ranks
     from ludic_train.recipes.config import RLRunConfig
     from ludic_train.recipes.rl import check_rl_training, run_rl
-    from ludic_train.recipes.sampling import ClientBackend, Sampler, TokenizedClient
+    from ludic_train.recipes.sampling import Sampler
 except ImportError as exc:  # ludic-vllm alone (the client, the server) does not install ludic-train
     raise MissingExtraError(f"{NEEDS_TRAINER} ({exc})") from exc
 

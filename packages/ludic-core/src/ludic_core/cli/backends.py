@@ -1,11 +1,13 @@
-"""Backends of ``ludic eval`` and ``ludic rollouts``: where the agent's completions come from.
+"""Backends of ``ludic eval``, ``ludic rollouts`` and the RL recipes: where completions come from.
 
 A backend builds one fresh agent per episode around a shared client. ``openai`` is built in (an
 :class:`~ludic_core.openai_client.OpenAIChatClient` and a :class:`~ludic_core.message_agent.MessageAgent`:
-no torch, no tokenizer); ``vllm`` is the same backend, since a vLLM server speaks the OpenAI API.
-Other packages contribute backends through the entry-point group ``"ludic.backends"``: ludic-train the
-``local`` backend (an in-process transformers model). A backend's factory takes the
-:class:`~ludic_core.cli.run_config.BackendConfig` and returns a :class:`Backend`.
+no torch, no tokenizer; message-level rollouts). Other packages contribute backends through the
+entry-point group ``"ludic.backends"``: ludic-train ``local`` (an in-process transformers model),
+ludic-vllm ``vllm`` (token ids and logprobs from a running vLLM server), ludic-tinker ``tinker``. A
+backend's factory takes the :class:`~ludic_core.cli.run_config.BackendConfig` and returns a
+:class:`Backend`. Token-level backends build their agents as the registered ``"chat"`` agent
+(ludic-agents) over a :class:`TokenizedClient`: :class:`ClientBackend` does that for any client.
 """
 
 from __future__ import annotations
@@ -13,16 +15,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+import attrs
+
 from ludic_core.cli.run_config import BackendConfig
 from ludic_core.client_pool import ClientPool
-from ludic_core.errors import ConfigError
+from ludic_core.errors import ConfigError, RegistryError
 from ludic_core.harness import AgentHarness
+from ludic_core.inference import ChatClient, ChatResponse, TokenCompletionRequest
 from ludic_core.message_agent import MessageAgent
 from ludic_core.openai_client import OpenAIChatClient
 from ludic_core.parsing import Parser
-from ludic_core.registry import Registry
+from ludic_core.registry import AGENTS, Registry, make_agent
 
-__all__ = ["BACKENDS", "PROVIDED_BY", "Backend", "OpenAIBackend", "check_backend", "make_backend"]
+__all__ = [
+    "BACKENDS",
+    "CHAT_AGENT",
+    "PROVIDED_BY",
+    "Backend",
+    "ClientBackend",
+    "OpenAIBackend",
+    "TokenizedClient",
+    "chat_agent_factory",
+    "check_backend",
+    "make_backend",
+    "require_chat_agent",
+]
+
+CHAT_AGENT = "chat"
+"""The registered agent token-level backends build (ludic-agents: an ``Agent`` on the client's chat
+template)."""
 
 
 @runtime_checkable
@@ -77,17 +98,76 @@ class OpenAIBackend:
         await self.client.aclose()
 
 
+def require_chat_agent() -> None:
+    """Refuse early when the registered ``"chat"`` agent (ludic-agents) is not installed."""
+    if CHAT_AGENT not in AGENTS:
+        raise RegistryError(
+            f"the token-level backends build their agents as the registered agent {CHAT_AGENT!r}, which "
+            'ludic-agents provides: pip install "ludic-agents[hf]"'
+        )
+
+
+def chat_agent_factory(
+    client: Any, *, parser: Parser, system_prompt: str | None
+) -> Callable[[], AgentHarness]:
+    """A fresh registered ``"chat"`` agent per episode over ``client`` (which carries the tokenizer
+    whose chat template renders the prompts)."""
+
+    def make() -> AgentHarness:
+        agent: AgentHarness = make_agent(
+            CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt
+        )
+        return agent
+
+    return make
+
+
+@attrs.frozen
+class TokenizedClient:
+    """A token-level client paired with a tokenizer, so agents render prompts with that model's chat
+    template (a vLLM client carries no tokenizer of its own)."""
+
+    client: Any
+    """A :class:`~ludic_core.inference.ChatClient` (and ``VersionedClient``) with ``aclose``."""
+    tokenizer: Any
+
+    async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
+        response: ChatResponse = await self.client.complete_tokens(request)
+        return response
+
+    async def get_policy_version(self) -> int:
+        version: int = await self.client.get_policy_version()
+        return version
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class ClientBackend:
+    """A token-level backend over one shared client: one fresh registered ``"chat"`` agent (ludic-agents'
+    ``Agent`` on the client's tokenizer) per episode."""
+
+    token_level = True
+
+    def __init__(self, client: ChatClient) -> None:
+        require_chat_agent()
+        self.client = client
+
+    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
+        return chat_agent_factory(self.client, parser=parser, system_prompt=system_prompt)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()  # type: ignore[attr-defined]
+
+
 BACKENDS: Registry[Any] = Registry(
     "backend",
     "ludic.backends",
-    builtins={
-        "openai": "ludic_core.cli.backends:OpenAIBackend",
-        "vllm": "ludic_core.cli.backends:OpenAIBackend",
-    },
+    builtins={"openai": "ludic_core.cli.backends:OpenAIBackend"},
 )
 """Backend kind -> factory ``(BackendConfig) -> Backend``."""
 
-PROVIDED_BY: dict[str, str] = {"local": "ludic-train", "tinker": "ludic-tinker"}
+PROVIDED_BY: dict[str, str] = {"local": "ludic-train", "vllm": "ludic-vllm", "tinker": "ludic-tinker"}
 """Backends that other packages contribute, for the error when the package is not installed."""
 
 

@@ -4,7 +4,8 @@ engine and requests of a run.
 Requests are a pure function of the config: prompt ``i`` gets its env seed from ``(seed, "env", i)`` and
 sample ``j`` of it its sampling seed from ``(seed, "sampling", i, j)``, and request meta carries a stable
 ``request_id`` (``"i.j"``), so reruns and resumed runs replay the same episodes. Samples of a prompt form a
-group (``group_id``) for pass@k.
+group (``group_id``, ``group_index``, ``group_size``) for pass@k and for group-normalised credit when the
+rollouts train later (``ludic train offline-rl``).
 """
 
 from __future__ import annotations
@@ -134,7 +135,12 @@ def build_requests(
                     env_seed=derive_seed(seed, "env", i),
                     sampling_seed=derive_seed(seed, "sampling", i, j),
                     inference=inference,
-                    meta={"request_id": f"{i}.{j}", "group_id": f"prompt-{i}", "group_index": j},
+                    meta={
+                        "request_id": f"{i}.{j}",
+                        "group_id": f"prompt-{i}",
+                        "group_index": j,
+                        "group_size": samples_per_prompt,
+                    },
                 )
             )
     return requests

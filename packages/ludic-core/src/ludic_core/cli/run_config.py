@@ -85,8 +85,10 @@ class BackendConfig:
       variable ``api_key_env``;
     * ``local``: an in-process transformers model (ludic-train), ``model`` a model directory or hub id,
       or ``tiny`` for the test model;
-    * ``vllm``: a vLLM server is OpenAI-compatible, so this is the ``openai`` backend (``ludic serve``
-      starts one with weight-update routes);
+    * ``vllm``: running vLLM servers at ``base_urls`` (ludic-vllm), sampled token in, token out: prompts
+      are rendered with ``tokenizer`` (the served model's directory; empty: ``model``, which is then
+      the served model's name and directory both), and the rollouts carry token ids and behaviour
+      logprobs, so ``ludic train offline-rl`` trains on them;
     * ``tinker``: a Tinker sampling client (ludic-tinker), ``model`` the base model or a checkpoint path.
     """
 
@@ -99,6 +101,7 @@ class BackendConfig:
     request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
     max_retries: int = attrs.field(default=4, validator=at_least(0))
     device: str = "cpu"
+    tokenizer: str = ""
 
 
 @attrs.frozen(kw_only=True)

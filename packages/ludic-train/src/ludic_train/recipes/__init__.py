@@ -11,11 +11,18 @@ from typing import Any
 
 from ludic_core.cli.recipes import Recipe
 from ludic_core.cli.rl_recipe import TICTACTOE_RL_DEFAULTS
-from ludic_train.recipes.config import FROM_TOKENIZER, PipelineRunConfig, RLRunConfig, SFTRunConfig
+from ludic_train.recipes.config import (
+    FROM_TOKENIZER,
+    OfflineRLRunConfig,
+    PipelineRunConfig,
+    RLRunConfig,
+    SFTRunConfig,
+)
 
 __all__ = [
     "gsm8k_grpo",
     "gsm8k_gspo",
+    "offline_rl",
     "pipeline_actor",
     "pipeline_learner",
     "tictactoe_grpo",
@@ -54,6 +61,16 @@ def tictactoe_sft() -> Recipe:
         config_class=SFTRunConfig,
         runner="ludic_train.recipes.sft:run_sft",
         check="ludic_train.recipes.sft:check_sft",
+        defaults={"model": "smollm2", "trainer": _trainer(lr=2e-5, publish_every_steps=0)},
+    )
+
+
+def offline_rl() -> Recipe:
+    return Recipe(
+        summary="RL (grpo by default) on collected token-level rollouts, e.g. `ludic rollouts -k 8` from a vLLM server",
+        config_class=OfflineRLRunConfig,
+        runner="ludic_train.recipes.offline:run_offline_rl",
+        check="ludic_train.recipes.offline:check_offline_rl",
         defaults={"model": "smollm2", "trainer": _trainer(lr=2e-5, publish_every_steps=0)},
     )
 

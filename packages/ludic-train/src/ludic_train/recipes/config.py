@@ -14,7 +14,7 @@ Each setting has one owner, reused rather than re-declared:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -27,6 +27,8 @@ from ludic_train.config import FROM_TOKENIZER, TrainerConfig
 __all__ = [
     "FROM_TOKENIZER",
     "LoraSettings",
+    "OfflineRLRunConfig",
+    "OfflineRunConfig",
     "PipelineRunConfig",
     "PipelineSettings",
     "RLRunConfig",
@@ -86,20 +88,19 @@ class RLRunConfig(RLEpisodesConfig):
 
 
 @attrs.frozen(kw_only=True)
-class SFTRunConfig:
-    """Supervised fine-tuning on rollout or SAW JSONL files (``ludic rollouts ... --keep`` writes them).
+class OfflineRunConfig:
+    """Training on JSONL files of rollouts (``ludic rollouts ... -o`` writes them) or SAW items: what
+    the offline recipes share.
 
     ``model`` is what the ``local`` backend loads (a model directory, ``smollm2`` or ``tiny``); the run
     trains ``epochs`` passes over ``data`` in batches of ``batch_size`` items."""
 
     model: str
     data: tuple[str, ...]
-    min_reward: float | None = None
     epochs: int = attrs.field(default=1, validator=at_least(1))
     batch_size: int = attrs.field(default=8, validator=at_least(1))
     seed: int = attrs.field(default=0, validator=at_least(0))
     device: str = "cpu"
-    length_normalize: bool = True
     trainer: TrainerConfig = attrs.field(
         factory=lambda: TrainerConfig(pad_token_id=FROM_TOKENIZER, lr=2e-5, publish_every_steps=0)
     )
@@ -109,7 +110,27 @@ class SFTRunConfig:
 
     def __attrs_post_init__(self) -> None:
         if not self.data:
-            raise ConfigError("SFTRunConfig.data must list at least one JSONL file, got []")
+            raise ConfigError(f"{type(self).__name__}.data must list at least one JSONL file, got []")
+
+
+@attrs.frozen(kw_only=True)
+class SFTRunConfig(OfflineRunConfig):
+    """Supervised fine-tuning on the model's own actions in the files, those of rollouts whose total
+    reward is below ``min_reward`` left out."""
+
+    min_reward: float | None = None
+    length_normalize: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class OfflineRLRunConfig(OfflineRunConfig):
+    """RL on collected token-level rollouts: the registered preset ``algorithm`` (with
+    ``algorithm_kwargs``) credits them exactly as online (groups from the ``group_id`` and
+    ``group_size`` that ``ludic rollouts -k`` records) and its loss trains on the behaviour logprobs
+    they carry."""
+
+    algorithm: str = "grpo"
+    algorithm_kwargs: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

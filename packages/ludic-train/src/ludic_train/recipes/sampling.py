@@ -16,14 +16,11 @@ from typing import Any, Protocol
 
 import attrs
 
-from ludic_core.cli.backends import Backend
-from ludic_core.harness import AgentHarness
-from ludic_core.inference import ChatClient, ChatResponse, TokenCompletionRequest
-from ludic_core.parsing import Parser
+from ludic_core.cli.backends import Backend, ClientBackend, TokenizedClient
 from ludic_core.publisher import PolicyPublisher
 from ludic_train.recipes.config import RLRunConfig
 
-__all__ = ["Sampler", "SamplerOpener", "TokenizedClient", "open_local_sampler"]
+__all__ = ["ClientBackend", "Sampler", "SamplerOpener", "TokenizedClient", "open_local_sampler"]
 
 
 async def _nothing_to_close() -> None:
@@ -57,48 +54,6 @@ class SamplerOpener(Protocol):
     def __call__(
         self, config: RLRunConfig, model: Any, tokenizer: Any, *, run_dir: Path, dry_run: bool
     ) -> Awaitable[Sampler]: ...
-
-
-@attrs.frozen
-class TokenizedClient:
-    """A token-level client paired with the trainer's tokenizer, so agents render prompts with the
-    chat template of the model being trained (a vLLM client carries no tokenizer of its own)."""
-
-    client: Any
-    """A :class:`~ludic_core.inference.ChatClient` (and ``VersionedClient``) with ``aclose``."""
-    tokenizer: Any
-
-    async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
-        response: ChatResponse = await self.client.complete_tokens(request)
-        return response
-
-    async def get_policy_version(self) -> int:
-        version: int = await self.client.get_policy_version()
-        return version
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-
-class ClientBackend:
-    """A token-level backend over one shared client: one fresh registered ``"chat"`` agent (ludic-agents'
-    ``Agent`` on the client's tokenizer) per episode."""
-
-    token_level = True
-
-    def __init__(self, client: ChatClient) -> None:
-        from ludic_train.cli_backend import require_chat_agent
-
-        require_chat_agent()
-        self.client = client
-
-    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
-        from ludic_train.cli_backend import chat_agent_factory
-
-        return chat_agent_factory(self.client, parser=parser, system_prompt=system_prompt)
-
-    async def aclose(self) -> None:
-        await self.client.aclose()  # type: ignore[attr-defined]
 
 
 async def open_local_sampler(
