@@ -1,7 +1,8 @@
 """``ludic serve <model> [...]``: the vLLM server with Ludic's weight-update routes, as a subcommand of
 the ``ludic`` command (the same as ``ludic-vllm serve``; see :mod:`ludic_vllm.serve` for the options).
 The server speaks the OpenAI API, so ``ludic eval --backend openai --base-url http://host:8000/v1``
-evaluates the model it serves."""
+evaluates the model it serves, and ``--backend vllm`` samples from it token by token (trainable
+rollouts; :mod:`ludic_vllm.cli_backend`)."""
 
 from __future__ import annotations
 
