@@ -230,8 +230,18 @@ async def test_rollouts_keep_filter_and_resume(tmp_path: Path) -> None:
     async with serve_openai() as server:
         common = ["rollouts", "tictactoe", "--base-url", server.base_url, "--model", "first-legal"]
         common += ["-o", str(output), "--keep", "success", "env_kwargs.agent_mark=X"]
-        status, _out, err = await ludic(*common, "-n", "4", "--run-dir", "runs/a", cwd=tmp_path)
+        status, out, err = await ludic(*common, "-n", "4", "--run-dir", "runs/a", cwd=tmp_path)
         assert status == 0, err
+        # The outcome of every rollout collected, as counts in counts.json and rates in the table.
+        outcomes = json.loads((tmp_path / "runs/a/counts.json").read_text())["outcomes"]
+        assert sum(outcomes.values()) == 4 and set(outcomes) <= {
+            "win",
+            "draw",
+            "loss",
+            "illegal",
+            "parse_error",
+        }
+        assert all(f"{label}_rate" in out for label in outcomes)
         first_calls = len(server.requests)
         ledger = [
             json.loads(x) for x in output.with_name("data.jsonl.requests.jsonl").read_text().splitlines()

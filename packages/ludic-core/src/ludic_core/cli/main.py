@@ -17,6 +17,7 @@ from importlib import metadata
 
 from ludic_core.cli.command import Command
 from ludic_core.errors import ConfigError, LudicError
+from ludic_core.peak_memory import limit_malloc_arenas
 
 __all__ = ["COMMAND_GROUP", "PROVIDED_BY", "available_commands", "console_main", "main"]
 
@@ -72,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_top_help(commands))
         return 0
     name, rest = args[0], args[1:]
+    # Before any thread allocates: with one glibc heap arena, memory that the sampler's, the event
+    # loop's and torch's threads free is reused by all of them instead of each thread's arena keeping
+    # its own high-water mark (a training command's resident memory then stays near its working set).
+    limit_malloc_arenas()
     try:
         if name not in commands:
             raise ConfigError(_unknown(name, commands))

@@ -8,7 +8,8 @@ rest: an interrupted run resumes where it stopped. ``<output>.run.json`` holds w
 (env, env kwargs, seed, samples per prompt); a rerun with other values is refused rather than mixing
 two datasets in one file. A failed episode is not recorded as done, so a rerun retries it; a run in
 which more than ``rollout.max_failure_rate`` of the episodes failed exits non-zero with the first
-failure's cause.
+failure's cause. The table ends with the rate of each of the env profile's outcomes among the
+rollouts this run collected (``counts.json`` holds the counts).
 
 Rollouts from a message-level backend (``openai``) carry text but no token ids (step info
 ``token_level: False``); re-tokenise them with the student's chat template before SFT.
@@ -21,6 +22,7 @@ import asyncio
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +109,7 @@ def _append_line(path: Path, entry: dict[str, Any]) -> None:
         os.close(fd)
 
 
-async def _collect(config: RolloutsConfig, run_dir: Path) -> dict[str, int]:
+async def _collect(config: RolloutsConfig, run_dir: Path) -> tuple[dict[str, int], Counter[str]]:
     profile = resolve_profile(config.env)
     keep = parse_keep(config.keep, profile)
     output = Path(config.output)
@@ -118,6 +120,7 @@ async def _collect(config: RolloutsConfig, run_dir: Path) -> dict[str, int]:
     kept_log = RolloutLog(output)
     backend = make_backend(config.backend)
     counts = {"requests": 0, "skipped_done": 0, "rollouts": 0, "kept": 0, "failed_episodes": 0}
+    outcomes: Counter[str] = Counter()  # the profile's outcome of each rollout this run collected
     try:
         engine, requests = build_episodes(config, profile=profile, backend=backend, run_dir=run_dir)
         counts["requests"] = len(requests)
@@ -137,6 +140,8 @@ async def _collect(config: RolloutsConfig, run_dir: Path) -> dict[str, int]:
                     _append_line(
                         ledger, {"request_id": episode.request.meta["request_id"], "kept": len(kept)}
                     )
+                for rollout in episode.rollouts:
+                    outcomes["failed" if episode.failed else str(profile.label(rollout_record(rollout)))] += 1
                 counts["rollouts"] += len(episode.rollouts)
                 counts["kept"] += len(kept)
                 counts["failed_episodes"] += int(episode.failed)
@@ -145,7 +150,7 @@ async def _collect(config: RolloutsConfig, run_dir: Path) -> dict[str, int]:
             await engine.generate_rollouts(todo, config.rollout, on_episode_done=on_episode_done)
     finally:
         await backend.aclose()
-    return counts
+    return counts, outcomes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,9 +164,12 @@ def run(args: argparse.Namespace) -> int:
     check_env_builds(first_request(config))
     resolve_profile(config.env)
     run_dir = create_run_dir("rollouts", config.env, config, config.run_dir)
-    counts = asyncio.run(_collect(config, run_dir))
-    (run_dir / "counts.json").write_text(json.dumps(counts, indent=2) + "\n")
-    print_table(f"ludic rollouts {config.env} -> {config.output} (keep {config.keep})", list(counts.items()))
+    counts, outcomes = asyncio.run(_collect(config, run_dir))
+    (run_dir / "counts.json").write_text(json.dumps({**counts, "outcomes": dict(outcomes)}, indent=2) + "\n")
+    total = sum(outcomes.values())
+    rates = [(f"{label}_rate", count / total) for label, count in sorted(outcomes.items())]
+    title = f"ludic rollouts {config.env} -> {config.output} (keep {config.keep})"
+    print_table(title, [*counts.items(), *rates])
     print(f"run directory: {run_dir}", file=sys.stderr)
     return 0
 
