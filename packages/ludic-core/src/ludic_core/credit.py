@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -72,14 +72,15 @@ def credit_signature(credit_assigner: CreditAssigner) -> str:
     the class name and its settings (the numeric, text and boolean attrs fields; state such as a
     shared value tracker is left out). The trainer compares it with its algorithm's credit assigner,
     so a batch source built with another one is refused rather than silently trained on."""
-    name = type(credit_assigner).__name__
-    if not attrs.has(type(credit_assigner)):
-        return name
+    cls: type[Any] = type(credit_assigner)
+    if not attrs.has(cls):
+        return cls.__name__
     settings = [
         f"{field.name}={getattr(credit_assigner, field.name)!r}"
-        for field in attrs.fields(type(credit_assigner))
+        for field in attrs.fields(cls)
         if isinstance(getattr(credit_assigner, field.name), (int, float, str, bool, type(None)))
     ]
+    name = cls.__name__
     return f"{name}({', '.join(settings)})"
 
 
