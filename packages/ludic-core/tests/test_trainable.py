@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from core_data_builders import agent_step, env_step, trace
 
-from ludic_core.credit import ConstantCredit, GroupNormalizedReturn
+from ludic_core.credit import ConstantCredit, GroupNormalizedReturn, credit_signature
 from ludic_core.errors import UnbuildableRolloutError
 from ludic_core.saw_builder import build_saw_items
 from ludic_core.trainable import credited_items
@@ -68,5 +68,7 @@ def test_healthy_rollouts_make_the_same_items_as_build_saw_items() -> None:
     rollouts = [rollout("e1", "e", 1.0), rollout("e2", "e", 0.0)]
     credit = GroupNormalizedReturn()
     credited = credited_items(rollouts, credit)
+    # The same items, each also recording the credit assigner that weighted it.
+    assert {item.meta.pop("credit") for item in credited.items} == {credit_signature(credit)}
     assert credited.items == build_saw_items(rollouts, credit.compute(rollouts))
     assert credited.unbuildable == {} and credited.num_dropped_incomplete_groups == 0
