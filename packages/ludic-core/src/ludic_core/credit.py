@@ -80,8 +80,7 @@ def credit_signature(credit_assigner: CreditAssigner) -> str:
         for field in attrs.fields(cls)
         if isinstance(getattr(credit_assigner, field.name), (int, float, str, bool, type(None)))
     ]
-    name = cls.__name__
-    return f"{name}({', '.join(settings)})"
+    return f"{cls.__name__}({', '.join(settings)})"
 
 
 def check_items_credit(items: Iterable[SAWItem], credit_assigner: CreditAssigner, *, algorithm: str) -> bool:

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import tinker
 
-from ludic_core.errors import ConfigError, RegistryError
+from ludic_core.cli.backends import chat_agent_factory, require_chat_agent
+from ludic_core.errors import ConfigError
 from ludic_core.harness import AgentHarness
 from ludic_core.parsing import Parser
-from ludic_core.registry import AGENTS, make_agent
 from ludic_tinker._sdk import call_for_client_blocking
 from ludic_tinker.client import TinkerChatClient
 from ludic_tinker.connect import TinkerTimeouts, connect
@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TinkerBackend", "fake_model_tokenizer"]
 
-CHAT_AGENT = "chat"
-"""The registered agent the backend builds (ludic-agents: an ``Agent`` on the client's chat template)."""
 CHECKPOINT_SCHEME = "tinker://"
 
 
@@ -68,27 +66,15 @@ class TinkerBackend:
         """``client``: sample through this client (a recipe's, whose sampler the trainer refreshes)
         instead of opening ``config.model`` on the service; ``chat_template``: the agents' template
         (None: the one of the client's tokenizer)."""
-        if CHAT_AGENT not in AGENTS:
-            raise RegistryError(
-                f"backend 'tinker' builds its agents as the registered agent {CHAT_AGENT!r}, which "
-                'ludic-agents provides: pip install "ludic-agents[hf]"'
-            )
+        require_chat_agent()
         if client is None:
             client, chat_template = _open_sampler(config)
         self.client = client
         self.chat_template = chat_template
 
     def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
-        client = self.client
         options = {} if self.chat_template is None else {"chat_template": self.chat_template}
-
-        def make() -> AgentHarness:
-            agent: AgentHarness = make_agent(
-                CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt, **options
-            )
-            return agent
-
-        return make
+        return chat_agent_factory(self.client, parser=parser, system_prompt=system_prompt, **options)
 
     async def aclose(self) -> None:
         # The SDK's session ends with the process; there is nothing local to release.

@@ -17,14 +17,11 @@ registry (ludic-train imports no other Ludic package but ludic-core), so ludic-a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ludic_core.cli.backends import chat_agent_factory, require_chat_agent
+from ludic_core.cli.backends import ClientBackend, require_chat_agent
 from ludic_core.errors import ConfigError
-from ludic_core.harness import AgentHarness
-from ludic_core.parsing import Parser
 from ludic_train.local_client import LocalPolicyClient
 
 if TYPE_CHECKING:
@@ -66,10 +63,8 @@ def load_local_model(
     return model.to(device), tokenizer
 
 
-class LocalBackend:
+class LocalBackend(ClientBackend):
     """An in-process model for the ``ludic`` commands (``token_level``: its rollouts are trainable)."""
-
-    token_level = True
 
     def __init__(self, config: BackendConfig, *, client: LocalPolicyClient | None = None) -> None:
         """``client``: sample from this client's model (a recipe's model being trained) instead of
@@ -78,14 +73,8 @@ class LocalBackend:
             raise ConfigError(
                 f"backend 'local' needs backend.model (--model): a model directory or one of {list(NAMED_MODELS)}"
             )
-        require_chat_agent()
+        require_chat_agent()  # before minutes go into loading the model
         if client is None:
             model, tokenizer = load_local_model(config.model, device=config.device)
             client = LocalPolicyClient(model, tokenizer, max_batch_size=config.max_concurrency)
-        self.client = client
-
-    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
-        return chat_agent_factory(self.client, parser=parser, system_prompt=system_prompt)
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
+        super().__init__(client)

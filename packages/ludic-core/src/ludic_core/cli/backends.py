@@ -108,14 +108,14 @@ def require_chat_agent() -> None:
 
 
 def chat_agent_factory(
-    client: Any, *, parser: Parser, system_prompt: str | None
+    client: Any, *, parser: Parser, system_prompt: str | None, **options: Any
 ) -> Callable[[], AgentHarness]:
     """A fresh registered ``"chat"`` agent per episode over ``client`` (which carries the tokenizer
-    whose chat template renders the prompts)."""
+    whose chat template renders the prompts, unless ``options`` name a ``chat_template``)."""
 
     def make() -> AgentHarness:
         agent: AgentHarness = make_agent(
-            CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt
+            CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt, **options
         )
         return agent
 

@@ -36,7 +36,6 @@ from ludic_core.cli.run_config import EvalConfig
 from ludic_core.cli.run_dir import create_run_dir
 from ludic_core.cli.table import print_table
 from ludic_core.evaluation import MeanAtK, MetricReducer, PassAtK, Reducer, run_eval
-from ludic_core.registry import ENVS
 
 __all__ = ["COMMAND", "eval_reducers", "run"]
 
@@ -84,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(EvalConfig, files=args.config, flags=flags_of(args), overrides=args.overrides)
     # Everything that can be refused cheaply is, before the run directory exists.
     check_backend(config.backend)
-    ENVS.get(config.env)
-    check_env_builds(first_request(config))
+    check_env_builds(first_request(config))  # an unknown env name is refused here too
     resolve_profile(config.env)
     run_dir = create_run_dir("eval", config.env, config, config.run_dir)
     metrics = asyncio.run(_evaluate(config, run_dir))

@@ -17,7 +17,7 @@ ranks together sample exactly the requests one process would.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -51,6 +51,7 @@ __all__ = [
     "check_envs_build",
     "check_rl_episodes",
     "eval_requests",
+    "registered_algorithm",
     "rollout_source",
     "train_requests",
 ]
@@ -111,21 +112,26 @@ class RLEpisodesConfig(EpisodesConfig):
 
 def build_algorithm(config: RLEpisodesConfig) -> AlgorithmSpec:
     """The registered preset ``config.algorithm`` with the group size ``samples_per_prompt``."""
-    if config.algorithm not in ALGORITHMS:
-        raise ConfigError(
-            f"algorithm = {config.algorithm!r}: not a registered algorithm ({ALGORITHMS.names()})"
-        )
-    kwargs = dict(config.algorithm_kwargs)
-    if "group_size" in kwargs:
+    if "group_size" in config.algorithm_kwargs:
         raise ConfigError(
             "algorithm_kwargs.group_size: the group size is samples_per_prompt; set that instead"
         )
+    return registered_algorithm(
+        config.algorithm, config.algorithm_kwargs, group_size=config.samples_per_prompt
+    )
+
+
+def registered_algorithm(name: str, kwargs: Mapping[str, Any], **preset_kwargs: Any) -> AlgorithmSpec:
+    """The registered preset ``name`` built with the config's ``algorithm_kwargs`` (and the recipe's
+    own ``preset_kwargs``); an unknown name or option is a :class:`ConfigError` naming it."""
+    if name not in ALGORITHMS:
+        raise ConfigError(f"algorithm = {name!r}: not a registered algorithm ({ALGORITHMS.names()})")
     try:
-        spec = make_algorithm(config.algorithm, group_size=config.samples_per_prompt, **kwargs)
+        spec = make_algorithm(name, **preset_kwargs, **kwargs)
     except TypeError as exc:
-        raise ConfigError(f"algorithm {config.algorithm!r} with algorithm_kwargs {kwargs!r}: {exc}") from exc
+        raise ConfigError(f"algorithm {name!r} with algorithm_kwargs {dict(kwargs)!r}: {exc}") from exc
     if not isinstance(spec, AlgorithmSpec):
-        raise ConfigError(f"algorithm {config.algorithm!r} built {type(spec).__name__}, not an AlgorithmSpec")
+        raise ConfigError(f"algorithm {name!r} built {type(spec).__name__}, not an AlgorithmSpec")
     return spec
 
 

@@ -47,7 +47,6 @@ from ludic_core.engine import EpisodeResult
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.evaluation import rollout_record
 from ludic_core.jsonl import read_jsonl
-from ludic_core.registry import ENVS
 from ludic_core.rollout_log import RolloutLog
 
 __all__ = ["COMMAND", "done_request_ids", "run"]
@@ -160,8 +159,7 @@ def run(args: argparse.Namespace) -> int:
     )
     # Everything that can be refused cheaply is, before the run directory exists.
     check_backend(config.backend)
-    ENVS.get(config.env)
-    check_env_builds(first_request(config))
+    check_env_builds(first_request(config))  # an unknown env name is refused here too
     resolve_profile(config.env)
     run_dir = create_run_dir("rollouts", config.env, config, config.run_dir)
     counts, outcomes = asyncio.run(_collect(config, run_dir))

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ludic_core.algorithms.spec import AlgorithmSpec
+from ludic_core.cli.rl_recipe import registered_algorithm
 from ludic_core.errors import ConfigError
-from ludic_core.registry import ALGORITHMS, make_algorithm
 from ludic_train.recipes.config import OfflineRLRunConfig, OfflineRunConfig
 
 __all__ = ["build_offline_algorithm", "check_offline", "check_offline_rl", "run_offline_rl", "train_offline"]
@@ -49,19 +49,7 @@ def check_offline(config: OfflineRunConfig) -> None:
 
 def build_offline_algorithm(config: OfflineRLRunConfig) -> AlgorithmSpec:
     """The registered preset ``config.algorithm``; its group size comes from the rollouts' meta."""
-    if config.algorithm not in ALGORITHMS:
-        raise ConfigError(
-            f"algorithm = {config.algorithm!r}: not a registered algorithm ({ALGORITHMS.names()})"
-        )
-    try:
-        spec = make_algorithm(config.algorithm, **config.algorithm_kwargs)
-    except TypeError as exc:
-        raise ConfigError(
-            f"algorithm {config.algorithm!r} with algorithm_kwargs {config.algorithm_kwargs!r}: {exc}"
-        ) from exc
-    if not isinstance(spec, AlgorithmSpec):
-        raise ConfigError(f"algorithm {config.algorithm!r} built {type(spec).__name__}, not an AlgorithmSpec")
-    return spec
+    return registered_algorithm(config.algorithm, config.algorithm_kwargs)
 
 
 def check_offline_rl(config: OfflineRLRunConfig) -> None:
