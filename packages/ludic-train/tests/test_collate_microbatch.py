@@ -242,10 +242,15 @@ def test_split_packs_greedily_by_padded_size() -> None:
     assert [[len(i) for i in chunk] for chunk in chunks] == [[3, 4, 4], [9, 10]]
 
 
+def test_an_item_longer_than_the_budget_trains_alone() -> None:
+    rng = random.Random(0)
+    items = [make_item(rng, n) for n in (3, 4, 12, 5)]
+    chunks = split_items_by_token_budget(items, micro_token_budget=10, max_seq_len=16)
+    assert [[len(i) for i in chunk] for chunk in chunks] == [[3, 4], [5], [12]]
+
+
 def test_split_validates_its_arguments() -> None:
     items = make_items(3, seed=0)
-    with pytest.raises(ConfigError, match=r"micro_token_budget \(8\) must be >= max_seq_len \(16\)"):
-        split_items_by_token_budget(items, micro_token_budget=8, max_seq_len=16)
     with pytest.raises(ConfigError, match="max_seq_len must be a positive int, got 0"):
         split_items_by_token_budget(items, micro_token_budget=8, max_seq_len=0)
     assert split_items_by_token_budget([], micro_token_budget=8, max_seq_len=8) == []

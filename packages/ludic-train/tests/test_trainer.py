@@ -257,7 +257,7 @@ async def test_publisher_gets_merged_hf_named_weights_with_version_equal_to_step
 
 def test_config_errors_name_the_field() -> None:
     with pytest.raises(ConfigError, match="micro_token_budget"):
-        TrainerConfig(pad_token_id=0, max_seq_len=512, micro_token_budget=256)
+        TrainerConfig(pad_token_id=0, micro_token_budget=0)
     with pytest.raises(ConfigError, match="lr"):
         TrainerConfig(pad_token_id=0, lr=-1.0)
     assert TrainerConfig(pad_token_id=bpe_tokenizer()).pad_token_id == bpe_tokenizer().pad_token_id

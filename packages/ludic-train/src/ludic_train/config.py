@@ -73,7 +73,10 @@ class TrainerConfig:
       ``"sgd"`` (plain SGD, handy for exact-gradient checks); only parameters with ``requires_grad``
       are optimised.
     * ``max_grad_norm`` — clip the global gradient norm (``None`` disables clipping).
-    * ``max_seq_len`` / ``micro_token_budget`` — truncation and the padded-token budget per micro-batch.
+    * ``max_seq_len`` — truncation of every item.
+    * ``micro_token_budget`` — the padded-token budget per micro-batch (``longest item x items``; an
+      item longer than it trains alone); None: derived from the model's shape and the device's memory
+      (:mod:`ludic_train.memory_budget`).
     * ``publish_every_steps`` — publish weights every N steps with ``version = step`` (0: never).
     * ``cast_logits_to_fp32`` — compute the loss on fp32 logits (else the model's dtype, e.g. bf16).
     * ``gradient_checkpointing`` — trade compute for activation memory (HF models).
@@ -100,7 +103,7 @@ class TrainerConfig:
     eps: float = attrs.field(default=1e-8, validator=positive_number())
     max_grad_norm: float | None = attrs.field(default=1.0, validator=positive_number(optional=True))
     max_seq_len: int = attrs.field(default=1024, validator=int_at_least(1))
-    micro_token_budget: int = attrs.field(default=8192, validator=int_at_least(1))
+    micro_token_budget: int | None = attrs.field(default=None, validator=int_at_least(1, optional=True))
     publish_every_steps: int = attrs.field(default=1, validator=int_at_least(0))
     cast_logits_to_fp32: bool = attrs.field(default=False, validator=boolean())
     gradient_checkpointing: bool = attrs.field(default=False, validator=boolean())
@@ -112,13 +115,6 @@ class TrainerConfig:
     eval_at_start: bool = attrs.field(default=False, validator=boolean())
     eval_every_steps: int | None = attrs.field(default=None, validator=int_at_least(1, optional=True))
     max_consecutive_skipped_steps: int = attrs.field(default=3, validator=int_at_least(1))
-
-    def __attrs_post_init__(self) -> None:
-        if self.micro_token_budget < self.max_seq_len:
-            raise ConfigError(
-                f"TrainerConfig.micro_token_budget ({self.micro_token_budget}) must be >= max_seq_len "
-                f"({self.max_seq_len}): one full-length item must fit in a micro-batch"
-            )
 
     def resolved_device(self) -> str:
         if self.device is not None:

@@ -2,7 +2,8 @@
 
 Items are truncated to ``max_seq_len`` (recorded in their meta, never silently), sorted by length and
 packed greedily so that ``longest_item_in_chunk × items_in_chunk ≤ micro_token_budget`` — the padded
-size of the chunk, i.e. what the forward pass actually costs. Sorting by length keeps similar lengths
+size of the chunk, i.e. what the forward pass actually costs. An item longer than the budget forms a
+micro-batch of its own: the budget bounds memory wherever an item allows it, and no item is dropped. Sorting by length keeps similar lengths
 together, so little of the budget is spent on padding (``bench/bench_microbatch_padding.py``).
 
 Every Ludic loss is a mean over the sequences of its micro-batch, so multiplying each micro-batch's
@@ -91,11 +92,6 @@ def _check_budget(micro_token_budget: int, max_seq_len: int) -> None:
     for name, value in (("micro_token_budget", micro_token_budget), ("max_seq_len", max_seq_len)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ConfigError(f"{name} must be a positive int, got {value!r}")
-    if micro_token_budget < max_seq_len:
-        raise ConfigError(
-            f"micro_token_budget ({micro_token_budget}) must be >= max_seq_len ({max_seq_len}), "
-            "or a full-length item could not fit in any micro-batch"
-        )
 
 
 def split_items_by_token_budget(

@@ -36,6 +36,7 @@ from ludic_train.algorithm import RLAlgorithm
 from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
 from ludic_train.config import TrainerConfig
 from ludic_train.guards import check_items, model_vocab_size
+from ludic_train.memory_budget import derive_micro_token_budget
 from ludic_train.microbatch import MicroBatch, collate_micro_batches, micro_loss_scale
 from ludic_train.rank_zero import share_rank_zero_outcome
 from ludic_train.weights import is_fsdp_module, merged_state_dict
@@ -143,6 +144,7 @@ class Trainer:
             self._enable_gradient_checkpointing(model)
         self.model = model
         self._vocab_size = model_vocab_size(model)
+        self.micro_token_budget = self._micro_token_budget()
         # Under FSDP2 every rank must run the same forward passes, and a prefix pass is one more that
         # only some ranks' micro-batches would take; gradient checkpointing turns the KV cache off.
         self._share_prefix = (
@@ -163,6 +165,25 @@ class Trainer:
             self._resume(resume_from)
 
     # --- setup ----------------------------------------------------------------------------------------
+
+    def _micro_token_budget(self) -> int:
+        """The configured budget, or one derived from the model's shape and the device's memory."""
+        cfg = self.config
+        if cfg.micro_token_budget is not None:
+            return cfg.micro_token_budget
+        budget = derive_micro_token_budget(
+            self.model, self.device, gradient_checkpointing=cfg.gradient_checkpointing
+        )
+        log.info(
+            "trainer.micro_token_budget",
+            tokens=budget.tokens,
+            bytes_per_token=budget.bytes_per_token,
+            activation_gb=None
+            if budget.activation_bytes is None
+            else round(budget.activation_bytes / 2**30, 2),
+            derived_from=budget.reason,
+        )
+        return budget.tokens
 
     def _trainable_parameters(self) -> list[torch.nn.Parameter]:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -391,7 +412,7 @@ class Trainer:
         return collate_micro_batches(
             items,
             pad_token_id=cfg.pad_token_id,
-            micro_token_budget=cfg.micro_token_budget,
+            micro_token_budget=self.micro_token_budget,
             max_seq_len=cfg.max_seq_len,
             device=self.device,
         )

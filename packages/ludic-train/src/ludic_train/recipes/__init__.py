@@ -36,10 +36,9 @@ _RL_CHECK = "ludic_train.recipes.rl:check_rl"
 
 def _trainer(**settings: Any) -> dict[str, Any]:
     """The ``[trainer]`` defaults: TrainerConfig requires ``pad_token_id``, which the recipes take from
-    the tokenizer (``-1``), so a TOML file need not state it; and 1,024 tokens per micro-batch, since
-    a micro-batch's activations and logits dominate a CPU run's memory (SmolLM2-135M with LoRA on
-    every layer: 14.6 GB resident at TrainerConfig's 8,192, 3.2 GB at 1,024, the same step time)."""
-    return {"pad_token_id": FROM_TOKENIZER, "micro_token_budget": 1024, **settings}
+    the tokenizer (``-1``), so a TOML file need not state it. The micro-batch token budget is derived
+    from the model and the machine (:mod:`ludic_train.memory_budget`) unless the config sets it."""
+    return {"pad_token_id": FROM_TOKENIZER, **settings}
 
 
 def tictactoe_grpo() -> Recipe:
