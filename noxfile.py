@@ -9,7 +9,7 @@
 
 Sessions make their environments with uv (``nox[uv]``), or with virtualenv and pip where uv is missing.
 Packages are installed from the local tree (never from PyPI), all in one install so that siblings
-satisfy each other's ``ludic-core>=0.1,<0.2`` pins. Any session that may need torch installs
+satisfy each other's ``ludic-core>=0.2,<0.3`` pins. Any session that may need torch installs
 ``torch==2.13.0`` first, and every install is constrained by ``tools/constraints.txt``, so nothing
 resolves a CUDA build of torch. Hugging Face hubs are never contacted (``OFFLINE_ENV``).
 """

@@ -96,7 +96,7 @@ if TYPE_CHECKING:
         TokenTrace,
     )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Which submodule defines each public name; ``__getattr__`` imports it on first access.
 _EXPORTS: dict[str, tuple[str, ...]] = {
