@@ -739,7 +739,7 @@ def build(session: nox.Session) -> None:
     session.run("twine", "check", "--strict", *dists)
 
     versions = {package: _project_table(package)["version"] for package in PACKAGES}
-    tmp = Path(session.create_tmp())
+    tmp = Path(session.create_tmp()).resolve()
     pins = tmp / "ludic-pins.txt"
     pins.write_text("".join(f"{name}=={version}\n" for name, version in versions.items()))
     # uv reads find-links from UV_FIND_LINKS (a command-line --find-links would replace it): dist/ first,
@@ -876,7 +876,7 @@ def compat(session: nox.Session) -> None:
     session.log(f"oldest ludic-core allowed: {oldest}, made by commit {commit}")
     session.install(PIP_QUIET, "-r", str(RELEASE_REQUIREMENTS), UV)
 
-    tmp = Path(session.create_tmp())
+    tmp = Path(session.create_tmp()).resolve()
     source, wheels = tmp / "core-source", tmp / "core-wheel"
     for path in (source, wheels):
         shutil.rmtree(path, ignore_errors=True)

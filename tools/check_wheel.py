@@ -39,7 +39,8 @@ def source_files(src: Path) -> set[str]:
 def check(dist: str, src: Path, versions: dict[str, str]) -> list[str]:
     problems: list[str] = []
     distribution = importlib.metadata.distribution(dist)
-    installed = {path.as_posix() for path in distribution.files or ()}
+    # What the wheel's RECORD lists and is on disk.
+    installed = {path.as_posix() for path in distribution.files or () if Path(path.locate()).is_file()}
     missing = sorted(source_files(src) - installed)
     if missing:
         problems.append(f"{dist}: the wheel lacks {len(missing)} file(s) of {src}: {missing}")

@@ -108,8 +108,11 @@ def test_serve_command_injects_the_extension_and_rl_flags(
     assert "--device" not in out and "--port 9" in out
     argv, _ = serve.build_command("/m", ["--logprobs-mode", "raw_logprobs"])
     assert argv.count("--logprobs-mode") == 1  # the caller's choice wins
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_info:
         serve.main(["run", "/m"])
+    assert exit_info.value.code == 2 and "usage: ludic-vllm serve" in capsys.readouterr().err
+    serve.main(["--help"])  # returns: exit status 0
+    assert capsys.readouterr().out.startswith("usage: ludic-vllm serve <model>")
 
 
 def test_serve_trusts_loopback_only_when_bound_to_loopback(

@@ -130,11 +130,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``ludic-vllm`` console script."""
     args = list(sys.argv[1:] if argv is None else argv)
+    usage = (
+        "usage: ludic-vllm serve <model> [--ludic-api-token T | --ludic-trust-loopback] "
+        "[--ludic-load-dir DIR]... [--ludic-initial-version N] [vllm args...]"
+    )
+    if args[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return
     if not args or args[0] != "serve":
-        print(
-            "usage: ludic-vllm serve <model> [--ludic-api-token T | --ludic-trust-loopback] "
-            "[--ludic-load-dir DIR]... [--ludic-initial-version N] [vllm args...]"
-        )
+        print(usage, file=sys.stderr)
         raise SystemExit(2)
     parser = _parser()
     ns, vllm_args = parser.parse_known_args(args[1:])
