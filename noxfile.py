@@ -877,6 +877,9 @@ def compat(session: nox.Session) -> None:
     session.install(PIP_QUIET, "-r", str(RELEASE_REQUIREMENTS), UV)
 
     tmp = Path(session.create_tmp()).resolve()
+    # create_tmp also points TMPDIR into the venv; the tests must run with the machine's own temporary
+    # directory, as in the `tests` sessions (the code-execution sandbox binds its scratch directory).
+    session.env.pop("TMPDIR", None)
     source, wheels = tmp / "core-source", tmp / "core-wheel"
     for path in (source, wheels):
         shutil.rmtree(path, ignore_errors=True)
