@@ -819,9 +819,13 @@ def _oldest_core() -> str:
 
 
 def _git(*args: str) -> str:
-    result = subprocess.run(
-        ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=True
-    )
+    command = ["git", "-C", str(ROOT), *args]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise ValueError(f"`{' '.join(command)}` did not run: {error}") from error
+    if result.returncode != 0:
+        raise ValueError(f"`{' '.join(command)}` failed ({result.returncode}): {result.stderr.strip()}")
     return result.stdout.strip()
 
 
@@ -871,7 +875,7 @@ def compat(session: nox.Session) -> None:
     try:
         oldest = _oldest_core()
         commit = _core_release_commit(oldest)
-    except (ValueError, subprocess.CalledProcessError) as error:
+    except ValueError as error:
         session.error(str(error))
     session.log(f"oldest ludic-core allowed: {oldest}, made by commit {commit}")
     session.install(PIP_QUIET, "-r", str(RELEASE_REQUIREMENTS), UV)
