@@ -102,7 +102,7 @@ def test_a_missing_data_file_is_refused_before_the_model_loads_and_leaves_no_run
         ("trainer.lrr=1e-4", "unknown key 'trainer.lrr'; did you mean 'trainer.lr'?"),
         ("samples_per_prompt=2.5", "samples_per_prompt = 2.5: expected int"),
         ("backend.model=5", "backend.model = 5: expected str"),
-        ("algorithm=grpoo", "algorithm = 'grpoo': not a registered algorithm"),
+        ("algorithm=grpoo", "algorithm = 'grpoo': not a registered algorithm; did you mean 'grpo'"),
         ("backend.kind=openai", "backend.kind = 'openai'"),
     ],
 )
@@ -130,12 +130,31 @@ def test_resume_needs_a_train_run_directory_of_the_same_recipe(tmp_path: Path) -
 def test_an_unknown_recipe_lists_the_installed_ones(tmp_path: Path) -> None:
     done = ludic("train", "tictactoe-grop", cwd=tmp_path)
     assert done.returncode == 2
-    assert "unknown recipe 'tictactoe-grop'" in done.stderr and "tictactoe-grpo" in done.stderr
+    assert "unknown recipe 'tictactoe-grop'; did you mean 'tictactoe-grpo'" in done.stderr
+
+
+def test_a_bad_run_config_file_is_named_with_the_key_path(tmp_path: Path) -> None:
+    (tmp_path / "run.toml").write_text("steps = 2\n[trainer]\nlrr = 1e-4\n")
+    done = ludic("train", "tictactoe-grpo", "run.toml", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "config file 'run.toml': unknown key 'trainer.lrr'; did you mean 'trainer.lr'?" in done.stderr
+    (tmp_path / "broken.toml").write_text("steps = \n")
+    done = ludic("train", "tictactoe-grpo", "broken.toml", cwd=tmp_path)
+    assert done.returncode == 2 and "config file 'broken.toml' is not valid toml" in done.stderr
+    assert "line 1" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_grpo_run_writes_its_run_dir_and_resume_continues_from_the_latest_checkpoint(tmp_path: Path) -> None:
     done = ludic("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", "run.save_final=true", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    # No library warning on a run this small (each one it printed had a cause to fix).
+    assert "Warning" not in done.stderr, done.stderr
+    # One short line per step with the key numbers; every metric is in metrics.jsonl.
+    lines = [line for line in done.stdout.splitlines() if line.startswith("[trainer] step")]
+    train_lines = [line for line in lines if "reward=" in line]
+    assert [line.split(" | ")[0] for line in train_lines] == ["[trainer] step 1", "[trainer] step 2"]
+    assert all("loss=" in line and "step_s=" in line and len(line) < 100 for line in train_lines), lines
+    assert any("eval_accuracy=" in line for line in lines)
     run = tmp_path / "run"
     assert (run / "final" / "config.json").is_file()  # the trained model, merged
     config = json.loads((run / "config.json").read_text())

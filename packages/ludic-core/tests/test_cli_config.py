@@ -85,8 +85,43 @@ def test_every_problem_is_reported_at_once_and_required_fields_are_named() -> No
     with pytest.raises(ConfigError) as info:
         load_config(RolloutsConfig, overrides=["seed=-1.5", "keep=3"])
     message = str(info.value)
-    for part in ("env: missing (required, type str)", "output: missing", "seed = -1.5", "keep = 3"):
+    for part in ("env: missing (required, type str)", "seed = -1.5", "keep = 3"):
         assert part in message
+    # Where each bad value came from: the override that set it.
+    assert "override 'seed=-1.5': seed = -1.5" in message and "override 'keep=3': keep = 3" in message
+
+
+def test_problems_name_the_file_and_the_key_path_that_set_them(tmp_path: Path) -> None:
+    first, second = tmp_path / "base.toml", tmp_path / "run.toml"
+    first.write_text('env = "tictactoe"\n[backend]\nmax_retries = 2\n')
+    second.write_text('[backend]\nmax_retries = "two"\nmodle = "m"\n[sampling]\ntop_p = 2.0\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(EvalConfig, files=[first, second], overrides=["sampling.temperature=hot"])
+    message = str(info.value)
+    # The value that failed was set last by run.toml, not base.toml, which also set it.
+    assert f"config file {str(second)!r}: backend.max_retries = 'two': expected int" in message
+    assert (
+        f"config file {str(second)!r}: unknown key 'backend.modle'; did you mean 'backend.model'?" in message
+    )
+    assert "override 'sampling.temperature=hot': sampling.temperature = 'hot'" in message
+    assert str(first) not in message
+
+
+def test_a_validator_problem_names_every_file_that_set_its_table(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('env = "tictactoe"\n[backend]\nmax_concurrency = 0\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(EvalConfig, files=[path], flags={"backend": {"model": "m"}})
+    message = str(info.value)
+    assert "BackendConfig.max_concurrency" in message and "got 0" in message
+    assert f"[backend] set by config file {str(path)!r}, command-line flags" in message
+
+
+def test_a_toml_syntax_error_names_the_file_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('env = "tictactoe"\n[backend\n')
+    with pytest.raises(ConfigError, match=rf"config file {str(path)!r} is not valid toml: .*line 2, column"):
+        load_config(EvalConfig, files=[path])
 
 
 def test_toml_file_then_flags_then_overrides(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def test_recipes_command_prints_one_line_per_recipe(
 
 def test_get_recipe_names_the_installed_recipes(registered: str) -> None:
     assert get_recipe(registered).summary == "a test recipe"
-    with pytest.raises(ConfigError, match=r"unknown recipe 'test-recipee'.*test-recipe"):
+    with pytest.raises(ConfigError, match=r"unknown recipe 'test-recipee'; did you mean 'test-recipe'\?"):
         get_recipe("test-recipee")
 
 

@@ -15,6 +15,7 @@ from ludic_core.registry import (
     register_algorithm,
     register_env,
 )
+from ludic_core.suggestions import close_names, did_you_mean
 from ludic_core.testing import GuessNumberEnv
 
 
@@ -45,6 +46,26 @@ def test_unknown_name_lists_known_names() -> None:
         registry.register("bad", 3)  # type: ignore[arg-type]
 
 
+def test_an_unknown_name_suggests_the_closest_registered_names() -> None:
+    registry: Registry[object] = Registry("env", "test.group")
+    for name in ("tictactoe", "tictactoe_selfplay", "gsm8k"):
+        registry.register(name, dict)
+    with pytest.raises(RegistryError) as info:
+        registry.get("tictactoee")
+    message = str(info.value)
+    assert message.startswith("unknown env 'tictactoee'; did you mean 'tictactoe' or 'tictactoe_selfplay'?")
+    assert "'gsm8k'" in message.split("known:")[1]  # every name is still listed
+    with pytest.raises(RegistryError) as info:
+        registry.get("zzz")
+    assert "did you mean" not in str(info.value)  # nothing close: no guess
+
+
+def test_did_you_mean_orders_the_closest_first() -> None:
+    assert close_names("grpoo", ["sft", "grpo", "gspo", "dr_grpo"]) == ["grpo", "gspo", "dr_grpo"]
+    assert did_you_mean("grpoo", ["grpo"]) == "did you mean 'grpo'? "
+    assert did_you_mean("xyz", ["grpo"]) == ""
+
+
 def test_module_level_env_registry() -> None:
     register_env("test-guess", GuessNumberEnv, overwrite=True)
     try:
@@ -65,7 +86,10 @@ def test_algorithms_registry_builds_presets_by_name() -> None:
     try:
         assert make_algorithm("test-toy", group_size=4) == "toy algorithm" and calls == [{"group_size": 4}]
         assert "test-toy" in ALGORITHMS
-        with pytest.raises(RegistryError, match=r"unknown algorithm 'test-nope'; known: \[.*'test-toy'"):
+        with pytest.raises(
+            RegistryError,
+            match=r"unknown algorithm 'test-nope'; did you mean 'test-toy'\? known: \[.*'test-toy'",
+        ):
             make_algorithm("test-nope")
     finally:
         ALGORITHMS.unregister("test-toy")

@@ -10,6 +10,7 @@ import socket
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai_server import serve_openai
@@ -260,3 +261,65 @@ async def test_rollouts_keep_filter_and_resume(tmp_path: Path) -> None:
         # A rerun with another seed would mix datasets: refused.
         status, _out, err = await ludic(*common, "-n", "6", "--seed", "1", cwd=tmp_path)
         assert status == 2 and "resuming would mix two datasets" in err
+
+
+def _first_prompts(requests: list[dict[str, Any]]) -> list[str]:
+    """The opening user message of every episode a server answered (its first request)."""
+    return [r["messages"][1]["content"] for r in requests if len(r["messages"]) == 2]
+
+
+async def test_a_default_eval_plays_n_different_games_and_the_same_ones_again(tmp_path: Path) -> None:
+    """No env_kwargs, greedy sampling: each of the 8 episodes starts from its own position, the agent
+    on X and on O, and the same command replays the same episodes."""
+    runs = []
+    for run_dir in ("a", "b"):
+        async with serve_openai() as server:
+            status, _out, err = await ludic(
+                "eval", "tictactoe", "--base-url", server.base_url, "--model", "first-legal", "-n", "8",
+                "--run-dir", run_dir, cwd=tmp_path,
+            )  # fmt: skip
+            assert status == 0, err
+            runs.append(server.requests)
+    first = _first_prompts(runs[0])
+    assert len(first) == 8 and len(set(first)) == 8
+    assert sum("You play X." in p for p in first) == 4 and sum("You play O." in p for p in first) == 4
+    # The same episodes, move for move (requests run concurrently, so their order may differ).
+    assert sorted(json.dumps(r["messages"]) for r in runs[0]) == sorted(
+        json.dumps(r["messages"]) for r in runs[1]
+    )
+    records = [
+        sorted(
+            (r["request_id"], r["total_reward"])
+            for r in map(json.loads, (tmp_path / d / "records.jsonl").open())
+        )
+        for d in ("a", "b")
+    ]
+    assert records[0] == records[1]
+
+
+async def test_vary_starts_false_leaves_the_env_seed_as_the_only_difference(tmp_path: Path) -> None:
+    async with serve_openai() as server:
+        status, _out, err = await ludic(
+            "eval", "tictactoe", "--base-url", server.base_url, "--model", "first-legal", "-n", "4",
+            "--run-dir", "run", "vary_starts=false", "env_kwargs.agent_mark=X", cwd=tmp_path,
+        )  # fmt: skip
+        assert status == 0, err
+        assert len(set(_first_prompts(server.requests))) == 1  # the empty board, X to move, each time
+
+
+async def test_rollouts_without_an_output_keep_them_in_the_run_directory(tmp_path: Path) -> None:
+    async with serve_openai() as server:
+        common = ["rollouts", "tictactoe", "--base-url", server.base_url, "--model", "first-legal", "-n", "2"]
+        status, _out, err = await ludic(*common, "--run-dir", "runs/r", cwd=tmp_path)
+        assert status == 0, err
+        output = tmp_path / "runs" / "r" / "rollouts.jsonl"
+        assert f"kept rollouts: {Path('runs/r/rollouts.jsonl')}" in err
+        assert len(list(read_rollouts(output))) == 2
+        assert not (tmp_path / "rollouts.jsonl").exists()  # nothing in the current directory
+        config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
+        assert (config["output"], config["run_dir"]) == (str(Path("runs/r/rollouts.jsonl")), "runs/r")
+        # Rerunning the run directory's config resumes the same collection: nothing left to do.
+        status, _out, err = await ludic("rollouts", "--config", "runs/r/config.json", cwd=tmp_path)
+        assert status == 0, err
+        counts = json.loads((tmp_path / "runs" / "r" / "counts.json").read_text())
+        assert counts["skipped_done"] == 2 and counts["rollouts"] == 0

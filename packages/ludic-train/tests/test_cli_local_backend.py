@@ -44,6 +44,7 @@ def test_eval_samples_the_local_model_and_logs_trainable_episodes(tmp_path: Path
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr  # no library warning on a tiny run
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["num_episodes"] == 3 and metrics["num_failed_episodes"] == 0
     rates = [metrics[k] for k in ("win_rate", "draw_rate", "loss_rate", "illegal_rate", "parse_error_rate")]

@@ -25,6 +25,7 @@ from importlib import metadata
 from typing import Any, Generic, TypeVar
 
 from ludic_core.errors import RegistryError
+from ludic_core.suggestions import did_you_mean
 
 __all__ = [
     "AGENTS",
@@ -97,8 +98,7 @@ class Registry(Generic[T]):
             return self.register(name, getattr(importlib.import_module(module), attribute))
         ep = self._entry_points().get(name)
         if ep is None:
-            hint = f" (entry-point group {self.entry_point_group!r})" if self.entry_point_group else ""
-            raise RegistryError(f"unknown {self.kind} {name!r}; known: {self.names()}{hint}")
+            raise RegistryError(self.unknown(name))
         try:
             loaded = ep.load()
         except Exception as exc:
@@ -106,6 +106,11 @@ class Registry(Generic[T]):
                 f"{self.kind} {name!r}: loading entry point {ep.value!r} failed: {exc}"
             ) from exc
         return self.register(name, loaded)
+
+    def unknown(self, name: str) -> str:
+        """The error text for an unregistered ``name``: the closest registered names, then all of them."""
+        group = f" (entry-point group {self.entry_point_group!r})" if self.entry_point_group else ""
+        return f"unknown {self.kind} {name!r}; {did_you_mean(name, self.names())}known: {self.names()}{group}"
 
     def build(self, name: str, /, **kwargs: Any) -> T:
         return self.get(name)(**kwargs)

@@ -8,6 +8,11 @@
 * QA (GSM8K, MATH, any :class:`~ludic_envs.qa.DatasetQAEnv`): the whole reply goes to the env, which
   extracts and grades the answer; outcomes correct / wrong / no_answer (nothing the env could read as an
   answer) / parse_error (an empty reply) / failed; success is ``correct``.
+* Code execution: the whole reply goes to the env, which runs its program against the row's tests;
+  the generic outcomes.
+
+Each profile spreads the evaluated prompts over distinct starts (:mod:`ludic_envs.eval_starts`): both
+sides and distinct opening positions for Tic-Tac-Toe, distinct rows for the dataset envs.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import re
 from ludic_core.cli.profiles import EvalProfile
 from ludic_core.evaluation import Record
 from ludic_core.parsing import ParseResult
+from ludic_envs.eval_starts import row_starts, tictactoe_starts
 
-__all__ = ["cell_parser", "qa_profile", "tictactoe_profile"]
+__all__ = ["cell_parser", "code_profile", "qa_profile", "tictactoe_profile"]
 
 _CELL = re.compile(r"\s*(?:<move>\s*)?([A-Ca-c][1-3])(?:\s*</move>)?\s*\.?\s*")
 
@@ -49,6 +55,7 @@ def tictactoe_profile() -> EvalProfile:
         outcome=_tictactoe_outcome,
         success=lambda record: _tictactoe_outcome(record) in ("win", "draw"),
         max_tokens=16,
+        starts=tictactoe_starts,
         description="reply with one cell (B2 or <move>B2</move>)",
     )
 
@@ -69,5 +76,12 @@ def qa_profile() -> EvalProfile:
         outcome=_qa_outcome,
         success=lambda record: _qa_outcome(record) == "correct",
         max_tokens=1024,
+        starts=row_starts,
         description="the env extracts and grades the answer",
+    )
+
+
+def code_profile() -> EvalProfile:
+    return EvalProfile(
+        max_tokens=1024, starts=row_starts, description="the env runs the reply's program against the tests"
     )

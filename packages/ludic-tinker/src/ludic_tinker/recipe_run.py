@@ -93,7 +93,7 @@ async def _run(
     from ludic_core.cli.rl_recipe import eval_requests, rollout_source
     from ludic_core.cli.run_config import EvalConfig
     from ludic_core.evaluation import run_eval
-    from ludic_core.loggers.console import PrintLogger
+    from ludic_core.loggers.console import STEP_SUMMARY, PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
     from ludic_tinker import (
@@ -149,7 +149,11 @@ async def _run(
     )
     engine = source.engine
     logger = (
-        None if dry_run else TeeLogger(JsonlLogger(run_dir / "metrics.jsonl"), PrintLogger(prefix="[tinker]"))
+        None
+        if dry_run
+        else TeeLogger(
+            JsonlLogger(run_dir / "metrics.jsonl"), PrintLogger(prefix="[tinker]", labels=STEP_SUMMARY)
+        )
     )
     common = {"config": trainer_config, "chat_client": client, "logger": logger}
     if resuming:

@@ -144,15 +144,19 @@ def _class_at(cls: type, path: Sequence[str]) -> type:
     return cls
 
 
-def _messages(exc: BaseException, cls: type, data: Any, path: list[str]) -> Iterable[str]:
-    """One readable line per leaf error of a cattrs exception group."""
+Problem = tuple[list[str], str]
+"""A config problem: the key path it is about (``[]``: the whole config) and its message."""
+
+
+def _messages(exc: BaseException, cls: type, data: Any, path: list[str]) -> Iterable[Problem]:
+    """One readable problem per leaf error of a cattrs exception group."""
     if isinstance(exc, ForbiddenExtraKeysError):
         valid = [f.name for f in attrs.fields(exc.cl)]
         for key in sorted(exc.extra_fields):
             where = ".".join([*path, key])
             close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
             hint = f"; did you mean {'.'.join([*path, close[0]])!r}?" if close else ""
-            yield f"unknown key {where!r}{hint} (valid keys here: {', '.join(valid)})"
+            yield [*path, key], f"unknown key {where!r}{hint} (valid keys here: {', '.join(valid)})"
         return
     if isinstance(exc, (ClassValidationError, IterableValidationError)):
         with_notes, without_notes = exc.group_exceptions()
@@ -172,13 +176,53 @@ def _messages(exc: BaseException, cls: type, data: Any, path: list[str]) -> Iter
             if isinstance(sub, (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError)):
                 yield from _messages(sub, sub_cls, sub_data, sub_path)
             elif isinstance(sub, KeyError):
-                yield f"{'.'.join(sub_path)}: missing (required, type {_type_name(getattr(note, 'type', '?'))})"
+                expected = _type_name(getattr(note, "type", "?"))
+                yield sub_path, f"{'.'.join(sub_path)}: missing (required, type {expected})"
             else:
                 expected = _type_name(getattr(note, "type", "?"))
-                yield f"{'.'.join(sub_path)} = {sub_data!r}: expected {expected} ({sub})"
+                yield sub_path, f"{'.'.join(sub_path)} = {sub_data!r}: expected {expected} ({sub})"
         return
     # A validator's ConfigError already names the class, the field and the value.
-    yield str(exc) if isinstance(exc, ConfigError) else f"{'.'.join(path) or 'config'}: {exc}"
+    yield path, str(exc) if isinstance(exc, ConfigError) else f"{'.'.join(path) or 'config'}: {exc}"
+
+
+def _holds(layer: Mapping[str, Any], path: Sequence[str]) -> bool:
+    """Whether ``layer`` sets ``path`` (a list index in a part, ``stop[2]``, counts as its list)."""
+    node: Any = layer
+    for part in path:
+        key = part.split("[", 1)[0]
+        if not isinstance(node, Mapping) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _nested(path: Sequence[str], value: Any) -> dict[str, Any]:
+    """``["a", "b"], 1`` -> ``{"a": {"b": 1}}``."""
+    node: dict[str, Any] = {path[-1]: value}
+    for part in reversed(path[:-1]):
+        node = {part: node}
+    return node
+
+
+def _located(problem: Problem, layers: Sequence[tuple[str, Mapping[str, Any]]], data: Any) -> str:
+    """The problem's message with where its key was set: a value's problem names the layer that set it
+    last (a config file, the command-line flags, an override); a table's problem (a validator's, about
+    a combination of its keys) names every layer that set keys of it."""
+    path, message = problem
+    holders = [source for source, layer in layers if path and _holds(layer, path)]
+    if not holders:
+        return message
+    if _holds(data, path) and isinstance(_value_at(data, path), Mapping):
+        return f"{message} ([{'.'.join(path)}] set by {', '.join(holders)})"
+    return f"{holders[-1]}: {message}"
+
+
+def _value_at(data: Mapping[str, Any], path: Sequence[str]) -> Any:
+    node: Any = data
+    for part in path:
+        node = node[part.split("[", 1)[0]]
+    return node
 
 
 def load_config(
@@ -196,19 +240,28 @@ def load_config(
     A nested table given in part keeps the rest of its field's default: ``rollout.concurrency=4``
     changes the concurrency only, not the command's other rollout settings."""
     data: dict[str, Any] = nested_defaults(cls)
+    # Where each layer came from, so a problem names the file (or flag, or override) that set its key.
     # Deep copies: merging must never mutate the caller's defaults.
-    for layer in [copy.deepcopy(dict(defaults or {})), *(read_file(f) for f in files), dict(flags or {})]:
+    layers: list[tuple[str, Mapping[str, Any]]] = [("defaults", copy.deepcopy(dict(defaults or {})))]
+    layers += [(f"config file {str(f)!r}", read_file(f)) for f in files]
+    layers.append(("command-line flags", dict(flags or {})))
+    for _source, layer in layers:
         _merge(data, layer)
     for text in overrides:
         path, value = parse_override(text)
-        _set(data, path, value, text)
+        _set(data, path, value, text)  # an override replaces its key's value whole
+        layers.append((f"override {text!r}", _nested(path, value)))
     try:
         return make_converter().structure(data, cls)
     except (ClassValidationError, ForbiddenExtraKeysError) as exc:
-        problems = list(_messages(exc, cls, data, []))
+        problems = [_located(problem, layers, data) for problem in _messages(exc, cls, data, [])]
         raise ConfigError(f"invalid {cls.__name__}:\n  " + "\n  ".join(problems)) from exc
-    except ConfigError:
-        raise
+    except ConfigError as exc:
+        # A validator's error (a bad value, a bad combination) says what; the files say where.
+        sources = [source for source, _layer in layers[1:-1] if source.startswith("config file")]
+        if not sources:
+            raise
+        raise ConfigError(f"{exc} (config read from {', '.join(sources)})") from exc
 
 
 def nested_defaults(cls: type) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """What ``ludic eval`` and ``ludic rollouts`` share: the command-line flags of a run config, and the
 engine and requests of a run.
 
-Requests are a pure function of the config: prompt ``i`` gets its env seed from ``(seed, "env", i)`` and
-sample ``j`` of it its sampling seed from ``(seed, "sampling", i, j)``, and request meta carries a stable
-``request_id`` (``"i.j"``), so reruns and resumed runs replay the same episodes. Samples of a prompt form a
+Requests are a pure function of the config: prompt ``i`` gets its env seed from ``(seed, "env", i)``,
+its start from the env profile's ``starts`` (a Tic-Tac-Toe position and side, a dataset row: each prompt
+its own, chosen with ``(seed, "starts")``; ``vary_starts=false`` leaves the env seed as the only
+difference) and sample ``j`` of it its sampling seed from ``(seed, "sampling", i, j)``, and request meta
+carries a stable ``request_id`` (``"i.j"``), so reruns and resumed runs replay the same episodes. Samples of a prompt form a
 group (``group_id``, ``group_index``, ``group_size``) for pass@k and for group-normalised credit when the
 rollouts train later (``ludic train offline-rl``).
 """
@@ -11,7 +13,7 @@ rollouts train later (``ludic train offline-rl``).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,7 @@ __all__ = [
     "first_request",
     "flags_of",
     "inference_spec",
+    "prompt_starts",
     "sampling_params",
 ]
 
@@ -116,6 +119,25 @@ def sampling_params(config: SamplingConfig, profile: EvalProfile) -> SamplingPar
     )
 
 
+def prompt_starts(
+    profile: EvalProfile, *, env: str, env_kwargs: Mapping[str, Any], seed: int, count: int
+) -> list[dict[str, Any]]:
+    """The env-kwarg additions of prompts ``0 .. count-1``: the profile's ``starts`` (chosen with
+    ``(seed, "starts")``), or nothing when the profile has none."""
+    if profile.starts is None:
+        return [{} for _ in range(count)]
+    kwargs = dict(env_kwargs)
+    starts = [
+        dict(start)
+        for start in profile.starts(
+            kwargs, lambda: _build_env(env, kwargs), derive_seed(seed, "starts"), count
+        )
+    ]
+    if len(starts) != count:
+        raise ConfigError(f"the eval profile of env {env!r} gave {len(starts)} starts for {count} prompts")
+    return starts
+
+
 def build_requests(
     *,
     env: str,
@@ -124,13 +146,19 @@ def build_requests(
     samples_per_prompt: int,
     seed: int,
     inference: InferenceSpec,
+    starts: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[RolloutRequest]:
+    """``episodes`` prompts, ``samples_per_prompt`` requests each; prompt ``i``'s env is built with
+    ``env_kwargs`` plus ``starts[i]`` (:func:`prompt_starts`)."""
+    if starts is not None and len(starts) < episodes:
+        raise ConfigError(f"build_requests: {len(starts)} starts for {episodes} prompts")
     requests: list[RolloutRequest] = []
     for i in range(episodes):
+        kwargs = env_kwargs if starts is None else {**env_kwargs, **starts[i]}
         for j in range(samples_per_prompt):
             requests.append(
                 RolloutRequest(
-                    env=EnvSpec(env, kwargs=env_kwargs),
+                    env=EnvSpec(env, kwargs=kwargs),
                     protocol=ProtocolSpec(CLI_PROTOCOL),
                     env_seed=derive_seed(seed, "env", i),
                     sampling_seed=derive_seed(seed, "sampling", i, j),
@@ -174,8 +202,16 @@ def build_engine(
     )
 
 
-def first_request(config: EpisodesConfig) -> RolloutRequest:
-    """The first request of a command's episodes: its env, env kwargs and env seed."""
+def config_starts(config: EpisodesConfig, profile: EvalProfile, count: int) -> list[dict[str, Any]] | None:
+    """The starts of a command's first ``count`` prompts, or None under ``vary_starts=false``."""
+    if not config.vary_starts:
+        return None
+    return prompt_starts(profile, env=config.env, env_kwargs=config.env_kwargs, seed=config.seed, count=count)
+
+
+def first_request(config: EpisodesConfig, profile: EvalProfile) -> RolloutRequest:
+    """The first request of a command's episodes: its env, env kwargs (its start included) and env
+    seed."""
     return build_requests(
         env=config.env,
         env_kwargs=config.env_kwargs,
@@ -183,6 +219,7 @@ def first_request(config: EpisodesConfig) -> RolloutRequest:
         samples_per_prompt=1,
         seed=config.seed,
         inference=InferenceSpec(),
+        starts=config_starts(config, profile, 1),
     )[0]
 
 
@@ -206,6 +243,7 @@ def build_episodes(
         samples_per_prompt=config.samples_per_prompt,
         seed=config.seed,
         inference=inference_spec(sampling_params(config.sampling, profile), backend),
+        starts=config_starts(config, profile, config.episodes),
     )
     return engine, requests
 
@@ -222,6 +260,19 @@ def episodes_logged_in(run_dir: Path) -> Iterator[None]:
         ) from exc
 
 
+def _build_env(kind: str, kwargs: Mapping[str, Any]) -> Any:
+    """The env ``kind`` built with ``kwargs``; an error that is not a Ludic one becomes a
+    :class:`ConfigError` naming the env and its kwargs."""
+    try:
+        return ENVS.get(kind)(**kwargs)
+    except LudicError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"env {kind!r} with env_kwargs {dict(kwargs)} could not be built: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def check_env_builds(request: RolloutRequest) -> str:
     """Build ``request``'s env and reset it with its seed, as its episode will, and describe it.
 
@@ -230,14 +281,14 @@ def check_env_builds(request: RolloutRequest) -> str:
     (or, in a dry run, not at all). An error that is not a Ludic one becomes a :class:`ConfigError`
     naming the env and its kwargs."""
     kind, kwargs = request.env.kind, dict(request.env.kwargs)
+    env = _build_env(kind, kwargs)
     try:
-        env = ENVS.get(kind)(**kwargs)
         observed = env.reset(seed=request.env_seed)
     except LudicError:
         raise
     except Exception as exc:
         raise ConfigError(
-            f"env {kind!r} with env_kwargs {kwargs} could not be built and reset (seed {request.env_seed}): "
+            f"env {kind!r} with env_kwargs {kwargs} could not be reset (seed {request.env_seed}): "
             f"{type(exc).__name__}: {exc}"
         ) from exc
     return (

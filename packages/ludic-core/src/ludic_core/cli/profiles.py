@@ -12,7 +12,7 @@ parse failure or a failed episode is always counted, never dropped from a denomi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -22,7 +22,20 @@ from ludic_core.evaluation import Record
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.registry import Registry
 
-__all__ = ["EVAL_PROFILES", "EvalProfile", "default_profile", "reply_parser", "resolve_profile"]
+__all__ = [
+    "EVAL_PROFILES",
+    "EvalProfile",
+    "Starts",
+    "default_profile",
+    "reply_parser",
+    "resolve_profile",
+]
+
+Starts = Callable[[Mapping[str, Any], Callable[[], Any], int, int], Sequence[Mapping[str, Any]]]
+"""``(env_kwargs, build_env, seed, count) -> count env-kwarg additions``, one per prompt: where each
+evaluated prompt starts (a position, a side, a dataset row). ``build_env()`` builds the env from
+``env_kwargs`` (to learn, say, how many rows it has); ``seed`` fixes the choice, so the same run config
+plays the same episodes. A start must leave alone what ``env_kwargs`` fixes (return ``{}`` then)."""
 
 
 def reply_parser(text: str) -> ParseResult:
@@ -57,7 +70,11 @@ class EvalProfile:
     * ``success``: rollout record -> solved or not, for accuracy and pass@k (None: the env has no
       notion of success; only outcome rates and reward are reported);
     * ``max_tokens``, ``stop``: sampling defaults the run config may override;
-    * ``stop_on_parse_error``: end the episode at the first unparsable reply.
+    * ``stop_on_parse_error``: end the episode at the first unparsable reply;
+    * ``starts``: spreads evaluated prompts over distinct starts (:data:`Starts`), so ``n`` prompts are
+      ``n`` different games or questions even under greedy sampling, where the env seed alone may
+      change nothing the model sees (a fixed opening position, rows drawn with repeats); None: each
+      prompt differs by its env seed only.
     """
 
     parser: Parser = reply_parser
@@ -69,6 +86,7 @@ class EvalProfile:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
     stop_on_parse_error: bool = True
+    starts: Starts | None = None
     description: str = ""
 
     def label(self, record: Record) -> str:

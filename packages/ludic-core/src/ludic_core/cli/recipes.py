@@ -20,6 +20,7 @@ import attrs
 from ludic_core.cli.command import Command
 from ludic_core.errors import ConfigError
 from ludic_core.registry import Registry
+from ludic_core.suggestions import did_you_mean
 
 __all__ = ["COMMAND", "RECIPES", "Recipe", "RecipeRun", "get_recipe", "recipe_path"]
 
@@ -72,7 +73,8 @@ def get_recipe(name: str) -> Recipe:
     if name not in RECIPES:
         names = RECIPES.names()
         raise ConfigError(
-            f"unknown recipe {name!r}; installed recipes: {', '.join(names) if names else 'none'} "
+            f"unknown recipe {name!r}; {did_you_mean(name, names)}"
+            f"installed recipes: {', '.join(names) if names else 'none'} "
             "(`ludic recipes` lists them; ludic-train and ludic-tinker provide recipes)"
         )
     recipe = RECIPES.build(name)

@@ -4,7 +4,8 @@ the run config's RL table and the torch-free pieces built from it.
 :class:`RLEpisodesConfig` is the episodes table of ``ludic eval`` read as a training step: ``episodes``
 prompts per step, each sampled ``samples_per_prompt`` times (the GRPO group), plus the number of
 ``steps``, the ``algorithm`` (a registered preset with ``algorithm_kwargs``) and the evaluation
-(``eval_episodes`` greedy episodes on fixed seeds, on the env built with ``eval_env_kwargs``). A
+(``eval_episodes`` greedy episodes on fixed seeds and the env profile's distinct starts, on the env
+built with ``eval_env_kwargs``). A
 backend's recipe adds its own table (ludic-train ``[trainer]``, ``[lora]``, ``[run]``; ludic-tinker
 ``[tinker]``).
 
@@ -30,6 +31,7 @@ from ludic_core.cli.episodes import (
     build_engine,
     build_requests,
     check_env_builds,
+    prompt_starts,
     sampling_params,
 )
 from ludic_core.cli.profiles import EvalProfile, resolve_profile
@@ -41,6 +43,7 @@ from ludic_core.registry import ALGORITHMS, ENVS, make_algorithm
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
+from ludic_core.suggestions import did_you_mean
 
 __all__ = [
     "GSM8K_RL_DEFAULTS",
@@ -125,7 +128,10 @@ def registered_algorithm(name: str, kwargs: Mapping[str, Any], **preset_kwargs: 
     """The registered preset ``name`` built with the config's ``algorithm_kwargs`` (and the recipe's
     own ``preset_kwargs``); an unknown name or option is a :class:`ConfigError` naming it."""
     if name not in ALGORITHMS:
-        raise ConfigError(f"algorithm = {name!r}: not a registered algorithm ({ALGORITHMS.names()})")
+        raise ConfigError(
+            f"algorithm = {name!r}: not a registered algorithm; {did_you_mean(name, ALGORITHMS.names())}"
+            f"registered: {', '.join(ALGORITHMS.names())}"
+        )
     try:
         spec = make_algorithm(name, **preset_kwargs, **kwargs)
     except TypeError as exc:
@@ -228,12 +234,21 @@ def rollout_source(
 
 
 def eval_requests(config: RLEpisodesConfig, profile: EvalProfile) -> list[RolloutRequest]:
-    """``eval_episodes`` greedy episodes on fixed seeds, on the env of ``eval_env_kwargs``."""
+    """``eval_episodes`` greedy episodes on fixed seeds, on the env of ``eval_env_kwargs``, each
+    prompt from its own start (the profile's, unless ``vary_starts`` is false)."""
+    env_kwargs = config.env_kwargs if config.eval_env_kwargs is None else config.eval_env_kwargs
+    seed = derive_seed(config.seed, "eval")
+    starts = (
+        prompt_starts(profile, env=config.env, env_kwargs=env_kwargs, seed=seed, count=config.eval_episodes)
+        if config.vary_starts
+        else None
+    )
     return build_requests(
         env=config.env,
-        env_kwargs=config.env_kwargs if config.eval_env_kwargs is None else config.eval_env_kwargs,
+        env_kwargs=env_kwargs,
         episodes=config.eval_episodes,
         samples_per_prompt=1,
-        seed=derive_seed(config.seed, "eval"),
+        seed=seed,
         inference=_spec(config, profile, temperature=0.0, logprobs=False),
+        starts=starts,
     )

@@ -1,7 +1,7 @@
-"""``ludic rollouts <env> --keep <filter> -o data.jsonl``: collect rollouts for rejection sampling and
+"""``ludic rollouts <env> --keep <filter> [-o data.jsonl]``: collect rollouts for rejection sampling and
 SFT data from any backend.
 
-Kept rollouts are appended to ``-o`` as they finish (:class:`~ludic_core.rollout_log.RolloutLog`), and
+Kept rollouts are appended to ``-o`` (default ``<run_dir>/rollouts.jsonl``) as they finish (:class:`~ludic_core.rollout_log.RolloutLog`), and
 every finished request is recorded in ``<output>.requests.jsonl`` (its ``request_id`` and how many
 rollouts were kept), so a rerun with the same output skips the requests already done and collects the
 rest: an interrupted run resumes where it stopped. ``<output>.run.json`` holds what fixes the requests
@@ -26,6 +26,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from ludic_core.cli.backends import check_backend, make_backend
 from ludic_core.cli.command import Command
 from ludic_core.cli.config import load_config
@@ -41,7 +43,7 @@ from ludic_core.cli.keep import parse_keep
 from ludic_core.cli.profiles import resolve_profile
 from ludic_core.cli.progress import Progress
 from ludic_core.cli.run_config import RolloutsConfig
-from ludic_core.cli.run_dir import create_run_dir
+from ludic_core.cli.run_dir import choose_run_dir, create_run_dir
 from ludic_core.cli.table import print_table
 from ludic_core.engine import EpisodeResult
 from ludic_core.errors import ConfigError, DataError
@@ -49,12 +51,19 @@ from ludic_core.evaluation import rollout_record
 from ludic_core.jsonl import read_jsonl
 from ludic_core.rollout_log import RolloutLog
 
-__all__ = ["COMMAND", "done_request_ids", "run"]
+__all__ = ["COMMAND", "DEFAULT_OUTPUT", "done_request_ids", "run"]
+
+DEFAULT_OUTPUT = "rollouts.jsonl"
+"""Where kept rollouts go, inside the run directory, when ``output`` is not given."""
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
-    parser.add_argument("-o", "--output", help="the JSONL file kept rollouts are appended to")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="the JSONL file kept rollouts are appended to (default <run-dir>/rollouts.jsonl)",
+    )
     parser.add_argument(
         "--keep",
         help="which rollouts to keep: all (default), success, an outcome, reward>0, ... (comma = and)",
@@ -84,6 +93,7 @@ def _identity(config: RolloutsConfig) -> dict[str, Any]:
         "env_kwargs": config.env_kwargs,
         "seed": config.seed,
         "samples_per_prompt": config.samples_per_prompt,
+        "vary_starts": config.vary_starts,
     }
 
 
@@ -94,7 +104,7 @@ def _check_same_run(path: Path, config: RolloutsConfig) -> None:
         if previous != identity:
             raise ConfigError(
                 f"{config.output!r} was collected with {previous}, not {identity}; resuming would mix two "
-                "datasets: choose another --output or the same env, env_kwargs, seed and samples_per_prompt"
+                "datasets: choose another --output or the same env, env_kwargs, seed, samples_per_prompt and vary_starts"
             )
     else:
         path.write_text(json.dumps(identity, indent=2) + "\n")
@@ -159,8 +169,11 @@ def run(args: argparse.Namespace) -> int:
     )
     # Everything that can be refused cheaply is, before the run directory exists.
     check_backend(config.backend)
-    check_env_builds(first_request(config))  # an unknown env name is refused here too
-    resolve_profile(config.env)
+    check_env_builds(first_request(config, resolve_profile(config.env)))  # and an unknown env name
+    # The run directory is fixed first so that the default output lies in it, and config.json records
+    # both: rerunning it (`--config <run_dir>/config.json`) resumes the same collection.
+    chosen = choose_run_dir("rollouts", config.env, config.run_dir)
+    config = attrs.evolve(config, run_dir=str(chosen), output=config.output or str(chosen / DEFAULT_OUTPUT))
     run_dir = create_run_dir("rollouts", config.env, config, config.run_dir)
     counts, outcomes = asyncio.run(_collect(config, run_dir))
     (run_dir / "counts.json").write_text(json.dumps({**counts, "outcomes": dict(outcomes)}, indent=2) + "\n")
@@ -168,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     rates = [(f"{label}_rate", count / total) for label, count in sorted(outcomes.items())]
     title = f"ludic rollouts {config.env} -> {config.output} (keep {config.keep})"
     print_table(title, [*counts.items(), *rates])
-    print(f"run directory: {run_dir}", file=sys.stderr)
+    print(f"kept rollouts: {config.output}; run directory: {run_dir}", file=sys.stderr)
     return 0
 
 

@@ -119,7 +119,13 @@ class SamplingConfig:
 class EpisodesConfig:
     """What ``ludic eval`` and ``ludic rollouts`` both run: ``episodes`` prompts (env seeds), each
     sampled ``samples_per_prompt`` times, against ``backend``. Each setting is declared here once; the
-    commands' configs add only their own. ``run_dir`` empty: ``runs/<command>-<env>-<time>``."""
+    commands' configs add only their own. ``run_dir`` empty: ``runs/<command>-<env>-<time>``.
+
+    ``vary_starts``: each prompt starts where the env's eval profile puts it (Tic-Tac-Toe: its own
+    opening position, the agent on X and O in turn; QA: its own dataset row), so ``n`` prompts are
+    ``n`` different episodes even under greedy sampling; ``false``: every prompt builds the env from
+    ``env_kwargs`` alone and differs by its env seed only. What ``env_kwargs`` fixes (``agent_mark``,
+    ``start_board``, ``index``) is never varied."""
 
     env: str
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
@@ -131,6 +137,7 @@ class EpisodesConfig:
         factory=lambda: RolloutSettings(max_steps=20, concurrency=32, episode_timeout_s=1800.0)
     )
     seed: int = attrs.field(default=0, validator=at_least(0))
+    vary_starts: bool = True
     system_prompt: str | None = None
     run_dir: str = ""
 
@@ -154,10 +161,11 @@ class EvalConfig(EpisodesConfig):
 
 @attrs.frozen(kw_only=True)
 class RolloutsConfig(EpisodesConfig):
-    """``ludic rollouts``: the episodes plus ``output`` and ``keep`` (which rollouts go to ``output``, see
-    :mod:`ludic_core.cli.keep`); sampling at temperature 1 by default. Rerun with the same ``output`` to
-    resume: requests already done are skipped."""
+    """``ludic rollouts``: the episodes plus ``output`` (empty: ``<run_dir>/rollouts.jsonl``) and ``keep``
+    (which rollouts go to ``output``, see :mod:`ludic_core.cli.keep`); sampling at temperature 1 by
+    default. Rerun with the same ``output`` (or the same ``run_dir``) to resume: requests already done
+    are skipped."""
 
-    output: str
+    output: str = ""
     keep: str = "all"
     sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))

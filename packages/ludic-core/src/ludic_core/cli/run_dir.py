@@ -13,7 +13,7 @@ from typing import Any
 
 from ludic_core.cli.config import to_json
 
-__all__ = ["create_run_dir", "installed_versions"]
+__all__ = ["choose_run_dir", "create_run_dir", "installed_versions"]
 
 _THIRD_PARTY = (
     "attrs",
@@ -38,10 +38,15 @@ def installed_versions() -> dict[str, str]:
     return dict(sorted(versions.items()))
 
 
+def choose_run_dir(command: str, env: str, run_dir: str) -> Path:
+    """``run_dir``, or ``runs/<command>-<env>-<time>`` when it is empty."""
+    return Path(run_dir) if run_dir else Path("runs") / f"{command}-{env}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def create_run_dir(command: str, env: str, config: Any, run_dir: str) -> Path:
-    """``run_dir``, or ``runs/<command>-<env>-<time>``; writes ``config.json`` (rerun it with
-    ``--config``) and ``versions.json``."""
-    path = Path(run_dir) if run_dir else Path("runs") / f"{command}-{env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """:func:`choose_run_dir`; writes ``config.json`` (rerun it with ``--config``) and
+    ``versions.json``."""
+    path = choose_run_dir(command, env, run_dir)
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(to_json(config), indent=2) + "\n")
     versions = {

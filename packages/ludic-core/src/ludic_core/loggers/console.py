@@ -9,7 +9,17 @@ from typing import IO, Any
 
 from ludic_core.loggers.base import PREFIXES, is_number
 
-__all__ = ["PrintLogger", "RichConsoleLogger", "sparkline"]
+__all__ = ["STEP_SUMMARY", "PrintLogger", "RichConsoleLogger", "sparkline"]
+
+STEP_SUMMARY: dict[str, str] = {
+    "train/avg_total_reward": "reward",
+    "train/loss": "loss",
+    "perf/step_s": "step_s",
+    "eval/accuracy": "eval_accuracy",
+    "eval/reward_mean": "eval_reward",
+}
+"""The key numbers of a training step and an evaluation, with their short labels: what a training
+command prints per step (``PrintLogger(labels=STEP_SUMMARY)``); every metric goes to the metrics file."""
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -33,24 +43,31 @@ def _fmt(value: Any, precision: int) -> str:
 
 
 class PrintLogger:
-    """One line per call: ``[trainer] step 3 | train/loss=0.1234 | ...`` (``keys`` filters and orders)."""
+    """One line per call: ``[trainer] step 3 | train/loss=0.1234 | ...`` (``keys`` filters and orders;
+    None: every key). ``labels`` maps keys to the short names printed instead, and without ``keys``
+    also picks and orders them (:data:`STEP_SUMMARY`: ``step 3 | reward=0.5 | loss=0.1 | step_s=2.1``);
+    a call that has none of the chosen keys prints nothing."""
 
     def __init__(
         self,
         *,
         prefix: str = "[trainer]",
         keys: Sequence[str] | None = None,
+        labels: Mapping[str, str] | None = None,
         precision: int = 4,
         stream: IO[str] | None = None,
     ) -> None:
         self.prefix = prefix
-        self.keys = list(keys) if keys is not None else None
+        self.labels = dict(labels or {})
+        self.keys = list(keys) if keys is not None else (list(self.labels) if labels is not None else None)
         self.precision = precision
         self.stream = stream or sys.stdout
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None:
         keys = [k for k in self.keys if k in stats] if self.keys is not None else sorted(stats)
-        parts = [f"{k}={_fmt(stats[k], self.precision)}" for k in keys]
+        if not keys and self.keys is not None:
+            return
+        parts = [f"{self.labels.get(k, k)}={_fmt(stats[k], self.precision)}" for k in keys]
         print(" | ".join([f"{self.prefix} step {step}", *parts]), file=self.stream, flush=True)
 
     def close(self) -> None:

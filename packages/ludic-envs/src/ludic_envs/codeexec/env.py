@@ -88,6 +88,11 @@ class CodeExecEnv(SingleAgentEnv):
         self._done = False
 
     @property
+    def num_samples(self) -> int | None:
+        """How many rows the env draws from (row ``index`` picks one); None for a single ``sample``."""
+        return None if self._samples is None else len(self._samples)
+
+    @property
     def suggested_sysprompt(self) -> str | None:
         return self._system_prompt
 

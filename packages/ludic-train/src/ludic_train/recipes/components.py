@@ -238,16 +238,17 @@ LOGGERS = ("print", "rich", "jsonl", "wandb")
 def build_logger(
     names: Sequence[str], *, metrics_path: Path, total_steps: int, title: str
 ) -> TrainingLogger | None:
-    """A tee of the named loggers (``print``, ``rich``, ``jsonl`` to ``metrics_path``, ``wandb``);
-    None when ``names`` is empty. ``none`` is ignored, any other name refused."""
+    """A tee of the named loggers (``print``: one short line per step, the key numbers of
+    :data:`~ludic_core.loggers.console.STEP_SUMMARY`; ``rich``; ``jsonl``: every metric, to
+    ``metrics_path``; ``wandb``); None when ``names`` is empty. ``none`` is ignored, any other name refused."""
     from ludic_core.loggers.tee import TeeLogger
 
     loggers: list[TrainingLogger] = []
     for name in names:
         if name == "print":
-            from ludic_core.loggers.console import PrintLogger
+            from ludic_core.loggers.console import STEP_SUMMARY, PrintLogger
 
-            loggers.append(PrintLogger())
+            loggers.append(PrintLogger(labels=STEP_SUMMARY))
         elif name == "rich":
             from ludic_core.loggers.console import RichConsoleLogger
 
