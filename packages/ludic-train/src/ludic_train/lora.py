@@ -62,16 +62,6 @@ def apply_lora(
         targets = [target_modules] if isinstance(target_modules, str) else list(target_modules)
         if include_lm_head and "lm_head" not in targets:
             targets.append("lm_head")
-    tying: dict[str, bool] = {}
-    if (
-        include_lm_head
-        and _ties_embeddings(model)
-        and "ensure_weight_tying" in LoraConfig.__dataclass_fields__
-    ):
-        # The head shares its weight with the input embeddings: the head's adapter must be the
-        # embeddings' too, or merging it into the shared weight (publishing, export) would also move
-        # the embeddings, and the merged model would not be the trained one.
-        tying["ensure_weight_tying"] = True
     config = LoraConfig(
         r=rank,
         lora_alpha=alpha if alpha is not None else 2 * rank,  # type: ignore[arg-type]  # floats work
@@ -79,22 +69,8 @@ def apply_lora(
         target_modules=targets,
         layers_to_transform=layer_indices,
         task_type="CAUSAL_LM",
-        **tying,
     )
     return get_peft_model(model, config)
-
-
-def _ties_embeddings(model: Any) -> bool:
-    config = getattr(model, "config", None)
-    tied = getattr(config, "tie_word_embeddings", False) is True
-    head, embeddings = (
-        getattr(model, "get_output_embeddings", None),
-        getattr(model, "get_input_embeddings", None),
-    )
-    if not tied or not callable(head) or not callable(embeddings):
-        return False
-    out, inp = head(), embeddings()
-    return out is not None and inp is not None and out.weight is inp.weight
 
 
 def _check_layers(model: Any, layers: Sequence[int] | None) -> list[int] | None:
