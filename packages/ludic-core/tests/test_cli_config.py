@@ -117,6 +117,15 @@ def test_a_validator_problem_names_every_file_that_set_its_table(tmp_path: Path)
     assert f"[backend] set by config file {str(path)!r}, command-line flags" in message
 
 
+def test_a_whole_config_problem_names_the_files_it_was_read_from(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('env = "tictactoe"\nepisodes = 1000\nsamples_per_prompt = 1001\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(EvalConfig, files=[path])
+    message = str(info.value)
+    assert "1000 x 1001" in message and message.endswith(f"(config read from config file {str(path)!r})")
+
+
 def test_a_toml_syntax_error_names_the_file_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
     path.write_text('env = "tictactoe"\n[backend\n')

@@ -210,12 +210,19 @@ def _located(problem: Problem, layers: Sequence[tuple[str, Mapping[str, Any]]], 
     last (a config file, the command-line flags, an override); a table's problem (a validator's, about
     a combination of its keys) names every layer that set keys of it."""
     path, message = problem
-    holders = [source for source, layer in layers if path and _holds(layer, path)]
+    if not path:  # the whole config (a check across its fields): the files it was read from
+        return _with_files(message, layers)
+    holders = [source for source, layer in layers if _holds(layer, path)]
     if not holders:
         return message
     if _holds(data, path) and isinstance(_value_at(data, path), Mapping):
         return f"{message} ([{'.'.join(path)}] set by {', '.join(holders)})"
     return f"{holders[-1]}: {message}"
+
+
+def _with_files(message: str, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    files = [source for source, _layer in layers if source.startswith("config file")]
+    return f"{message} (config read from {', '.join(files)})" if files else message
 
 
 def _value_at(data: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -258,10 +265,10 @@ def load_config(
         raise ConfigError(f"invalid {cls.__name__}:\n  " + "\n  ".join(problems)) from exc
     except ConfigError as exc:
         # A validator's error (a bad value, a bad combination) says what; the files say where.
-        sources = [source for source, _layer in layers[1:-1] if source.startswith("config file")]
-        if not sources:
+        located = _with_files(str(exc), layers)
+        if located == str(exc):
             raise
-        raise ConfigError(f"{exc} (config read from {', '.join(sources)})") from exc
+        raise ConfigError(located) from exc
 
 
 def nested_defaults(cls: type) -> dict[str, Any]:

@@ -5,9 +5,9 @@ Requests are a pure function of the config: prompt ``i`` gets its env seed from 
 its start from the env profile's ``starts`` (a Tic-Tac-Toe position and side, a dataset row: each prompt
 its own, chosen with ``(seed, "starts")``; ``vary_starts=false`` leaves the env seed as the only
 difference) and sample ``j`` of it its sampling seed from ``(seed, "sampling", i, j)``, and request meta
-carries a stable ``request_id`` (``"i.j"``), so reruns and resumed runs replay the same episodes. Samples of a prompt form a
-group (``group_id``, ``group_index``, ``group_size``) for pass@k and for group-normalised credit when the
-rollouts train later (``ludic train offline-rl``).
+carries a stable ``request_id`` (``"i.j"``), so reruns and resumed runs replay the same episodes.
+Samples of a prompt form a group (``group_id``, ``group_index``, ``group_size``) for pass@k and for
+group-normalised credit when the rollouts train later (``ludic train offline-rl``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "build_episodes",
     "build_requests",
     "check_env_builds",
+    "config_starts",
     "episodes_logged_in",
     "first_request",
     "flags_of",
