@@ -151,7 +151,7 @@ def test_grpo_run_writes_its_run_dir_and_resume_continues_from_the_latest_checkp
     assert "Warning" not in done.stderr, done.stderr
     # One short line per step with the key numbers; every metric is in metrics.jsonl.
     lines = [line for line in done.stdout.splitlines() if line.startswith("[trainer] step")]
-    train_lines = [line for line in lines if "reward=" in line]
+    train_lines = [line for line in lines if "| reward=" in line]
     assert [line.split(" | ")[0] for line in train_lines] == ["[trainer] step 1", "[trainer] step 2"]
     assert all("loss=" in line and "step_s=" in line and len(line) < 100 for line in train_lines), lines
     assert any("eval_accuracy=" in line for line in lines)
