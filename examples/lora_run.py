@@ -61,7 +61,9 @@ def load_lora_model(args: argparse.Namespace) -> tuple[Any, Any]:
 
     if args.model == "tiny":
         tokenizer = bpe_tokenizer()
-        base = tiny_causal_lm(tokenizer, seed=args.seed)
+        # Its own output head: the adapter below covers the head, and an adapter on a head tied to the
+        # input embeddings would move the embeddings too once merged for publishing.
+        base = tiny_causal_lm(tokenizer, seed=args.seed, tie_word_embeddings=False)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(args.seed)
             # The head too: adapters on two tiny blocks alone barely move the output distribution.
