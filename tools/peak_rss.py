@@ -7,13 +7,15 @@ Two readings, both in MiB:
 * ``tree_peak_mb`` — the largest sum of the resident set sizes of the command's process tree, sampled
   every ``--interval`` seconds (servers and workers the command starts count with it);
 * ``process_peak_mb`` — the kernel's exact high-water mark of the largest single process in the tree
-  (``ru_maxrss`` of the waited-for children).
+  (``ru_maxrss`` of the waited-for children), which catches a spike shorter than the sampling
+  interval; a program that resets its own mark (the demo measures each stage so) reports here only
+  its last window, and the sampled tree peak covers the rest.
 
 The record (JSON: name, command, both readings, the limit, the wall time, the exit status, the machine's
 load) goes to ``<record-dir>/<name>.json``; ``python tools/peak_rss.py --summary <record-dir>`` prints
-every record as one table (``.ci/run`` does, at the end). The exit status is the command's own when it fails; when
-it succeeds but ``max(tree_peak_mb, process_peak_mb)`` exceeds the limit, it is 3 and the reason is
-printed. psutil (needed for measuring, not for ``--summary``) reads the process tree (children across platforms, each one's RSS).
+every record as one table (``.ci/run`` does, at the end). The exit status is the command's own when
+it fails; when it succeeds but ``max(tree_peak_mb, process_peak_mb)`` exceeds the limit, it is 3 and
+the reason is printed. psutil (needed for measuring, not for ``--summary``) reads the process tree.
 """
 
 from __future__ import annotations
