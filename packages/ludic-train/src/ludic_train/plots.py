@@ -3,7 +3,8 @@
 :func:`plot_metrics` draws metric curves over steps into one panel, read from the file a
 :class:`~ludic_core.loggers.jsonl.JsonlLogger` writes or given in memory as :class:`MetricSeries`;
 :func:`plot_panels` draws several :class:`Panel` side by side, each with optional horizontal
-:class:`ReferenceLine` (a baseline, a target). Both return the path they wrote.
+:class:`ReferenceLine` (a baseline, a target). Both return the path they wrote; :func:`draw_panels`
+returns the matplotlib ``Figure`` instead (to inspect it, or to save it elsewhere).
 
     from ludic_train.plots import plot_metrics
 
@@ -31,6 +32,7 @@ __all__ = [
     "MetricSeries",
     "Panel",
     "ReferenceLine",
+    "draw_panels",
     "plot_metrics",
     "plot_panels",
     "read_metric_series",
@@ -225,32 +227,40 @@ def plot_panels(
     The format follows the suffix of ``path`` (``.png``, ``.svg``, ``.pdf``, …); missing parent
     folders are created. Returns ``path``.
     """
+    if isinstance(dpi, bool) or not isinstance(dpi, int) or dpi < 1:
+        raise ConfigError(f"plot_panels: dpi must be an int >= 1, got {dpi!r}")
+    path = Path(path)
+    figure = draw_panels(panels, panel_size=panel_size)
+    formats = figure.canvas.get_supported_filetypes()
+    if path.suffix.lstrip(".").lower() not in formats:
+        raise ConfigError(
+            f"plot path {str(path)!r} must end in an image format's suffix, one of {sorted(formats)}"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi)
+    return path
+
+
+def draw_panels(panels: Sequence[Panel], *, panel_size: tuple[float, float] = (5.0, 3.6)) -> Any:
+    """The matplotlib ``Figure`` (on an Agg canvas) of ``panels`` side by side, ``panel_size`` inches
+    each: one ``Axes`` per panel, in order, with the panel's title, axis labels, curves and reference
+    lines (each a ``Line2D`` labelled for the legend)."""
     panels = list(panels)
     if not panels:
         raise ConfigError("plot_panels: panels must hold at least one Panel, got none")
-    if isinstance(dpi, bool) or not isinstance(dpi, int) or dpi < 1:
-        raise ConfigError(f"plot_panels: dpi must be an int >= 1, got {dpi!r}")
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise missing_extra("ludic-train", "plot", "matplotlib") from exc
 
-    path = Path(path)
     width, height = panel_size
     figure = Figure(figsize=(width * len(panels), height))
-    canvas = FigureCanvasAgg(figure)
-    formats = canvas.get_supported_filetypes()
-    if path.suffix.lstrip(".").lower() not in formats:
-        raise ConfigError(
-            f"plot path {str(path)!r} must end in an image format's suffix, one of {sorted(formats)}"
-        )
+    FigureCanvasAgg(figure)  # attaches itself to the figure: savefig and canvas queries use it
     for axes, panel in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels, strict=True):
         _draw(axes, panel)
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=dpi)
-    return path
+    return figure
 
 
 def _draw(axes: Any, panel: Panel) -> None:

@@ -135,23 +135,29 @@ class RichConsoleLogger:
         self._refresh()
 
     def _render(self) -> Any:
+        from rich.columns import Columns
         from rich.console import Group
         from rich.panel import Panel
         from rich.table import Table
 
-        columns = Table.grid(expand=True, padding=(0, 2))
         tables = []
+        keys = self.keys if self.keys is not None else sorted(self._latest)
         for prefix in PREFIXES:
-            table = Table(title=prefix.rstrip("/"), show_header=False, expand=True, box=None)
+            rows = [
+                (key[len(prefix) :], _fmt(self._latest[key], self.precision))
+                for key in keys
+                if key.startswith(prefix) and key in self._latest
+            ]
+            if not rows:
+                continue
+            table = Table(title=prefix.rstrip("/"), show_header=False, box=None)
             table.add_column("metric", style="cyan", no_wrap=True)
-            table.add_column("value", justify="right")
-            keys = self.keys if self.keys is not None else sorted(self._latest)
-            for key in keys:
-                if key.startswith(prefix) and key in self._latest:
-                    table.add_row(key[len(prefix) :], _fmt(self._latest[key], self.precision))
+            table.add_column("value", justify="right", no_wrap=True)
+            for row in rows:
+                table.add_row(*row)
             tables.append(table)
-            columns.add_column(ratio=1)
-        columns.add_row(*tables)
+        # Side by side where they fit, else the next group goes below: no value is cut at 80 columns.
+        columns = Columns(tables, padding=(0, 3))
         parts: list[Any] = [self._progress, columns]
         if self._history:
             last = self._history[-1]
@@ -172,6 +178,10 @@ class RichConsoleLogger:
             self._live.update(self._render())
             self._live.stop()
             self._live = None
+            if not self.console.is_terminal:
+                # rich ends the final panel's last line only on a terminal: what is printed next would
+                # otherwise continue that line.
+                self.console.line()
 
     def __enter__(self) -> RichConsoleLogger:
         return self
