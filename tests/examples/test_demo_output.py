@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -144,3 +145,31 @@ def test_the_results_table_and_the_live_panels_fit_80_columns() -> None:
         _fits(panel, 80)
         for key in stats:
             assert key.split("/", 1)[1] in panel, key
+
+
+def test_progress_lines_repeat_the_current_phase_until_it_changes_and_stay_silent_on_a_terminal() -> None:
+    sys.path.insert(0, str(ROOT / "examples"))
+    from progress_lines import ProgressLines
+
+    out = io.StringIO()
+    lines = ProgressLines(every_s=0.01, enabled=True, stream=out)
+    try:
+        lines.phase("GRPO", step=2, total=5)
+        lines.detail("sampled games 40/150")
+        deadline = time.monotonic() + 30  # a bound on the wait, not a measurement
+        while out.getvalue().count("sampled games 40/150") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        lines.close()
+    printed = out.getvalue().splitlines()
+    assert printed[0].endswith("| GRPO | step 2/5")
+    repeats = [line for line in printed if line.endswith("| GRPO | step 2/5 | sampled games 40/150")]
+    assert len(repeats) >= 2 and all(PROGRESS.match(line) for line in printed)
+
+    silent = io.StringIO()
+    quiet = ProgressLines(every_s=0.01, enabled=False, stream=silent)
+    quiet.phase("GRPO", step=1, total=5)
+    quiet.close()
+    assert silent.getvalue() == ""
+    with pytest.raises(ValueError, match="every_s"):
+        ProgressLines(every_s=0, enabled=True)
