@@ -3,7 +3,7 @@
 is answered the same way, so ``n`` prompts measure ``n`` things only if each one starts somewhere else.
 
 * Tic-Tac-Toe (:func:`tictactoe_starts`): the agent plays X and O in turn, each prompt from its own
-  opening position: X from the empty board, then from the 72 positions after one move each; O from
+  opening position: X from the empty board, then from the 72 positions after two moves; O from
   the 9 positions after X's first move, then from the 252 after three moves. Each depth's positions
   come in a seeded order, shallow ones first, so a short eval is mostly whole games. Past the 73 X or
   261 O positions they repeat, with other env seeds (other opponent dice).
