@@ -33,8 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ludic_core.logs import get_logger
-
 if TYPE_CHECKING:
     import torch
 
@@ -44,8 +42,6 @@ __all__ = [
     "activation_bytes_per_token",
     "derive_micro_token_budget",
 ]
-
-log = get_logger(__name__)
 
 CPU_ACTIVATION_CAP_BYTES = 2 * 2**30
 # The budget used when a model does not describe its shape (no Hugging Face-style ``config``).
@@ -124,7 +120,9 @@ def _activation_bytes(device: torch.device, trainable_bytes: int) -> tuple[int, 
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         usable = max(0, free - 3 * trainable_bytes)  # gradients and AdamW's two moments, made lazily
-        return int(_CUDA_FREE_SHARE * usable), f"60% of the {free / 2**30:.1f} GiB free on {device}"
+        return int(
+            _CUDA_FREE_SHARE * usable
+        ), f"{_CUDA_FREE_SHARE:.0%} of the {free / 2**30:.1f} GiB free on {device}"
     available = _available_cpu_bytes()
     if available is None or _CPU_AVAILABLE_SHARE * available >= CPU_ACTIVATION_CAP_BYTES:
         return CPU_ACTIVATION_CAP_BYTES, f"the CPU cap of {CPU_ACTIVATION_CAP_BYTES / 2**30:.0f} GiB"
