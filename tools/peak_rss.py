@@ -4,8 +4,10 @@
 
 Two readings, both in MiB:
 
-* ``tree_peak_mb`` — the largest sum of the resident set sizes of the command's process tree, sampled
-  every ``--interval`` seconds (servers and workers the command starts count with it);
+* ``tree_peak_mb`` — the largest sum over the command's process tree, sampled every ``--interval``
+  seconds (servers and workers the command starts count with it), of each process's proportional set
+  size (PSS: a page shared by k processes counts 1/k in each, so the libraries that a server's processes
+  all map count once; where the system reports no PSS, the resident set size);
 * ``process_peak_mb`` — the kernel's exact high-water mark of the largest single process in the tree
   (``ru_maxrss`` of the waited-for children), which catches a spike shorter than the sampling
   interval; a program that resets its own mark (the demo measures each stage so) reports here only
@@ -36,7 +38,13 @@ if TYPE_CHECKING:
 EXCEEDED = 3
 
 
-def _tree_rss(root: psutil.Process) -> int:
+def _resident(process: psutil.Process) -> int:
+    """The process's PSS where the system reports it (Linux), else its RSS."""
+    pss = getattr(process.memory_full_info(), "pss", None)
+    return int(pss) if pss is not None else int(process.memory_info().rss)
+
+
+def _tree_memory(root: psutil.Process) -> int:
     import psutil
 
     total = 0
@@ -46,7 +54,7 @@ def _tree_rss(root: psutil.Process) -> int:
         return 0
     for process in processes:
         try:
-            total += process.memory_info().rss
+            total += _resident(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return total
@@ -61,7 +69,7 @@ def measure(command: list[str], *, interval: float) -> tuple[int, float, float, 
     root = psutil.Process(child.pid)
     peak = 0
     while child.poll() is None:
-        peak = max(peak, _tree_rss(root))
+        peak = max(peak, _tree_memory(root))
         time.sleep(interval)
     wall = time.monotonic() - start
     # ru_maxrss: KiB on Linux, bytes on macOS; the largest of the children waited for (and theirs).
