@@ -677,7 +677,11 @@ def vllm(session: nox.Session) -> None:
     session.run(
         "python", "-c", "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__)"
     )
-    session.run(
+    # Under the memory check: the vLLM CPU server, the `ludic rollouts`/`ludic train` runs against it and
+    # pytest together, i.e. what the docs' vLLM commands need at once on one machine.
+    _run_measured(
+        session,
+        "vllm-cpu-server-and-clients",
         "pytest",
         "packages/ludic-vllm/tests",
         "-m",
