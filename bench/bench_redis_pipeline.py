@@ -1,35 +1,41 @@
-"""Redis pipeline throughput against raw Redis RPUSH/BLPOP of the same bytes, in the same run.
+"""Redis pipeline throughput (push, claim, decode, acknowledge) against a raw redis-py loop that sends
+the same Redis commands with the same bytes, and against plain RPUSH/BLPOP, in the same run.
 
 Every side moves the same number of messages through a private ``redis-server`` (started here on a
 free loopback port) with one producer and one consumer running concurrently: by default as two tasks
 of one event loop, so every encode, decode and round trip of both ends is paid on one core; with
 ``--producer-process`` the producer runs in a second process, as an actor does (it builds the same
-messages from the same seed, and the consumer times from its go signal to the last item):
+messages from the same seed, and the consumer times from its go signal to the last acknowledgement):
 
 * ``pipeline`` — the library path: ``RedisPipelineActor.push`` (check and encode a ``BatchMessage`` of
   SAW items with the binary wire format, RPUSH) and ``RedisBatchSource.next_batch`` (claim whole
-  messages into the learner's processing list: one pipelined BLMOVE + LMOVEs + LLEN round trip per
-  claim, decode and check every item, batch meta), with a learner batch of ``--learner-items`` items
-  (default: one actor batch);
+  messages into the learner's processing list with one BLMOVE + LMOVEs + LLEN round trip, decode and
+  check every item, batch meta), a learner batch of ``--learner-items`` items (default: one actor
+  batch), and ``checkpoint_committed`` every ``--ack-every`` learner batches, which the next claim (or
+  the closing source) acknowledges: the claimed messages move to the trained list in one transaction
+  with the acknowledged count;
 * ``pipeline_read`` — the same, and the consumer also collates every learner batch into the tensors
-  a trainer trains on (``ludic_train.collate_saw_items``, which reads a decoded item's packed buffers);
-  without ludic-train installed it reads every item's ``input_ids``, ``action_mask`` and
-  ``actor_logps`` as tuples instead (decoded items unpack their arrays on first read), and the JSON's
-  ``read_side`` says which;
-* ``raw`` — ``redis.asyncio`` with pre-made byte blobs exactly as long as the encoded messages (no
-  encoding, no decoding), with the same batching: one RPUSH per message, and per learner batch one
-  BLPOP (plus, when a learner batch spans several messages, an LPOP of the rest in the same round trip).
+  a trainer trains on (``ludic_train.collate_saw_items``; without ludic-train installed it reads every
+  item's ``input_ids``, ``action_mask`` and ``actor_logps`` as tuples, and the JSON's ``read_side``
+  says which);
+* ``raw_exactly_once`` — ``redis.asyncio`` as one would write the exactly-once design by hand, with
+  pre-made byte blobs exactly as long as the encoded messages (no encoding, no decoding, no checks):
+  one RPUSH per message, per learner batch one pipelined BLMOVE + LMOVEs + LLEN, and every
+  ``--ack-every`` batches one MULTI of LMOVEs (processing → trained), LTRIM and SET of the count;
+* ``raw_blpop`` — the same blobs with plain RPUSH and BLPOP (plus an LPOP of the rest in the same round
+  trip when a learner batch spans several messages): Redis as a queue that loses a message whose
+  learner dies.
 
 The actor's items are built as the SAW builder builds them, through the same public constructor
 (``PackedSAWItem.from_arrays`` on an ``array("I")`` of ids, the mask's runs and an ``array("d")`` of
 logprobs), so ``push`` encodes them from their packed arrays, as a real actor does; the time to build
-them is not measured (nor is a builder's in a real run: it is part of generating the batch). Items of
-tuples encode to the same bytes, reading one Python object per token.
+them is not measured (nor is a builder's in a real run: it is part of generating the batch).
 
-The ratios ``raw time / pipeline time`` are what the wire format, the checks and the exactly-once
-claims cost on top of Redis itself. Each repeat runs the three sides back to back (in a rotating
-order), and a ratio is taken within each repeat; the JSON gives the median, the range and the ratio of
-the best times. It also reports the encoded size per token and the in-process encode, decode and read
+The ratios ``raw time / pipeline time`` are what the wire format, its checks and the library's
+bookkeeping cost on top of the same Redis commands (``pipeline_vs_raw_exactly_once``) and on top of a
+queue without delivery guarantees (``pipeline_vs_raw_blpop``). Each repeat runs the sides back to back
+(in a rotating order), and a ratio is taken within each repeat; the JSON gives the median, the range
+and the ratio of the best times, the encoded size per token and the in-process encode, decode and read
 time per message. Prints one JSON object (``{"skipped": ...}`` when there is no redis-server binary).
 """
 
@@ -40,7 +46,6 @@ import asyncio
 import json
 import math
 import multiprocessing
-import os
 import random
 import statistics
 import sys
@@ -51,6 +56,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import attrs
+from _machine import machine_facts
 
 from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.credit import ConstantCredit
@@ -66,6 +72,10 @@ from ludic_core.pipeline import (
 )
 from ludic_core.pipeline.local_server import RedisServerNotFound, local_redis_server
 from ludic_core.saw import SAWItem
+
+# The learner's default (RedisBatchSource.keep_trained_messages); the raw loop trims the same.
+KEEP_TRAINED = 256
+SIDES = ("pipeline", "pipeline_read", "raw_exactly_once", "raw_blpop")
 
 
 def synthetic_message(index: int, *, items: int, tokens: int, seed: int) -> BatchMessage:
@@ -129,17 +139,25 @@ class PipelineProducer:
 
 
 class PipelineConsumer:
-    """The learner side: ``RedisBatchSource.next_batch`` until every item arrived."""
+    """The learner side: ``RedisBatchSource.next_batch`` until every item arrived, a checkpoint
+    committed every ``ack_every`` batches (acknowledged by the next claim, the last one on close)."""
 
-    def __init__(self, url: str, queue: str, total_items: int, learner_items: int, *, read: bool) -> None:
-        self.source = RedisBatchSource(url, queue_key=queue, min_items=learner_items, wait_timeout_s=60)
-        self.total_items, self.learner_items, self.read = total_items, learner_items, read
+    def __init__(self, url: str, queue: str, work: Workload, *, read: bool) -> None:
+        self.source = RedisBatchSource(
+            url,
+            queue_key=queue,
+            min_items=work.learner_items,
+            wait_timeout_s=60,
+            keep_trained_messages=KEEP_TRAINED,
+        )
+        self.total_items, self.learner_items = work.total_items, work.learner_items
+        self.ack_every, self.read = work.ack_every, read
 
     async def connect(self) -> None:
         await self.source.connect()
 
     async def run(self) -> None:
-        got = 0
+        got = batches = 0
         while got < self.total_items:
             # The last batch may be short of learner_items: ask only for what is left.
             self.source.min_items = min(self.learner_items, self.total_items - got)
@@ -147,7 +165,15 @@ class PipelineConsumer:
             if self.read:
                 read_arrays(batch.items)
             got += len(batch.items)
+            batches += 1
+            if batches % self.ack_every == 0 or got == self.total_items:
+                self.source.state_dict()  # what the checkpoint stores
+                self.source.checkpoint_committed(batches)
         assert got == self.total_items, got
+
+    async def finish(self) -> None:
+        """Acknowledge the last checkpoint (``aclose`` does) and close."""
+        await self.source.aclose()
 
     async def close(self) -> None:
         await self.source.aclose()
@@ -173,15 +199,69 @@ class RawProducer:
         await self.redis.aclose()
 
 
-class RawConsumer:
-    """``BLPOP`` with the learner's batching: per learner batch, wait for one message and (when a batch
-    spans several) take the rest with an ``LPOP`` in the same round trip."""
+class RawExactlyOnceConsumer:
+    """The exactly-once design's commands through plain redis-py: per learner batch a pipelined
+    ``BLMOVE`` + ``LMOVE`` s + ``LLEN`` into a processing list, and every ``ack_every`` batches a
+    ``MULTI`` moving the claimed messages to the trained list with ``LTRIM`` and ``SET`` of the count."""
 
-    def __init__(self, url: str, queue: str, count: int, per_pop: int) -> None:
+    def __init__(self, url: str, queue: str, work: Workload) -> None:
         import redis.asyncio as redis_asyncio
 
         self.redis = redis_asyncio.Redis.from_url(url)
-        self.queue, self.count, self.per_pop = queue, count, per_pop
+        self.queue, self.count, self.per_pop, self.ack_every = queue, work.count, work.per_pop, work.ack_every
+        self.processing, self.trained, self.acked = (
+            f"{queue}:{part}:raw" for part in ("processing", "trained", "acked")
+        )
+        self.claimed = self.acknowledged = 0
+
+    async def connect(self) -> None:
+        await self.redis.ping()
+
+    async def claim(self, count: int) -> int:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.blmove(self.queue, self.processing, 5, "LEFT", "RIGHT")
+        for _ in range(count - 1):
+            pipe.lmove(self.queue, self.processing, "LEFT", "RIGHT")
+        pipe.llen(self.queue)
+        *moved, _length = await pipe.execute()
+        if moved[0] is None:
+            raise TimeoutError("raw consumer: nothing to claim for 5 s")
+        return sum(raw is not None for raw in moved)
+
+    async def acknowledge(self) -> None:
+        pipe = self.redis.pipeline(transaction=True)
+        for _ in range(self.claimed - self.acknowledged):
+            pipe.lmove(self.processing, self.trained, "LEFT", "RIGHT")
+        pipe.ltrim(self.trained, -KEEP_TRAINED, -1)
+        pipe.set(self.acked, self.claimed)
+        await pipe.execute()
+        self.acknowledged = self.claimed
+
+    async def run(self) -> None:
+        batches = 0
+        while self.claimed < self.count:
+            self.claimed += await self.claim(min(self.per_pop, self.count - self.claimed))
+            batches += 1
+            if batches % self.ack_every == 0:
+                await self.acknowledge()
+
+    async def finish(self) -> None:
+        if self.acknowledged < self.claimed:
+            await self.acknowledge()
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+class RawBlpopConsumer:
+    """``BLPOP`` with the learner's batching: per learner batch, wait for one message and (when a batch
+    spans several) take the rest with an ``LPOP`` in the same round trip."""
+
+    def __init__(self, url: str, queue: str, work: Workload) -> None:
+        import redis.asyncio as redis_asyncio
+
+        self.redis = redis_asyncio.Redis.from_url(url)
+        self.queue, self.count, self.per_pop = queue, work.count, work.per_pop
 
     async def connect(self) -> None:
         await self.redis.ping()
@@ -204,22 +284,27 @@ class RawConsumer:
         while got < self.count:
             got += await self.pop(min(self.per_pop, self.count - got))
 
+    async def finish(self) -> None:
+        return None
+
     async def close(self) -> None:
         await self.redis.aclose()
 
 
 Producer = PipelineProducer | RawProducer
-Consumer = PipelineConsumer | RawConsumer
+Consumer = PipelineConsumer | RawExactlyOnceConsumer | RawBlpopConsumer
 
 
 @attrs.frozen
 class Workload:
-    """What every side moves: the messages, blobs as long as their encodings, the learner's batching."""
+    """What every side moves: the messages, blobs as long as their encodings, the learner's batching
+    and acknowledgements."""
 
     messages: list[BatchMessage]
     payloads: list[bytes]
     blobs: list[bytes]
     learner_items: int
+    ack_every: int
 
     @classmethod
     def build(cls, args: argparse.Namespace) -> Workload:
@@ -230,7 +315,16 @@ class Workload:
         payloads = [encode_message(m) for m in messages]
         rng = random.Random(args.seed)
         blobs = [rng.randbytes(len(p)) for p in payloads]
-        return cls(messages, payloads, blobs, args.learner_items or args.items_per_message)
+        return cls(messages, payloads, blobs, args.learner_items or args.items_per_message, args.ack_every)
+
+    @property
+    def count(self) -> int:
+        """Messages moved."""
+        return len(self.messages)
+
+    @property
+    def total_items(self) -> int:
+        return sum(len(m.items) for m in self.messages)
 
     @property
     def per_pop(self) -> int:
@@ -238,15 +332,16 @@ class Workload:
         return math.ceil(self.learner_items / len(self.messages[0].items))
 
     def producer(self, side: str, url: str, queue: str) -> Producer:
-        if side == "raw":
+        if side.startswith("raw"):
             return RawProducer(url, queue, self.blobs)
         return PipelineProducer(url, queue, self.messages)
 
     def consumer(self, side: str, url: str, queue: str) -> Consumer:
-        if side == "raw":
-            return RawConsumer(url, queue, len(self.blobs), self.per_pop)
-        total = len(self.messages) * len(self.messages[0].items)
-        return PipelineConsumer(url, queue, total, self.learner_items, read=side == "pipeline_read")
+        if side == "raw_exactly_once":
+            return RawExactlyOnceConsumer(url, queue, self)
+        if side == "raw_blpop":
+            return RawBlpopConsumer(url, queue, self)
+        return PipelineConsumer(url, queue, self, read=side == "pipeline_read")
 
 
 async def run_same_loop(work: Workload, side: str, url: str, queue: str) -> float:
@@ -255,6 +350,7 @@ async def run_same_loop(work: Workload, side: str, url: str, queue: str) -> floa
     await consumer.connect()
     started = time.perf_counter()
     await asyncio.gather(producer.run(), consumer.run())
+    await consumer.finish()
     elapsed = time.perf_counter() - started
     await producer.close()
     await consumer.close()
@@ -287,6 +383,7 @@ async def run_other_process(work: Workload, side: str, url: str, queue: str, con
     started = time.perf_counter()
     conn.send("go")
     await consumer.run()
+    await consumer.finish()
     elapsed = time.perf_counter() - started
     assert conn.recv() == "done"
     await consumer.close()
@@ -339,19 +436,28 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+# (faster side, baseline): reported as baseline time / side time, per repeat and of the best times.
+RATIOS = (
+    ("pipeline", "raw_exactly_once"),
+    ("pipeline", "raw_blpop"),
+    ("pipeline_read", "raw_exactly_once"),
+    ("raw_exactly_once", "raw_blpop"),
+)
+
+
 async def measure(args: argparse.Namespace, url: str, conn: Connection | None) -> dict[str, Any]:
     work = Workload.build(args)
-    sides = ("pipeline", "pipeline_read", "raw")
-    times: dict[str, list[float]] = {side: [] for side in sides}
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
     for repeat in range(args.repeats):
         # Rotate the order so that no side always runs on a warmer (or a more loaded) machine.
-        for side in sides[repeat % 3 :] + sides[: repeat % 3]:
+        turn = repeat % len(SIDES)
+        for side in SIDES[turn:] + SIDES[:turn]:
             queue = f"bench:{side}:{repeat}"
             if conn is None:
                 times[side].append(await run_same_loop(work, side, url, queue))
             else:
                 times[side].append(await run_other_process(work, side, url, queue, conn))
-    items = args.messages * args.items_per_message
+    items = work.total_items
     best = {side: min(values) for side, values in times.items()}
     message_bytes = statistics.fmean(len(p) for p in work.payloads)
     result: dict[str, Any] = {
@@ -363,22 +469,37 @@ async def measure(args: argparse.Namespace, url: str, conn: Connection | None) -
         "tokens_per_item": args.tokens,
         "learner_items": work.learner_items,
         "messages_per_learner_batch": work.per_pop,
+        "ack_every_batches": work.ack_every,
         "message_bytes_mean": message_bytes,
         "bytes_per_token": message_bytes / (args.items_per_message * args.tokens),
         "repeats": args.repeats,
-        "load_average_1min": os.getloadavg()[0],
         "read_side": READ_SIDE,
     }
-    for side in ("pipeline", "pipeline_read"):
-        ratios = [raw / own for raw, own in zip(times["raw"], times[side], strict=True)]
-        result[f"{side}_vs_raw_throughput"] = spread(ratios)
-        result[f"{side}_vs_raw_throughput_best"] = best["raw"] / best[side]
-    for side in sides:
+    for side, baseline in RATIOS:
+        ratios = [raw / own for raw, own in zip(times[baseline], times[side], strict=True)]
+        result[f"{side}_vs_{baseline}_throughput"] = spread(ratios)
+        result[f"{side}_vs_{baseline}_throughput_best"] = best[baseline] / best[side]
+    for side in SIDES:
         result[f"{side}_items_per_s"] = items / best[side]
         result[f"{side}_mb_per_s"] = sum(len(p) for p in work.payloads) / best[side] / 1e6
         result[f"{side}_ms_per_message"] = best[side] / args.messages * 1e3
     result.update(codec_times(work.messages, work.payloads))
     result.update({f"{side}_s_all": values for side, values in times.items()})
+    result["headline"] = {
+        "pipeline: push, claim, decode, acknowledge (items/s)": round(result["pipeline_items_per_s"]),
+        "raw redis-py, the same commands (items/s)": round(result["raw_exactly_once_items_per_s"]),
+        "raw RPUSH/BLPOP (items/s)": round(result["raw_blpop_items_per_s"]),
+        "pipeline / raw same commands (median of repeats)": round(
+            result["pipeline_vs_raw_exactly_once_throughput"]["median"], 2
+        ),
+        "pipeline / raw RPUSH/BLPOP (median of repeats)": round(
+            result["pipeline_vs_raw_blpop_throughput"]["median"], 2
+        ),
+        f"pipeline with {READ_SIDE} / raw same commands": round(
+            result["pipeline_read_vs_raw_exactly_once_throughput"]["median"], 2
+        ),
+        "bytes per token on the wire": round(result["bytes_per_token"], 2),
+    }
     return result
 
 
@@ -393,6 +514,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the learner's min_items (default: --items-per-message, one actor batch per learner batch)",
     )
+    p.add_argument(
+        "--ack-every",
+        type=int,
+        default=1,
+        help="learner batches per acknowledged checkpoint (default 1: every batch, the most Redis work)",
+    )
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -401,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
         help="push from a second process, as actors do (default: producer and consumer on one event loop)",
     )
     args = p.parse_args(argv)
+    if args.ack_every < 1:
+        p.error(f"--ack-every must be >= 1, got {args.ack_every}")
+    facts = machine_facts()
     try:
         with local_redis_server() as url:
             if not args.producer_process:
@@ -418,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                     child.join(timeout=30)
     except RedisServerNotFound as exc:
         result = {"benchmark": "redis_pipeline", "skipped": str(exc)}
-    json.dump(result, sys.stdout)
+    json.dump({**result, "machine": facts}, sys.stdout)
     sys.stdout.write("\n")
     return 0
 
