@@ -675,6 +675,43 @@ async def test_a_kill_between_checkpoint_and_acknowledgement_delivers_nothing_tw
 
 
 @pytest.mark.redis
+async def test_an_acknowledgement_is_one_transaction_that_finds_lost_claims(
+    redis_url: str, queue_key: str
+) -> None:
+    import redis.asyncio as redis_asyncio
+
+    await raw_rpush(redis_url, queue_key, *(encode_message(indexed(2, i)) for i in range(4)))
+    source = one_message_source(redis_url, queue_key, keep_trained_messages=1)
+    assert await served_indices(source, 2) == [0, 1]
+    source.checkpoint_committed(2)
+    sent: list[tuple[Any, ...]] = []
+    assert source._claims is not None
+    execute = source._claims.execute
+
+    async def recording(commands: tuple[Any, ...], **options: Any) -> list[Any]:
+        sent.append(commands)
+        return await execute(commands, **options)
+
+    source._claims.execute = recording  # type: ignore[method-assign]
+    assert await served_indices(source, 1) == [2]
+    processing, trained = f"{queue_key}:processing:learner-0", f"{queue_key}:trained:learner-0"
+    # The acknowledgement (no read before it) and the claim: two round trips.
+    assert [c[0] for c in sent[0]] == ["MULTI", "LMOVE", "LMOVE", "LTRIM", "SET", "EXEC"]
+    assert len(sent) == 2 and sent[1][0][0] == "BLMOVE"
+    client = redis_asyncio.Redis.from_url(redis_url)
+    assert await client.get(f"{queue_key}:acked:learner-0") == b"2"
+    assert await client.llen(trained) == 1 and await client.llen(processing) == 1
+
+    source.checkpoint_committed(3)
+    await client.delete(processing)  # Redis restarted without its append-only file
+    with pytest.raises(DataError, match=r"found 0 of the 1 claimed messages .* Redis lost writes"):
+        await source.next_batch()
+    assert await client.get(f"{queue_key}:acked:learner-0") == b"3"  # trained: nothing to move back
+    await source.aclose()
+    await client.aclose()
+
+
+@pytest.mark.redis
 async def test_resuming_an_older_checkpoint_requeues_what_later_steps_trained(
     redis_url: str, queue_key: str
 ) -> None:

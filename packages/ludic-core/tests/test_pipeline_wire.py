@@ -24,6 +24,7 @@ from pipeline_messages import make_item, message
 from ludic_core.errors import DataError
 from ludic_core.packed_saw import UINT32, PackedSAWItem, packed_arrays
 from ludic_core.pipeline import BatchMessage, WireLimits, decode_message, encode_message
+from ludic_core.pipeline.columns import check_finite_meta
 from ludic_core.pipeline.dump import describe
 from ludic_core.pipeline.wire import count_rollouts
 from ludic_core.saw import SAWItem
@@ -615,3 +616,22 @@ def test_sizes_over_the_wire_limits_are_refused_on_both_sides() -> None:
 def test_wire_limits_name_a_bad_value(value: object) -> None:
     with pytest.raises(DataError, match=rf"WireLimits.max_meta_bytes must be an int >= 1, got {value!r}"):
         WireLimits(max_meta_bytes=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        (math.nan, "['x']"),
+        (np.float64("-inf"), "['x']"),  # a float subclass
+        ([(1.5, -math.inf)], "['x'][0][1]"),
+        ({"score": {3: math.inf}}, "['x']['score'][3]"),
+    ],
+    ids=["nan", "numpy-inf", "in-a-tuple", "int-key"],
+)
+def test_meta_check_finds_every_non_finite_float_and_only_those(value: Any, path: str) -> None:
+    # Bytes that look like a packed NaN (a bin value, an int's own bytes) are no NaN: still accepted.
+    meta = {"policy_version": 0, "blob": b"\xcb\x7f\xf8" + bytes(6), "n": 0xCB7FF8, "ok": [1.0, -2.5]}
+    check_finite_meta(meta, "meta")
+    with pytest.raises(DataError) as info:
+        check_finite_meta({**meta, "x": value}, "meta")
+    assert str(info.value) == f"meta{path} is not finite"

@@ -139,6 +139,38 @@ class ClaimKeys:
         pipe.set(self.acked, to)
         await pipe.execute()
 
+    async def acknowledge(self, connection: _RawCommands, *, acked: int, to: int, keep_trained: int) -> None:
+        """Move the boundary forward from ``acked`` to ``to`` for the learner that claimed the messages
+        and knows its positions: one ``MULTI`` in one round trip on its own connection, with no read
+        before it (:meth:`move_boundary` reads first, for a resume).
+
+        Lost writes are found in the transaction's replies: a move that found no message means
+        Redis lost claims the checkpoint trained on, and raises :class:`DataError` (the count then
+        says ``to``: those messages were trained, and nothing is left to move back).
+        """
+        moves = to - acked
+        trim: Command = (
+            ("LTRIM", self.trained, -keep_trained, -1) if keep_trained > 0 else ("DEL", self.trained)
+        )
+        commands: tuple[Command, ...] = (
+            ("MULTI",),
+            *[("LMOVE", self.processing, self.trained, "LEFT", "RIGHT")] * moves,
+            trim,
+            ("SET", self.acked, to),
+            ("EXEC",),
+        )
+        results = (await connection.execute(commands))[-1]
+        for result in results:
+            if isinstance(result, Exception):  # an error reply inside EXEC's (redis-py raises only outside)
+                raise result
+        found = moves - results[:moves].count(None)
+        if found != moves:
+            raise DataError(
+                f"consumer {self.consumer!r} of {self.queue!r}: acknowledging up to position {to} found "
+                f"{found} of the {moves} claimed messages in {self.processing!r}; Redis lost writes (run it "
+                "with appendonly yes, appendfsync always)"
+            )
+
     async def dead_letter(self, redis: object, *, index: int, dead_key: str, payload: bytes) -> None:
         """Append ``payload`` to ``dead_key`` and put :data:`TOMBSTONE` at ``index`` of the processing
         list, in one transaction."""

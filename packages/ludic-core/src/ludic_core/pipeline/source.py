@@ -247,7 +247,7 @@ class RedisBatchSource:
             return
         try:
             if self._synced and self._commit_to is not None:
-                await self._acknowledge(self._redis)
+                await self._acknowledge()
         except LudicError as exc:
             log.warning(
                 "pipeline.ack_on_close_failed", queue=self.queue_key, consumer=self.consumer, error=str(exc)
@@ -358,14 +358,15 @@ class RedisBatchSource:
             )
         self._synced = True
 
-    async def _acknowledge(self, redis: AsyncRedis) -> None:
+    async def _acknowledge(self) -> None:
         target, self._commit_to = self._commit_to, None
         if target is None or target <= self._acked:
             return
         try:
+            assert self._claims is not None  # made with the client, in connect()
             await self._call(
-                self.keys.move_boundary(
-                    redis, acked=self._acked, to=target, keep_trained=self.keep_trained_messages
+                self.keys.acknowledge(
+                    self._claims, acked=self._acked, to=target, keep_trained=self.keep_trained_messages
                 ),
                 f"acknowledge {self.keys.processing!r} up to position {target}",
             )
@@ -382,7 +383,7 @@ class RedisBatchSource:
         redis = self._redis
         if not self._synced:
             await self._sync(redis)
-        await self._acknowledge(redis)
+        await self._acknowledge()
         started = time.monotonic()
         queue_len: int | None = None
         while self._pending_items < self.min_items:
