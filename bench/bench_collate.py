@@ -13,12 +13,12 @@ JSON object: median milliseconds per batch of each side and their ratio.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
 
 import torch
+from _machine import emit, machine_facts
 from bench_redis_pipeline import synthetic_message
 
 from ludic_core.pipeline import decode_message, encode_message
@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    facts = machine_facts()
 
     def fresh(repeat: int, *, decoded: bool) -> list[list[SAWItem]]:
         messages = [
@@ -93,7 +94,24 @@ def main() -> None:
             "ms_per_batch": medians,
             "ratio_library_vs_token_by_token": medians["library"] / medians["token_by_token"],
         }
-    print(json.dumps(result))
+    emit(
+        result,
+        facts=facts,
+        headline={
+            f"collate, {args.items} items of {args.tokens} tokens (ms)": round(
+                result["decoded"]["ms_per_batch"]["library"],
+                2,  # type: ignore[index]
+            ),
+            "collate / token by token, built items": round(
+                result["built"]["ratio_library_vs_token_by_token"],
+                3,  # type: ignore[index]
+            ),
+            "collate / token by token, decoded items": round(
+                result["decoded"]["ratio_library_vs_token_by_token"],
+                3,  # type: ignore[index]
+            ),
+        },
+    )
 
 
 if __name__ == "__main__":

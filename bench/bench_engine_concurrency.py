@@ -31,12 +31,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import heapq
-import json
 import sys
 import time
 
 from _cpu_timer import CPUTimer
 from _guess_number import bare_episode, make_client, make_engine, requests
+from _machine import emit, machine_facts
 
 from ludic_core import RolloutSettings
 
@@ -92,6 +92,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[4, 16, 64, 256])
     args = parser.parse_args()
+    facts = machine_facts()
     latency_s = args.latency_ms / 1000
 
     results = {}
@@ -127,18 +128,19 @@ def main() -> None:
             f"concurrency {concurrency}: {wall:.3f} s (bare loop {bare:.3f} s, fifo ideal {fifo:.3f} s)",
             file=sys.stderr,
         )
-    print(
-        json.dumps(
-            {
-                "benchmark": "engine_concurrency",
-                "episodes": args.episodes,
-                "max_steps": args.max_steps,
-                "latency_ms": args.latency_ms,
-                "by_concurrency": results,
-                "min_efficiency_vs_fifo_ideal": min(r["efficiency_vs_fifo_ideal"] for r in results.values()),
-            }
-        )
-    )
+    result = {
+        "benchmark": "engine_concurrency",
+        "episodes": args.episodes,
+        "max_steps": args.max_steps,
+        "latency_ms": args.latency_ms,
+        "by_concurrency": results,
+        "min_efficiency_vs_fifo_ideal": min(r["efficiency_vs_fifo_ideal"] for r in results.values()),
+    }
+    headline = {
+        f"efficiency vs FIFO ideal, concurrency {c}": round(r["efficiency_vs_fifo_ideal"], 3)
+        for c, r in results.items()
+    }
+    emit(result, facts=facts, headline=headline)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -44,6 +43,7 @@ import sys
 from pathlib import Path
 
 from _guess_number import bare_episode, make_client, make_engine, requests
+from _machine import emit, machine_facts
 
 from ludic_core import RolloutSettings
 from ludic_core.credit import MonteCarloReturn
@@ -159,8 +159,13 @@ def main() -> None:
             STAND_INS[args.without]()
         print(asyncio.run(run_side(args.side, args.episodes, args.max_steps, args.concurrency)))
         return
+    facts = machine_facts()
     if shutil.which("valgrind") is None:
-        print(json.dumps({"benchmark": "engine_instructions", "skipped": "valgrind is not installed"}))
+        emit(
+            {"benchmark": "engine_instructions", "skipped": "valgrind is not installed"},
+            facts=facts,
+            headline=None,
+        )
         return
     counts = {side: count(side, args) for side in SIDES}
     steps = counts["bare"][1]
@@ -203,7 +208,15 @@ def main() -> None:
             events = per_step(label)
             result[f"{name}_per_env_step"] = events
             result[f"{name}_ratio_engine_vs_bare"] = events["engine"] / events["bare"]
-    print(json.dumps(result))
+    headline = {
+        "instructions per env step, engine": round(instructions["engine"]),
+        "instructions per env step, bare loop": round(instructions["bare"]),
+        "instructions, engine / bare loop": round(instructions["engine"] / instructions["bare"], 2),
+        "instructions, engine batch / bare loop": round(
+            instructions["engine_batch"] / instructions["bare"], 2
+        ),
+    }
+    emit(result, facts=facts, headline=headline)
 
 
 if __name__ == "__main__":

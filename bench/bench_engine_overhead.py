@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Any
 
 from _cpu_timer import CPUTimer
 from _guess_number import bare_episode, make_client, make_engine, requests
+from _machine import emit, machine_facts
 
 from ludic_core import RolloutSettings
 from ludic_core.credit import MonteCarloReturn
@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    facts = machine_facts()
     n, k = args.episodes, args.max_steps
 
     sides: dict[str, Callable[[], Coroutine[Any, Any, int]]] = {
@@ -112,30 +113,39 @@ def main() -> None:
     median = {name: statistics.median(ts) for name, ts in times.items()}
     cpu = {name: statistics.median(ts) for name, ts in cpu_times.items()}
     in_gc = {name: statistics.median(ts) for name, ts in gc_times.items()}
-    print(
-        json.dumps(
-            {
-                "benchmark": "engine_overhead",
-                "episodes": n,
-                "max_steps": k,
-                "repeats": args.repeats,
-                "env_steps": env_steps,
-                "seconds_per_env_step": {name: t / env_steps for name, t in median.items()},
-                "ratio_engine_c1_vs_baseline": median["engine_c1"] / median["baseline"],
-                "ratio_engine_c64_vs_baseline": median["engine_c64"] / median["baseline"],
-                "ratio_engine_batch_vs_baseline": median["engine_batch_c64"] / median["baseline"],
-                "ratio_post_rollout_vs_baseline": (median["engine_batch_c64"] - median["engine_c64"])
-                / median["baseline"],
-                "overhead_us_per_env_step_c1": (median["engine_c1"] - median["baseline"]) / env_steps * 1e6,
-                "cpu_seconds_per_env_step": {name: t / env_steps for name, t in cpu.items()},
-                "cpu_ratio_engine_c1_vs_baseline": cpu["engine_c1"] / cpu["baseline"],
-                "cpu_ratio_engine_c64_vs_baseline": cpu["engine_c64"] / cpu["baseline"],
-                "cpu_ratio_engine_batch_vs_baseline": cpu["engine_batch_c64"] / cpu["baseline"],
-                "cpu_ratio_engine_c64_vs_baseline_keeping": cpu["engine_c64"] / cpu["baseline_keeping"],
-                # Part of the CPU time above spent in the garbage collector (gc.callbacks).
-                "gc_cpu_seconds_per_env_step": {name: t / env_steps for name, t in in_gc.items()},
-            }
-        )
+    emit(
+        {
+            "benchmark": "engine_overhead",
+            "episodes": n,
+            "max_steps": k,
+            "repeats": args.repeats,
+            "env_steps": env_steps,
+            "seconds_per_env_step": {name: t / env_steps for name, t in median.items()},
+            "ratio_engine_c1_vs_baseline": median["engine_c1"] / median["baseline"],
+            "ratio_engine_c64_vs_baseline": median["engine_c64"] / median["baseline"],
+            "ratio_engine_batch_vs_baseline": median["engine_batch_c64"] / median["baseline"],
+            "ratio_post_rollout_vs_baseline": (median["engine_batch_c64"] - median["engine_c64"])
+            / median["baseline"],
+            "overhead_us_per_env_step_c1": (median["engine_c1"] - median["baseline"]) / env_steps * 1e6,
+            "cpu_seconds_per_env_step": {name: t / env_steps for name, t in cpu.items()},
+            "cpu_ratio_engine_c1_vs_baseline": cpu["engine_c1"] / cpu["baseline"],
+            "cpu_ratio_engine_c64_vs_baseline": cpu["engine_c64"] / cpu["baseline"],
+            "cpu_ratio_engine_batch_vs_baseline": cpu["engine_batch_c64"] / cpu["baseline"],
+            "cpu_ratio_engine_c64_vs_baseline_keeping": cpu["engine_c64"] / cpu["baseline_keeping"],
+            # Part of the CPU time above spent in the garbage collector (gc.callbacks).
+            "gc_cpu_seconds_per_env_step": {name: t / env_steps for name, t in in_gc.items()},
+        },
+        facts=facts,
+        headline={
+            "engine overhead per env step, concurrency 1 (µs)": round(
+                (median["engine_c1"] - median["baseline"]) / env_steps * 1e6, 1
+            ),
+            "CPU, engine / bare loop, concurrency 1": round(cpu["engine_c1"] / cpu["baseline"], 2),
+            "CPU, engine / bare loop, concurrency 64": round(cpu["engine_c64"] / cpu["baseline"], 2),
+            "CPU, engine batch / bare loop, concurrency 64": round(
+                cpu["engine_batch_c64"] / cpu["baseline"], 2
+            ),
+        },
     )
 
 

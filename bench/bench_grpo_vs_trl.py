@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import os
 
+from _machine import emit, machine_facts
+
 # Before transformers / datasets / trl are imported: a hub lookup would hang for ~50 s here, and no
 # tracker may start.
 for _key, _value in {
@@ -55,7 +57,6 @@ for _key, _value in {
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -443,6 +444,7 @@ def main() -> None:
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be >= 1 and --warmup >= 0")
     torch.set_num_threads(args.threads)
+    facts = machine_facts()
     questions = QUESTIONS[: args.prompts]
 
     # transformers' Trainer prints its logs on stdout; stdout must hold only the JSON result.
@@ -455,36 +457,40 @@ def main() -> None:
     log(f"both sides done in {time.perf_counter() - started:.1f} s")
 
     ludic, trl_side = result["ludic"], result["trl"]
-    print(
-        json.dumps(
-            {
-                "benchmark": "grpo_step_vs_trl",
-                "settings": {
-                    "model": "ludic_train.testing.tiny_causal_lm (qwen2, hidden 64, 2 layers), bpe_tokenizer",
-                    "prompts": args.prompts,
-                    "group_size": args.group_size,
-                    "completions_per_step": args.prompts * args.group_size,
-                    "max_new_tokens": args.max_new_tokens,
-                    "temperature": 1.0,
-                    "warmup_steps": args.warmup,
-                    "timed_steps": args.steps,
-                    "lr": args.lr,
-                    "clip_eps": [CLIP_EPS_LOW, CLIP_EPS_HIGH],
-                    "kl_beta": 0.0,
-                    "device": "cpu",
-                    "torch_threads": result["torch_threads"],
-                },
-                "same_prompt_token_ids": result["same_prompt_token_ids"],
-                "seconds_per_step": {"ludic": ludic["seconds_per_step"], "trl": trl_side["seconds_per_step"]},
-                "ratio_ludic_vs_trl": ludic["seconds_per_step"] / trl_side["seconds_per_step"],
-                "ludic": ludic,
-                "trl": trl_side,
-                "versions": {
-                    name: version(name)
-                    for name in ("trl", "transformers", "torch", "accelerate", "datasets", "ludic-train")
-                },
-            }
-        )
+    emit(
+        {
+            "benchmark": "grpo_step_vs_trl",
+            "settings": {
+                "model": "ludic_train.testing.tiny_causal_lm (qwen2, hidden 64, 2 layers), bpe_tokenizer",
+                "prompts": args.prompts,
+                "group_size": args.group_size,
+                "completions_per_step": args.prompts * args.group_size,
+                "max_new_tokens": args.max_new_tokens,
+                "temperature": 1.0,
+                "warmup_steps": args.warmup,
+                "timed_steps": args.steps,
+                "lr": args.lr,
+                "clip_eps": [CLIP_EPS_LOW, CLIP_EPS_HIGH],
+                "kl_beta": 0.0,
+                "device": "cpu",
+                "torch_threads": result["torch_threads"],
+            },
+            "same_prompt_token_ids": result["same_prompt_token_ids"],
+            "seconds_per_step": {"ludic": ludic["seconds_per_step"], "trl": trl_side["seconds_per_step"]},
+            "ratio_ludic_vs_trl": ludic["seconds_per_step"] / trl_side["seconds_per_step"],
+            "ludic": ludic,
+            "trl": trl_side,
+            "versions": {
+                name: version(name)
+                for name in ("trl", "transformers", "torch", "accelerate", "datasets", "ludic-train")
+            },
+        },
+        facts=facts,
+        headline={
+            "GRPO step, ludic (s)": round(ludic["seconds_per_step"], 3),
+            "GRPO step, TRL (s)": round(trl_side["seconds_per_step"], 3),
+            "ludic / TRL": round(ludic["seconds_per_step"] / trl_side["seconds_per_step"], 2),
+        },
     )
 
 

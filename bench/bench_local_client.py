@@ -23,7 +23,6 @@ absolute times drift.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
@@ -31,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from _machine import emit, machine_facts
 
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_core.seeding import MAX_SEED
@@ -285,6 +285,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    facts = machine_facts()
 
     result: dict[str, Any] = {
         "benchmark": "local_client_vs_legacy_generate",
@@ -336,7 +337,11 @@ def main() -> None:
         entry = time_both(client, requests, args.repeats)
         entry["prompt_tokens"] = {"mean": statistics.mean(lengths), "min": min(lengths), "max": max(lengths)}
         result[mode] = entry
-    print(json.dumps(result))
+    headline: dict[str, Any] = {}
+    for mode in args.modes.split(","):
+        headline[f"{mode}: local client (tokens/s)"] = round(result[mode]["tokens_per_s"]["local_client"])
+        headline[f"{mode}: local client / legacy generate"] = round(result[mode]["speedup"], 2)
+    emit(result, facts=facts, headline=headline)
 
 
 if __name__ == "__main__":

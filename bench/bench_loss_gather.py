@@ -18,13 +18,13 @@ are printed as one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
 from collections.abc import Callable, Mapping
 
 import torch
+from _machine import emit, machine_facts
 from torch import Tensor
 
 from ludic_core.saw import SAWItem
@@ -101,6 +101,7 @@ def main() -> None:
     if args.repeats < 1 or args.threads < 1:
         parser.error(f"--repeats and --threads must be >= 1, got {args.repeats} and {args.threads}")
     torch.set_num_threads(args.threads)
+    facts = machine_facts()
     results = {}
     for name, build in BATCHES.items():
         batch_items, vocab = build()
@@ -127,16 +128,17 @@ def main() -> None:
                 "seconds": medians,
                 "ratio_fused_vs_masked": medians["fused"] / medians["masked"],
             }
-    print(
-        json.dumps(
-            {
-                "benchmark": "loss_gather_fused_vs_masked",
-                "threads": args.threads,
-                "repeats": args.repeats,
-                "cases": results,
-                "ratio_fused_vs_masked": {k: v["ratio_fused_vs_masked"] for k, v in results.items()},
-            }
-        )
+    ratios = {k: v["ratio_fused_vs_masked"] for k, v in results.items()}
+    emit(
+        {
+            "benchmark": "loss_gather_fused_vs_masked",
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "cases": results,
+            "ratio_fused_vs_masked": ratios,
+        },
+        facts=facts,
+        headline={f"fused / masked, {case}": round(ratio, 2) for case, ratio in ratios.items()},
     )
 
 

@@ -19,13 +19,14 @@ over ``--seeds`` macro-batches.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+
+from _machine import emit, machine_facts
 
 from ludic_core.saw import SAWItem
 from ludic_train.collate import collate_saw_items
@@ -125,7 +126,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-seq-len", type=int, default=1024)
     parser.add_argument("--micro-token-budget", type=int, default=8192)
     args = parser.parse_args(argv)
-    print(json.dumps(run(args)))
+    facts = machine_facts()
+    result = run(args)
+    headline = {
+        "padding efficiency, token budget": result["token_budget"]["padding_efficiency"],
+        "padding efficiency, fixed safe batch size": result["fixed_safe"]["padding_efficiency"],
+        "efficiency, token budget / fixed safe": result["efficiency_ratio_vs_fixed_safe"],
+        "forward passes, token budget / fixed safe": result["forward_pass_ratio_vs_fixed_safe"],
+    }
+    emit(result, facts=facts, headline=headline)
     return 0
 
 

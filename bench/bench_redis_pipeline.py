@@ -31,7 +31,9 @@ The actor's items are built as the SAW builder builds them, through the same pub
 logprobs), so ``push`` encodes them from their packed arrays, as a real actor does; the time to build
 them is not measured (nor is a builder's in a real run: it is part of generating the batch).
 
-The ratios ``raw time / pipeline time`` are what the wire format, its checks and the library's
+The ratios ``raw time / pipeline time`` (wall time, and process CPU time: of producer and consumer
+on one loop, of the consumer with ``--producer-process``; CPU time moves less with the machine's
+load) are what the wire format, its checks and the library's
 bookkeeping cost on top of the same Redis commands (``pipeline_vs_raw_exactly_once``) and on top of a
 queue without delivery guarantees (``pipeline_vs_raw_blpop``). Each repeat runs the sides back to back
 (in a rotating order), and a ratio is taken within each repeat; the JSON gives the median, the range
@@ -43,12 +45,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import multiprocessing
 import random
 import statistics
-import sys
 import time
 from array import array
 from collections.abc import Callable
@@ -56,7 +56,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import attrs
-from _machine import machine_facts
+from _machine import emit, machine_facts
 
 from ludic_core import RolloutBatchSource, RolloutSettings
 from ludic_core.credit import ConstantCredit
@@ -344,17 +344,18 @@ class Workload:
         return PipelineConsumer(url, queue, self, read=side == "pipeline_read")
 
 
-async def run_same_loop(work: Workload, side: str, url: str, queue: str) -> float:
+async def run_same_loop(work: Workload, side: str, url: str, queue: str) -> tuple[float, float]:
+    """Wall and process CPU seconds of producer and consumer together."""
     producer, consumer = work.producer(side, url, queue), work.consumer(side, url, queue)
     await producer.connect()
     await consumer.connect()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(producer.run(), consumer.run())
     await consumer.finish()
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     await producer.close()
     await consumer.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def producer_process(conn: Connection, args: argparse.Namespace, url: str) -> None:
@@ -375,19 +376,22 @@ def producer_process(conn: Connection, args: argparse.Namespace, url: str) -> No
         asyncio.run(serve(*request))
 
 
-async def run_other_process(work: Workload, side: str, url: str, queue: str, conn: Connection) -> float:
+async def run_other_process(
+    work: Workload, side: str, url: str, queue: str, conn: Connection
+) -> tuple[float, float]:
+    """Wall seconds, and process CPU seconds of the consumer (this process)."""
     consumer = work.consumer(side, url, queue)
     await consumer.connect()
     conn.send((side, queue))
     assert conn.recv() == "ready"
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     conn.send("go")
     await consumer.run()
     await consumer.finish()
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert conn.recv() == "done"
     await consumer.close()
-    return elapsed
+    return elapsed, cpu
 
 
 def _collate() -> Callable[[list[SAWItem]], object] | None:
@@ -448,15 +452,18 @@ RATIOS = (
 async def measure(args: argparse.Namespace, url: str, conn: Connection | None) -> dict[str, Any]:
     work = Workload.build(args)
     times: dict[str, list[float]] = {side: [] for side in SIDES}
+    cpu: dict[str, list[float]] = {side: [] for side in SIDES}
     for repeat in range(args.repeats):
         # Rotate the order so that no side always runs on a warmer (or a more loaded) machine.
         turn = repeat % len(SIDES)
         for side in SIDES[turn:] + SIDES[:turn]:
             queue = f"bench:{side}:{repeat}"
             if conn is None:
-                times[side].append(await run_same_loop(work, side, url, queue))
+                wall, seconds = await run_same_loop(work, side, url, queue)
             else:
-                times[side].append(await run_other_process(work, side, url, queue, conn))
+                wall, seconds = await run_other_process(work, side, url, queue, conn)
+            times[side].append(wall)
+            cpu[side].append(seconds)
     items = work.total_items
     best = {side: min(values) for side, values in times.items()}
     message_bytes = statistics.fmean(len(p) for p in work.payloads)
@@ -479,18 +486,25 @@ async def measure(args: argparse.Namespace, url: str, conn: Connection | None) -
         ratios = [raw / own for raw, own in zip(times[baseline], times[side], strict=True)]
         result[f"{side}_vs_{baseline}_throughput"] = spread(ratios)
         result[f"{side}_vs_{baseline}_throughput_best"] = best[baseline] / best[side]
+        cpu_ratios = [raw / own for raw, own in zip(cpu[baseline], cpu[side], strict=True)]
+        result[f"{side}_vs_{baseline}_cpu"] = spread(cpu_ratios)
     for side in SIDES:
         result[f"{side}_items_per_s"] = items / best[side]
         result[f"{side}_mb_per_s"] = sum(len(p) for p in work.payloads) / best[side] / 1e6
         result[f"{side}_ms_per_message"] = best[side] / args.messages * 1e3
+        result[f"{side}_cpu_ms_per_message"] = statistics.median(cpu[side]) / args.messages * 1e3
     result.update(codec_times(work.messages, work.payloads))
     result.update({f"{side}_s_all": values for side, values in times.items()})
+    result.update({f"{side}_cpu_s_all": values for side, values in cpu.items()})
     result["headline"] = {
         "pipeline: push, claim, decode, acknowledge (items/s)": round(result["pipeline_items_per_s"]),
         "raw redis-py, the same commands (items/s)": round(result["raw_exactly_once_items_per_s"]),
         "raw RPUSH/BLPOP (items/s)": round(result["raw_blpop_items_per_s"]),
         "pipeline / raw same commands (median of repeats)": round(
             result["pipeline_vs_raw_exactly_once_throughput"]["median"], 2
+        ),
+        "the same, by process CPU (median of repeats)": round(
+            result["pipeline_vs_raw_exactly_once_cpu"]["median"], 2
         ),
         "pipeline / raw RPUSH/BLPOP (median of repeats)": round(
             result["pipeline_vs_raw_blpop_throughput"]["median"], 2
@@ -548,8 +562,7 @@ def main(argv: list[str] | None = None) -> int:
                     child.join(timeout=30)
     except RedisServerNotFound as exc:
         result = {"benchmark": "redis_pipeline", "skipped": str(exc)}
-    json.dump({**result, "machine": facts}, sys.stdout)
-    sys.stdout.write("\n")
+    emit(result, facts=facts, headline=result.pop("headline", None))
     return 0
 
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-import sys
 import time
 from typing import Any
+
+from _machine import emit, machine_facts
 
 from ludic_core.pipeline.connection import PinnedConnection, redis_call
 from ludic_core.pipeline.local_server import RedisServerNotFound, local_redis_server
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         help="payload bytes (default: tiny, one message)",
     )
     args = parser.parse_args(argv)
+    facts = machine_facts()
     result: dict[str, Any] = {"benchmark": "redis_round_trip", "pushes": args.pushes, "repeats": args.repeats}
     try:
         with local_redis_server() as url:
@@ -78,9 +79,15 @@ def main(argv: list[str] | None = None) -> int:
                     "redis_py_vs_kept_connection": medians["redis_py"] / medians["kept_connection"],
                 }
     except RedisServerNotFound as exc:
-        result = {"benchmark": "redis_round_trip", "skipped": str(exc)}
-    json.dump(result, sys.stdout)
-    sys.stdout.write("\n")
+        emit({"benchmark": "redis_round_trip", "skipped": str(exc)}, facts=facts, headline=None)
+        return 0
+    headline = {
+        f"{size}-byte RPUSH: redis-py CPU / kept connection CPU": round(
+            result[f"payload_{size}"]["redis_py_vs_kept_connection"], 2
+        )
+        for size in args.sizes
+    }
+    emit(result, facts=facts, headline=headline)
     return 0
 
 

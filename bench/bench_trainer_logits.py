@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import time
 from typing import Any
 
 import torch
+from _machine import emit, machine_facts
 
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_train.collate import logit_positions
@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    facts = machine_facts()
     dtype = getattr(torch, args.dtype)
 
     items = make_items(
@@ -179,7 +180,12 @@ def main() -> None:
     }
     if args.device == "cuda":
         result["peak_memory_mb"] = {name: max(values) for name, values in peaks.items()}
-    print(json.dumps(result))
+    headline = {
+        f"step, full logits ({args.device}, s)": round(seconds_per_step["full_logits"], 4),
+        f"step, action logits ({args.device}, s)": round(seconds_per_step["action_logits"], 4),
+        "speedup, action / full logits": round(result["speedup_action_vs_full"], 2),
+    }
+    emit(result, facts=facts, headline=headline)
 
 
 if __name__ == "__main__":

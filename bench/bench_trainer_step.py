@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import time
 from typing import Any
 
 import torch
+from _machine import emit, machine_facts
 
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_train.config import TrainerConfig
@@ -181,7 +181,13 @@ def main() -> None:
             parser.error(f"{name} must be >= 1, got {value}")
     if any(t < 1 for t in args.threads):
         parser.error(f"--threads must all be >= 1, got {args.threads}")
-    print(json.dumps(asyncio.run(measure(args))))
+    facts = machine_facts()
+    result = asyncio.run(measure(args))
+    headline = {
+        f"Trainer step / bare torch step, {threads} threads": round(ratio, 2)
+        for threads, ratio in result["ratio_trainer_vs_bare"].items()
+    }
+    emit(result, facts=facts, headline=headline)
 
 
 if __name__ == "__main__":

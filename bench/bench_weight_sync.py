@@ -24,15 +24,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from _machine import emit, machine_facts
 
 SIZES: dict[str, dict[str, int]] = {
     # ludic_vllm.testing.build_tiny_llama's shape: ~0.4M parameters.
@@ -279,9 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.timeout > 0:
         parser.error(f"--timeout must be > 0, got {args.timeout}")
 
+    facts = machine_facts()
     reason = missing_requirement()
     if reason is not None:
-        print(json.dumps({"benchmark": "weight_sync", "skipped": reason}))
+        emit({"benchmark": "weight_sync", "skipped": reason}, facts=facts, headline=None)
         return 0
 
     import vllm
@@ -313,8 +314,11 @@ def main(argv: list[str] | None = None) -> int:
             "restart": largest["restart_s"]["total"] / smallest["restart_s"]["total"],
         },
     }
-    json.dump(result, sys.stdout)
-    sys.stdout.write("\n")
+    headline: dict[str, Any] = {}
+    for size, model in models.items():
+        for transport, ratio in result["ratio_update_vs_restart"][size].items():
+            headline[f"{size} ({model['weight_mb']:.0f} MB): {transport} update / restart"] = round(ratio, 3)
+    emit(result, facts=facts, headline=headline)
     return 0
 
 

@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"peak_rss {args.name}: {peak_mb:.0f} MiB (tree {tree_mb:.0f}, largest process {process_mb:.0f}; "
         f"limit {limit_mb:.0f}) in {wall:.0f} s, exit status {status}",
+        file=sys.stderr,  # stdout is the command's own (a benchmark's JSON)
         flush=True,
     )
     if status != 0:
