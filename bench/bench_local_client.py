@@ -283,6 +283,7 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the model runs")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     facts = machine_facts()
@@ -292,10 +293,11 @@ def main() -> None:
         "model": args.model,
         "requests": args.requests,
         "threads": args.threads,
+        "device": args.device,
         "repeats": args.repeats,
     }
     if args.model == "tiny":
-        model = smollm2_shaped_model(args.layers)
+        model = smollm2_shaped_model(args.layers).to(args.device)
         vocab = model.config.vocab_size
         # No eos in reach: every row generates exactly --new-tokens tokens on both sides.
         client = LocalPolicyClient(model, None, eos_token_ids=[-1], pad_token_id=0)
@@ -321,6 +323,7 @@ def main() -> None:
         from ludic_train.testing import load_smollm2
 
         model, tokenizer = load_smollm2()
+        model = model.to(args.device)
         client = LocalPolicyClient(model, tokenizer)
         result.update(max_tokens=args.max_tokens)
 
