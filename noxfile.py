@@ -488,12 +488,15 @@ def isolated(session: nox.Session, package: str) -> None:
 @nox.session(python=PYTHON)
 @disposable_venv
 def examples(session: nox.Session) -> None:
-    """Repository-level tests in tests/: the examples' CPU smoke settings."""
+    """Repository-level tests in tests/: the examples' CPU smoke settings; then the GPU check's dry run
+    (tools/gpu_check.py --dry-run: every step's command at a CPU-sized stand-in, so that it cannot rot)."""
     _prepare(session)
     if not list((ROOT / "tests").glob("**/test_*.py")):
         session.skip("no repository-level tests in tests/ yet")
     _install_local(session, EXAMPLES_REQUIREMENTS, editable=True)
     _run_pytest(session, "tests")
+    out = Path(session.create_tmp()) / "gpu_check" / "summary.json"
+    session.run("python", "tools/gpu_check.py", "--dry-run", f"--out={out}")
 
 
 @nox.session(python=PYTHON)

@@ -28,6 +28,16 @@ Every number on this page comes from a JSON file in `bench/results/`, written by
 named beside it (`python tools/benchmarks_page.py` rebuilds the page; the `docs` session checks that it
 is current). The machines are shared and their speed drifts, so each benchmark measures its baseline in
 the same run and the ratios are what carry over; absolute seconds hold for the machine and load shown.
+
+Every `bench/*.py` prints one JSON object with its machine, load average, command and headline;
+`python tools/run_bench.py --save-results [NAME ...]` runs them (each under `tools/peak_rss.py`, within
+the 4 GiB the docs promise for every command) and keeps each result here. The GPU check,
+`python tools/gpu_check.py --save-result` on a machine with a CUDA GPU and vLLM's CUDA build, runs the
+`gpu`-marked tests, the trainer and local-sampler benchmarks on CUDA, the weight-sync benchmark and three
+steps of `ludic train tictactoe-grpo-vllm` in at most 8 minutes, and keeps its summary (step time,
+trained and sampled tokens/s, weight-push time) as `bench/results/gpu_check.json`;
+`python tools/gpu_check.py --dry-run` runs every step at a CPU-sized stand-in (the `examples` session
+does, so the check cannot rot).
 """
 
 
