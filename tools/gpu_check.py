@@ -48,6 +48,9 @@ BUDGET_S = 480
 # Each dry-run step's limit: it checks that the commands work, on whatever CPU (a loaded one too).
 DRY_LIMIT_S = 300
 RECIPE_STEPS = 3
+# The dry run's benchmark sizes: short sequences on one thread (the CPU it runs on may be shared).
+TINY_TRAINER = ("--prompt-min", "8", "--prompt-max", "12", "--actions", "2", "--threads", "1")
+TINY_SAMPLER = ("--prompt-len", "8", "--prefix-len", "4", "--new-tokens", "2", "--threads", "1")
 # Where the `gpu`-marked tests are (the NCCL weight updates into a real vLLM server: two GPUs).
 GPU_TESTS = "packages/ludic-vllm/tests"
 
@@ -150,14 +153,25 @@ def steps(work: Path) -> list[Step]:
         Step(
             "trainer",
             (*trainer, "--device", "cuda", "--dtype", "bfloat16", "--layers", "30", "--items", "32"),
-            (*trainer, "--device", "cpu", "--layers", "1", "--items", "2", "--repeats", "1"),
+            (*trainer, "--device", "cpu", "--layers", "1", "--items", "2", "--repeats", "1", *TINY_TRAINER),
             45,
             _bench_json,
         ),
         Step(
             "local-sampler",
             (*sampler, "--device", "cuda", "--layers", "30", "--requests", "64", "--new-tokens", "64"),
-            (*sampler, "--device", "cpu", "--layers", "1", "--requests", "2", "--modes", "greedy"),
+            (
+                *sampler,
+                "--device",
+                "cpu",
+                "--layers",
+                "1",
+                "--requests",
+                "2",
+                "--modes",
+                "greedy",
+                *TINY_SAMPLER,
+            ),
             45,
             _bench_json,
         ),
