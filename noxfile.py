@@ -690,15 +690,27 @@ def vllm(session: nox.Session) -> None:
     session.run(
         "python", "-c", "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__)"
     )
-    # Under the memory check: the vLLM CPU server, the `ludic rollouts`/`ludic train` runs against it and
-    # pytest together, i.e. what the docs' vLLM commands need at once on one machine.
+    # The docs' `ludic train tictactoe-grpo-vllm` smoke run (one vLLM CPU server on the tiny model and the
+    # run sampling from it), alone under the memory check; the rest of the suite keeps up to three
+    # servers alive at once (the two-server torchrun test), which no documented command does.
+    documented = "test_vllm_recipe_samples_from_the_server_and_publishes_every_step"
     _run_measured(
         session,
-        "vllm-cpu-server-and-clients",
+        "train-tictactoe-vllm-smoke-with-server",
+        "pytest",
+        "packages/ludic-vllm/tests/test_vllm_recipe.py",
+        "-k",
+        documented,
+        f"--timeout={TEST_TIMEOUT_S}",
+        *_report_args(session, "-documented"),
+    )
+    session.run(
         "pytest",
         "packages/ludic-vllm/tests",
         "-m",
         "vllm and not gpu",
+        "-k",
+        f"not {documented}",
         f"--timeout={TEST_TIMEOUT_S}",
         *_report_args(session),
         *session.posargs,
