@@ -33,6 +33,12 @@ episode that has not started. The episodes a worker runs share its context: a co
 episode sets must be reset by it (as ``with`` blocks and ``ContextVar.reset`` do), or the worker's next
 episode sees it.
 
+Workers. ``settings.workers > 1`` runs the episodes in that many spawned processes, each with its own
+engine, built from this one's factories or from ``worker_engine``; this engine still numbers, seeds,
+orders, logs and reports them, so the result does not depend on the number of workers (see
+:mod:`ludic_core.rollout_workers`). The workers stay up between calls with the same count, and stop on
+an error, a cancellation or :meth:`RolloutEngine.close`.
+
 Timeouts. Every wait is bounded by default: each model call by ``timeout_s`` (default
 :data:`DEFAULT_MODEL_CALL_TIMEOUT_S`) and each episode by ``episode_timeout_s`` (default
 :data:`DEFAULT_EPISODE_TIMEOUT_S`). An env whose
@@ -43,6 +49,8 @@ holds the event loop and no timeout can fire.
 from __future__ import annotations
 
 import asyncio
+import functools
+import pickle
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -51,6 +59,7 @@ from typing import Any
 
 import attrs
 
+from ludic_core import rollout_workers
 from ludic_core.call_timeout import call_timeout
 from ludic_core.credit import CreditAssigner
 from ludic_core.env import LudicEnv
@@ -70,6 +79,7 @@ from ludic_core.rollout_settings import (
     FailurePolicy,
     RolloutSettings,
 )
+from ludic_core.rollout_workers import RolloutWorkerPool
 from ludic_core.saw import SAWBatch
 from ludic_core.seeding import MAX_SEED, derive_seed
 from ludic_core.trainable import credited_items, select_trainable_rollouts
@@ -246,6 +256,11 @@ class RolloutEngine:
     ``env_factories``/``protocol_factories`` map kinds to factories and take precedence over the
     global registry. ``rollout_log`` (a path or a :class:`RolloutLog`) appends every rollout as JSONL.
     How the episodes of a call run is the :class:`RolloutSettings` given to that call.
+
+    ``worker_engine`` is how worker processes (``RolloutSettings.workers > 1``) build their engine: a
+    picklable callable returning a :class:`RolloutEngine` (or an async context manager yielding one)
+    with the same ``base_seed`` and ``deterministic_ids``. Without it, workers rebuild this engine from
+    its factories, which must then pickle.
     """
 
     def __init__(
@@ -256,6 +271,7 @@ class RolloutEngine:
         base_seed: int = 0,
         rollout_log: RolloutLog | str | Path | None = None,
         deterministic_ids: bool = False,
+        worker_engine: Callable[[], Any] | None = None,
     ) -> None:
         seed: object = base_seed
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
@@ -272,6 +288,10 @@ class RolloutEngine:
             else RolloutLog(rollout_log)
         )
         self._episodes_started = 0
+        if worker_engine is not None and not callable(worker_engine):
+            raise ConfigError(f"RolloutEngine.worker_engine must be callable or None, got {worker_engine!r}")
+        self.worker_engine = worker_engine
+        self._pool: RolloutWorkerPool | None = None
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -315,7 +335,9 @@ class RolloutEngine:
         for i, request in enumerate(requests):
             if not isinstance(request, RolloutRequest):
                 raise ConfigError(f"requests[{i}] must be a RolloutRequest, got {type(request).__name__}")
-        # Resolve every kind up front: an unknown kind is a config error, not an episode failure.
+        pool = await self._worker_pool(settings.workers) if requests else None
+        # Resolve every kind up front: an unknown kind is a config error, not an episode failure. (With
+        # workers, each worker resolves them in its own engine, and raises the same error.)
         factories = [
             (
                 _resolve(r.env.kind, r.env.factory, self.env_factories, ENVS, r.env.kwargs),
@@ -323,7 +345,7 @@ class RolloutEngine:
                     r.protocol.kind, r.protocol.factory, self.protocol_factories, PROTOCOLS, r.protocol.kwargs
                 ),
             )
-            for r in requests
+            for r in (requests if pool is None else ())
         ]
         first_index = self._episodes_started
         self._episodes_started += len(requests)
@@ -339,7 +361,14 @@ class RolloutEngine:
 
         async def worker() -> None:
             for i in next_index:
-                episode = await self._run_episode(first_index + i, requests[i], *factories[i], run_settings)
+                if pool is None:
+                    episode = await self._run_episode(
+                        first_index + i, requests[i], *factories[i], run_settings
+                    )
+                else:
+                    episode = await pool.run_episode(first_index + i, requests[i], run_settings)
+                    # The caller's own request object, not the copy that travelled.
+                    episode = attrs.evolve(episode, request=requests[i])
                 results[i] = episode
                 if self.rollout_log is not None:
                     await asyncio.to_thread(self.rollout_log.write, episode.rollouts)
@@ -362,12 +391,18 @@ class RolloutEngine:
         workers = [asyncio.ensure_future(worker()) for _ in range(min(settings.concurrency, len(requests)))]
         try:
             if workers:
-                # The first worker to raise (EpisodeError, a ConfigError from a factory) ends the call.
+                # The first task to raise (EpisodeError, a ConfigError from a factory) ends the call.
                 # No timeout of its own: every episode is bounded by episode_timeout_s.
                 await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
                 for task in workers:
                     if task.done() and not task.cancelled():
                         task.result()  # re-raises what the worker raised
+        except BaseException:
+            # Episodes may still run in the workers (a failure under on_failure="raise", a
+            # cancellation, Ctrl-C): stop them rather than leave them to finish unobserved.
+            if pool is not None:
+                self.close()
+            raise
         finally:
             pending = [task for task in workers if not task.done()]
             for task in pending:
@@ -385,6 +420,74 @@ class RolloutEngine:
             )
             out.check_failure_rate(settings.max_failure_rate)
         return out
+
+    async def _worker_pool(self, workers: int) -> RolloutWorkerPool | None:
+        """The worker processes of a ``workers > 1`` call: the running ones when their count matches,
+        else new ones (None, and any running ones stopped, for ``workers == 1``)."""
+        pool = self._pool
+        if pool is not None and pool.size == workers and pool.alive:
+            return pool
+        self.close()
+        if workers == 1:
+            return None
+        pool = RolloutWorkerPool(
+            self._worker_build(workers), workers, start_timeout_s=rollout_workers.DEFAULT_START_TIMEOUT_S
+        )
+        try:
+            await pool.start(base_seed=self.base_seed, deterministic_ids=self.deterministic_ids)
+        except BaseException:
+            pool.close()
+            raise
+        self._pool = pool
+        return pool
+
+    def _worker_build(self, workers: int) -> Callable[[], Any]:
+        """How each worker builds its engine: ``worker_engine``, or this engine's factories (each
+        checked here, so a lambda is refused by name)."""
+        if self.worker_engine is not None:
+            return self.worker_engine
+        for mapping_name in ("env_factories", "protocol_factories"):
+            for kind, factory in getattr(self, mapping_name).items():
+                try:
+                    pickle.dumps(factory)
+                except Exception as exc:
+                    raise ConfigError(
+                        f"RolloutSettings.workers={workers} rebuilds the engine in spawned processes, and "
+                        f"RolloutEngine.{mapping_name}[{kind!r}] ({_short_repr(factory)}) cannot be pickled "
+                        f"({type(exc).__name__}: {exc}); use a module-level function, a class or a "
+                        "functools.partial of one, or give the engine a picklable worker_engine that builds "
+                        "it (and its client) in each worker"
+                    ) from exc
+        return functools.partial(
+            RolloutEngine,
+            env_factories=self.env_factories,
+            protocol_factories=self.protocol_factories,
+            base_seed=self.base_seed,
+            deterministic_ids=self.deterministic_ids,
+        )
+
+    def close(self) -> None:
+        """Stop the worker processes of ``workers > 1`` calls, if any. They otherwise stay up for the
+        next call, and stop when the engine is garbage-collected or the interpreter exits."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    async def _run_request(
+        self, episode_index: int, request: RolloutRequest, settings: dict[str, Any]
+    ) -> EpisodeResult:
+        """One episode sent to this engine in a worker process (:mod:`ludic_core.rollout_worker_main`)."""
+        env_factory = _resolve(
+            request.env.kind, request.env.factory, self.env_factories, ENVS, request.env.kwargs
+        )
+        protocol_factory = _resolve(
+            request.protocol.kind,
+            request.protocol.factory,
+            self.protocol_factories,
+            PROTOCOLS,
+            request.protocol.kwargs,
+        )
+        return await self._run_episode(episode_index, request, env_factory, protocol_factory, settings)
 
     async def _run_episode(
         self,

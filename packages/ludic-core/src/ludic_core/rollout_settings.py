@@ -2,7 +2,7 @@
 
 The engine, the online batch source, evaluation, the Redis pipeline actor and the ``ludic`` command all
 run episodes the same way, so they all take this one frozen value rather than each re-declaring
-``max_steps``, the timeouts, the concurrency limit and the failure policy. Build it once (in code or
+``max_steps``, the timeouts, the concurrency limit, the failure policy and the worker processes. Build it once (in code or
 from a run config) and pass it through; ``attrs.evolve(settings, concurrency=64)`` changes one field.
 """
 
@@ -70,6 +70,11 @@ class RolloutSettings:
       :class:`~ludic_core.errors.EpisodeError` naming the count and the first failure: a dead server or
       a wrong model name fails loudly instead of yielding a table of zeros or an empty batch. ``1``
       tolerates any number, ``0`` none.
+    * ``workers`` — processes the episodes run in. ``1`` (the default) runs them in this process; ``N > 1``
+      spawns N worker processes that each build the engine once and run their share of the episodes, so
+      CPU-bound envs (code execution, math grading) use N cores. Seeds, order and results do not change
+      with N; ``concurrency`` still bounds the episodes in flight across all of them. The engine's
+      factories (or its ``worker_engine``) must pickle: see :mod:`ludic_core.rollout_workers`.
     """
 
     max_steps: int = attrs.field(validator=_positive_int)
@@ -78,6 +83,7 @@ class RolloutSettings:
     episode_timeout_s: float = attrs.field(default=DEFAULT_EPISODE_TIMEOUT_S, validator=_finite_positive)
     on_failure: FailurePolicy = attrs.field(default="continue", validator=_policy)
     max_failure_rate: float = attrs.field(default=0.5, validator=_rate)
+    workers: int = attrs.field(default=1, validator=_positive_int)
 
     @classmethod
     def coerce(cls, value: object, *, owner: str) -> RolloutSettings:

@@ -1,0 +1,302 @@
+"""Episodes in worker processes: what ``RolloutSettings(workers=N)`` runs.
+
+A CPU-bound env (code execution, math grading, a simulation in Python) holds the event loop while it
+steps, so one process steps one episode at a time however high ``concurrency`` is. With ``workers=N``
+the engine spawns N processes; each builds its own engine (envs, agents, clients) once and runs the
+episodes it is sent. The calling engine keeps everything else: episode indices and default seeds,
+scheduling in request order under ``concurrency``, the rollout log, ``on_episode_done`` and the failure
+policy. So a call returns the same episodes in the same order whatever N, and ``workers=1`` starts no
+process at all.
+
+What travels. Workers are *spawned*, not forked (a forked copy of a process running threads, torch or
+CUDA can deadlock), so they import everything afresh and receive, pickled:
+
+* how to build their engine: the engine's ``worker_engine`` callable, or else its own factories and
+  seed settings. Module-level functions, classes and ``functools.partial`` of them pickle; lambdas and
+  closures do not, and are refused with the name of the factory;
+* each request, and each episode's result on the way back.
+
+A client holding an open connection or an in-process model cannot travel: give the engine a picklable
+``worker_engine`` (``functools.partial(make_engine, base_url, model)``) that builds the client in the
+worker. It may return the engine, or an async context manager yielding it (closed when the worker
+stops). The ``ludic`` command's ``openai`` and ``vllm`` backends build their clients this way; the
+``local`` backend (a model in the calling process) refuses ``workers > 1``.
+
+Waits and failures. Each worker has ``start_timeout_s`` to build its engine and each episode
+``episode_timeout_s`` (plus as much again, at most :data:`RESULT_GRACE_S`, for the trip) to come
+back: a worker whose loop is held by a blocking env step cannot fire its own timeout, so the caller's
+raises :class:`~ludic_core.errors.LudicTimeoutError`. An error raised in a worker (building its engine,
+a :class:`~ludic_core.errors.ConfigError` from a factory) is raised again in the caller with the
+worker's traceback as its cause; a worker that dies raises :class:`RolloutWorkerError` with its exit
+code. The engine stops every worker on any error, on cancellation and on ``KeyboardInterrupt`` (the
+workers ignore SIGINT and leave the stopping to the caller). Spawned workers import the caller's
+``__main__``: a script must start its run under ``if __name__ == "__main__":``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import multiprocessing
+import pickle
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import attrs
+
+from ludic_core.errors import ConfigError, LudicError, LudicTimeoutError
+from ludic_core.logs import get_logger
+
+__all__ = [
+    "DEFAULT_START_TIMEOUT_S",
+    "RESULT_GRACE_S",
+    "RolloutWorkerError",
+    "RolloutWorkerPool",
+    "WorkerTraceback",
+]
+
+log = get_logger(__name__)
+
+DEFAULT_START_TIMEOUT_S = 300.0
+"""The bound on a worker's start: importing Ludic and building its engine (a tokenizer, a client)."""
+
+RESULT_GRACE_S = 30.0
+"""The most an episode's result may take beyond ``episode_timeout_s`` to reach the caller."""
+
+_STOP_TIMEOUT_S = 5.0  # a stopped worker's time to close its engine before it is terminated
+
+_SPAWN = multiprocessing.get_context("spawn")
+
+
+class RolloutWorkerError(LudicError):
+    """A rollout worker process died, or sent something the caller cannot read."""
+
+
+class WorkerTraceback(Exception):
+    """The traceback of an error raised in a rollout worker: the ``__cause__`` of that error in the
+    caller, so the caller's traceback shows where in the worker it happened."""
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.args[0]}"""'
+
+
+def remote_error(fields: tuple[bytes | None, str, str, str], where: str) -> BaseException:
+    """The caller's copy of an error a worker reported as :func:`error_fields`: the original exception
+    when it unpickles, else a :class:`RolloutWorkerError` with its type and message."""
+    payload, type_name, message, traceback_text = fields
+    error: BaseException | None = None
+    if payload is not None:
+        try:
+            error = pickle.loads(payload)
+        except Exception:
+            error = None
+    if not isinstance(error, BaseException):
+        error = RolloutWorkerError(f"{type_name}: {message}")
+    error.add_note(f"raised in {where}")
+    error.__cause__ = WorkerTraceback(traceback_text)
+    return error
+
+
+@attrs.define(eq=False)
+class _Worker:
+    index: int
+    process: BaseProcess
+    to_worker: Connection
+    from_worker: Connection
+    ready: concurrent.futures.Future[tuple[int, bool]] = attrs.field(factory=concurrent.futures.Future)
+    pending: dict[int, concurrent.futures.Future[Any]] = attrs.field(factory=dict)
+    failure: BaseException | None = None
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    @property
+    def name(self) -> str:
+        return f"rollout worker {self.index} (pid {self.process.pid})"
+
+
+def _settle(future: concurrent.futures.Future[Any], value: Any, error: BaseException | None) -> None:
+    # The caller may have given up on the future (its wait timed out, its task was cancelled).
+    try:
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
+def _read(worker: _Worker) -> None:
+    """Thread body: hand each message of ``worker`` to the future that waits for it, until it exits."""
+    failure: BaseException | None = None
+    while failure is None:
+        try:
+            message = worker.from_worker.recv()
+        except (EOFError, OSError):
+            break
+        except Exception as exc:  # an unpicklable result
+            failure = RolloutWorkerError(f"{worker.name} sent a message that cannot be read: {exc!r}")
+            break
+        kind = message[0]
+        if kind == "ready":
+            _settle(worker.ready, message[1:], None)
+        elif kind == "start_failed":
+            _settle(worker.ready, None, remote_error(message[1:], worker.name))
+        else:  # "done" or "error", for one episode
+            with worker.lock:
+                future = worker.pending.pop(message[1], None)
+            if future is not None:
+                if kind == "done":
+                    _settle(future, message[2], None)
+                else:
+                    _settle(future, None, remote_error(message[2:], worker.name))
+    if failure is None:
+        worker.process.join(timeout=_STOP_TIMEOUT_S)
+        failure = RolloutWorkerError(f"{worker.name} exited (exit code {worker.process.exitcode})")
+    with worker.lock:
+        worker.failure = failure
+        waiting = [worker.ready, *worker.pending.values()]
+        worker.pending.clear()
+    for future in waiting:
+        if not future.done():
+            _settle(future, None, failure)
+
+
+def _stop(workers: Sequence[_Worker]) -> None:
+    """Stop every worker: closing its pipe asks it to finish (it closes its engine), then terminate,
+    then kill, each bounded. Never raises; safe to call twice."""
+    for worker in workers:
+        worker.to_worker.close()
+    deadline = time.monotonic() + _STOP_TIMEOUT_S
+    for worker in workers:
+        worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for worker in workers:
+        for end in (worker.process.terminate, worker.process.kill):
+            if worker.process.is_alive():
+                end()
+                worker.process.join(timeout=_STOP_TIMEOUT_S)
+    for worker in workers:
+        if worker.process.is_alive():
+            log.warning("rollout_workers.not_stopped", worker=worker.name)
+
+
+class RolloutWorkerPool:
+    """N spawned worker processes, each running episodes on the engine that ``build`` returns.
+
+    The :class:`~ludic_core.engine.RolloutEngine` owns one while its calls run with ``workers > 1``;
+    use it through the engine. :meth:`start` waits for every worker's engine, :meth:`run_episode` sends
+    one episode to the least busy worker, :meth:`close` stops them all (also done when the pool is
+    garbage-collected or the interpreter exits).
+    """
+
+    def __init__(self, build: Callable[[], Any], size: int, *, start_timeout_s: float) -> None:
+        try:
+            self._build = pickle.dumps(build, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise ConfigError(
+                f"RolloutSettings.workers={size} runs episodes in spawned processes, which build their "
+                f"engine from a pickled copy, and {build!r} cannot be pickled ({type(exc).__name__}: {exc}); "
+                "use module-level functions, classes or functools.partial of them as the engine's "
+                "factories, or give the engine a picklable worker_engine that builds it (and its client) "
+                "in each worker"
+            ) from exc
+        self.size = size
+        self.start_timeout_s = start_timeout_s
+        self._workers: list[_Worker] = []
+        self._ids = itertools.count()
+        self._finalizer = weakref.finalize(self, _stop, self._workers)
+
+    @property
+    def pids(self) -> list[int | None]:
+        return [worker.process.pid for worker in self._workers]
+
+    @property
+    def alive(self) -> bool:
+        return bool(self._workers) and all(
+            worker.failure is None and worker.process.is_alive() for worker in self._workers
+        )
+
+    async def start(self, *, base_seed: int, deterministic_ids: bool) -> None:
+        """Spawn the workers and wait (``start_timeout_s``) until each has built its engine, which
+        must number its episodes as the caller's does (same ``base_seed`` and ``deterministic_ids``)."""
+        from ludic_core.rollout_worker_main import serve
+
+        for index in range(self.size):
+            from_worker, worker_end_out = _SPAWN.Pipe(duplex=False)
+            worker_end_in, to_worker = _SPAWN.Pipe(duplex=False)
+            process = _SPAWN.Process(
+                target=serve,
+                args=(self._build, worker_end_in, worker_end_out),
+                name=f"ludic-rollout-worker-{index}",
+                # Not a daemon: a worker's env may start processes of its own (the math grader does).
+                daemon=False,
+            )
+            process.start()
+            # The worker holds its own ends now; closing ours lets it see EOF when we go away.
+            worker_end_in.close()
+            worker_end_out.close()
+            worker = _Worker(index, process, to_worker, from_worker)
+            self._workers.append(worker)
+            threading.Thread(target=_read, args=(worker,), name=f"{worker.name} reader", daemon=True).start()
+        waiting = asyncio.gather(*(asyncio.wrap_future(w.ready) for w in self._workers))
+        try:
+            async with asyncio.timeout(self.start_timeout_s):
+                started = await waiting
+        except TimeoutError:
+            slow = [w.name for w in self._workers if not w.ready.done()]
+            raise LudicTimeoutError(
+                f"{', '.join(slow)} did not build its engine within start_timeout_s={self.start_timeout_s}"
+            ) from None
+        for worker, (worker_seed, worker_ids) in zip(self._workers, started, strict=True):
+            if (worker_seed, worker_ids) != (base_seed, deterministic_ids):
+                raise ConfigError(
+                    f"{worker.name} built an engine with base_seed={worker_seed}, "
+                    f"deterministic_ids={worker_ids}; the calling engine has base_seed={base_seed}, "
+                    f"deterministic_ids={deterministic_ids}, and both must match for the workers' episodes "
+                    "to get the seeds and ids they would get in the calling process"
+                )
+        log.debug("rollout_workers.started", workers=self.size, pids=self.pids)
+
+    async def run_episode(self, episode_index: int, request: Any, run_settings: dict[str, Any]) -> Any:
+        """Run one episode in the least busy worker; its :class:`~ludic_core.engine.EpisodeResult`."""
+        worker = min(self._workers, key=lambda w: len(w.pending))
+        episode_id = next(self._ids)
+        try:
+            message = pickle.dumps(
+                ("episode", episode_id, episode_index, request, run_settings),
+                protocol=pickle.HIGHEST_PROTOCOL,
+            )
+        except Exception as exc:
+            raise ConfigError(
+                f"the request of episode {episode_index} (env {request.env.kind!r}, protocol "
+                f"{request.protocol.kind!r}) cannot be pickled for a rollout worker ({type(exc).__name__}: "
+                f"{exc}); its kwargs and factories must pickle under RolloutSettings.workers > 1"
+            ) from exc
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with worker.lock:
+            if worker.failure is not None:
+                raise worker.failure
+            worker.pending[episode_id] = future
+        worker.to_worker.send_bytes(message)
+        episode_timeout_s = run_settings["episode_timeout_s"]
+        wait_s = episode_timeout_s + min(episode_timeout_s, RESULT_GRACE_S)
+        deadline = asyncio.timeout(wait_s)
+        try:
+            async with deadline:
+                return await asyncio.wrap_future(future)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the episode's own error (a LudicTimeoutError is a TimeoutError)
+            raise LudicTimeoutError(
+                f"{worker.name} did not return episode {episode_index} within {wait_s} s "
+                f"(episode_timeout_s={episode_timeout_s} plus the trip); an env step that blocks the "
+                "worker's event loop stops its own timeouts: set blocking_step on the env"
+            ) from None
+
+    def close(self) -> None:
+        """Stop every worker (bounded; see the module docstring)."""
+        self._finalizer()
