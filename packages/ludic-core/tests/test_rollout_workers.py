@@ -179,3 +179,16 @@ async def test_worker_engines_must_seed_as_the_caller_does() -> None:
 def test_workers_must_be_a_positive_int() -> None:
     with pytest.raises(ConfigError, match=r"RolloutSettings.workers must be an int >= 1, got 0"):
         RolloutSettings(max_steps=1, workers=0)
+
+
+def test_a_backend_whose_client_lives_in_this_process_refuses_workers() -> None:
+    from ludic_core.cli.backends import ClientBackend
+    from ludic_core.cli.episodes import cli_worker_engine
+
+    class InProcessBackend(ClientBackend):
+        def __init__(self) -> None:
+            self.client = None
+
+    assert cli_worker_engine("guess", InProcessBackend(), None, 0, workers=1) is None
+    with pytest.raises(ConfigError, match=r"rollout.workers=2 .* InProcessBackend cannot be rebuilt there"):
+        cli_worker_engine("guess", InProcessBackend(), None, 0, workers=2)

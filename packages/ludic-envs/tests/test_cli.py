@@ -323,3 +323,21 @@ async def test_rollouts_without_an_output_keep_them_in_the_run_directory(tmp_pat
         assert status == 0, err
         counts = json.loads((tmp_path / "runs" / "r" / "counts.json").read_text())
         assert counts["skipped_done"] == 2 and counts["rollouts"] == 0
+
+
+async def test_rollouts_in_two_worker_processes_collect_the_same_games(tmp_path: Path) -> None:
+    games: dict[str, list[Any]] = {}
+    async with serve_openai() as server:
+        for workers in ("1", "2"):
+            status, _out, err = await ludic(
+                "rollouts", "tictactoe", "--base-url", server.base_url, "--model", "first-legal", "-n", "4",
+                "--workers", workers, "--run-dir", f"runs/w{workers}", cwd=tmp_path,
+            )  # fmt: skip
+            assert status == 0, err
+            config = json.loads((tmp_path / f"runs/w{workers}/config.json").read_text())
+            assert config["rollout"]["workers"] == int(workers)
+            games[workers] = sorted(
+                (r.meta["request_id"], [(s.prev_obs, s.action, s.reward) for s in r.env_steps])
+                for r in read_rollouts(tmp_path / f"runs/w{workers}/rollouts.jsonl")
+            )
+    assert len(games["1"]) == 4 and games["2"] == games["1"]

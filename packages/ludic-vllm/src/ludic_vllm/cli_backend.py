@@ -15,6 +15,8 @@ Registered as the ``ludic.backends`` entry point ``vllm`` of ludic-vllm. Renderi
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from ludic_core.cli.backends import ClientBackend, TokenizedClient, require_chat_agent
@@ -71,3 +73,8 @@ class VLLMServerBackend(ClientBackend):
         ]
         client: VLLMClient | ClientPool = clients[0] if len(clients) == 1 else ClientPool(clients)
         super().__init__(TokenizedClient(client, tokenizer))
+        self.config = config
+
+    def worker_factory(self) -> Callable[[], VLLMServerBackend]:
+        """How a rollout worker process builds this backend: from its config, with clients of its own."""
+        return functools.partial(VLLMServerBackend, self.config)

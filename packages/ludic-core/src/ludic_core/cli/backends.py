@@ -12,6 +12,7 @@ backend's factory takes the :class:`~ludic_core.cli.run_config.BackendConfig` an
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -85,6 +86,11 @@ class OpenAIBackend:
             for url in config.base_urls
         ]
         self.client: OpenAIChatClient | ClientPool = clients[0] if len(clients) == 1 else ClientPool(clients)
+        self.config = config
+
+    def worker_factory(self) -> Callable[[], OpenAIBackend]:
+        """How a rollout worker process builds this backend: from its config, with clients of its own."""
+        return functools.partial(OpenAIBackend, self.config)
 
     def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
         client = self.client

@@ -13,13 +13,14 @@ group-normalised credit when the rollouts train later (``ludic train offline-rl`
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from ludic_core.cli.backends import Backend
-from ludic_core.cli.profiles import EvalProfile
+from ludic_core.cli.profiles import EvalProfile, resolve_profile
 from ludic_core.cli.run_config import BACKEND_KINDS, EpisodesConfig, SamplingConfig
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError, EpisodeError, LudicError
@@ -36,6 +37,7 @@ __all__ = [
     "build_episodes",
     "build_requests",
     "check_env_builds",
+    "cli_worker_engine",
     "config_starts",
     "episodes_logged_in",
     "first_request",
@@ -58,6 +60,7 @@ _FLAG_PATHS: dict[str, tuple[str, ...]] = {
     "samples_per_prompt": ("samples_per_prompt",),
     "seed": ("seed",),
     "concurrency": ("rollout", "concurrency"),
+    "workers": ("rollout", "workers"),
     "temperature": ("sampling", "temperature"),
     "max_tokens": ("sampling", "max_tokens"),
     "run_dir": ("run_dir",),
@@ -90,6 +93,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", "--samples-per-prompt", type=int, help="samples per prompt (pass@k groups)")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--concurrency", type=int, help="episodes in flight")
+    parser.add_argument(
+        "--workers", type=int, help="processes the episodes run in (default 1; more for CPU-bound envs)"
+    )
     parser.add_argument("--temperature", type=float)
     parser.add_argument("--max-tokens", type=int)
     parser.add_argument(
@@ -188,9 +194,11 @@ def build_engine(
     system_prompt: str | None,
     seed: int,
     rollout_log: str | None,
+    workers: int = 1,
 ) -> RolloutEngine:
     # Resolve the env now: an unknown name fails before any model call, listing the registered envs.
     ENVS.get(env)
+    worker_engine = cli_worker_engine(env, backend, system_prompt, seed, workers)
     make_agent = backend.agent_factory(parser=profile.parser, system_prompt=system_prompt)
 
     def protocol() -> SingleAgentProtocol:
@@ -200,7 +208,45 @@ def build_engine(
         protocol_factories={CLI_PROTOCOL: protocol},
         base_seed=seed,
         rollout_log=rollout_log,
+        worker_engine=worker_engine,
     )
+
+
+def cli_worker_engine(
+    env: str, backend: Backend, system_prompt: str | None, seed: int, workers: int
+) -> Callable[[], Any] | None:
+    """How each rollout worker process (``rollout.workers > 1``) builds the engine: the same env and
+    profile, over a backend of its own built from ``backend.worker_factory()``. A backend without one
+    (its client lives in this process: an in-process model, a sampler handed new weights) is refused."""
+    make_backend: Callable[[], Backend] | None = getattr(backend, "worker_factory", lambda: None)()
+    if workers > 1 and make_backend is None:
+        raise ConfigError(
+            f"rollout.workers={workers} runs episodes in worker processes, each building its own backend, "
+            f"and {type(backend).__name__} cannot be rebuilt there: its client lives in this process (an "
+            "in-process model, a sampler handed new weights); use rollout.workers=1, or a server backend "
+            "(openai, vllm)"
+        )
+    if make_backend is None:
+        return None
+    return functools.partial(_worker_engine, env, make_backend, system_prompt, seed)
+
+
+@asynccontextmanager
+async def _worker_engine(
+    env: str, make_backend: Callable[[], Backend], system_prompt: str | None, seed: int
+) -> AsyncIterator[RolloutEngine]:
+    backend = make_backend()
+    try:
+        yield build_engine(
+            env=env,
+            backend=backend,
+            profile=resolve_profile(env),
+            system_prompt=system_prompt,
+            seed=seed,
+            rollout_log=None,
+        )
+    finally:
+        await backend.aclose()
 
 
 def config_starts(config: EpisodesConfig, profile: EvalProfile, count: int) -> list[dict[str, Any]] | None:
@@ -236,6 +282,7 @@ def build_episodes(
         system_prompt=config.system_prompt,
         seed=config.seed,
         rollout_log=str(run_dir / "episodes.jsonl"),
+        workers=config.rollout.workers,
     )
     requests = build_requests(
         env=config.env,

@@ -224,6 +224,7 @@ def rollout_source(
         system_prompt=config.system_prompt,
         seed=config.seed,
         rollout_log=rollout_log,
+        workers=config.rollout.workers,
     )
     return RolloutBatchSource(
         engine=engine,
