@@ -14,7 +14,8 @@ import attrs
 import pytest
 from core_worker_setups import engine, engine_in_context, seeded_protocol
 
-from ludic_core import RolloutSettings, rollout_workers
+from ludic_core import RolloutBatchSource, RolloutSettings, rollout_workers
+from ludic_core.credit import MonteCarloReturn
 from ludic_core.engine import EpisodeResult, RolloutEngine
 from ludic_core.errors import ConfigError, LudicTimeoutError
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
@@ -87,6 +88,27 @@ async def test_workers_give_the_episodes_one_process_gives() -> None:
         assert as_dicts(right.episodes) == as_dicts(left.episodes)
     assert sorted(done) == list(range(24))
     assert len({r.id for g in got for r in g.rollouts}) == 24
+
+
+async def test_a_batch_source_over_workers_gives_the_batches_one_process_gives() -> None:
+    def source(settings: RolloutSettings) -> RolloutBatchSource:
+        return RolloutBatchSource(
+            engine=engine(),
+            credit_assigner=MonteCarloReturn(),
+            requests=lambda step: requests(6),
+            settings=settings,
+        )
+
+    one, many = source(SETTINGS), source(attrs.evolve(SETTINGS, workers=2))
+    try:
+        for _ in range(2):
+            left, right = await one.next_batch(), await many.next_batch()
+            assert [(i.input_ids, i.action_mask, i.weight) for i in right.items] == [
+                (i.input_ids, i.action_mask, i.weight) for i in left.items
+            ]
+            assert right.items
+    finally:
+        many.engine.close()
 
 
 async def test_the_caller_writes_the_rollout_log_and_keeps_its_requests(tmp_path: Path) -> None:

@@ -164,6 +164,7 @@ def _read(worker: _Worker) -> None:
     for future in waiting:
         if not future.done():
             _settle(future, None, failure)
+    worker.from_worker.close()
 
 
 def _stop(workers: Sequence[_Worker]) -> None:
