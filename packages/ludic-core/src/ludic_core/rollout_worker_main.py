@@ -25,8 +25,9 @@ __all__ = ["error_fields", "serve"]
 def error_fields(exc: BaseException) -> tuple[bytes | None, str, str, str]:
     """``(pickled exception or None, type name, message, traceback text)``: what the caller needs to
     raise it again, with the worker's traceback."""
+    payload: bytes | None
     try:
-        payload: bytes | None = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(payload)  # some exceptions pickle but cannot be rebuilt
     except Exception:
         payload = None
