@@ -8,9 +8,11 @@ time whatever its concurrency; N workers step N at once. The same episodes run w
 stays up between calls), and the episodes of both sides are checked to be the same.
 
 Prints one JSON object: episodes per second on each side (best of ``--repeats``), their ratio
-(``speedup``; ``N`` would be perfect), the CPU milliseconds per env step measured in this process, and
-the time the workers took to start. The machine's load average is recorded with it: other processes on
-the cores lower the speedup.
+(``speedup``; ``N`` would be perfect), the CPU milliseconds per env step measured in this process, the
+time the workers took to start, and the cores each side got (its processes' CPU seconds over its wall
+seconds, read from ``/proc`` on Linux). The machine's load average is recorded with it: when other
+processes hold the cores, the N workers get fewer than N of them (``cores_used`` says how many) and the
+speedup falls with it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import sys
 import time
 from typing import Any
@@ -86,6 +90,19 @@ def step_ms(work: int, repeats: int = 20) -> float:
     return (time.process_time() - started) / repeats * 1000
 
 
+def cpu_seconds(pids: list[int]) -> float | None:
+    """User plus system CPU seconds of these processes so far (Linux ``/proc``), else None."""
+    total = 0.0
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return total
+
+
 def signature(result: RolloutResult) -> list[Any]:
     return [
         [{k: v for k, v in step.items() if k != "ts_ns"} for step in rollout_to_dict(r)["steps"]]
@@ -98,21 +115,28 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     sides = {1: engine(), args.workers: engine()}
     settings = {w: RolloutSettings(max_steps=12, concurrency=args.concurrency, workers=w) for w in sides}
     best: dict[int, float] = {}
+    cores: dict[int, float | None] = {}
     signatures: dict[int, list[Any]] = {}
     started = time.perf_counter()
     await sides[args.workers].generate_rollouts(batch[:4], settings[args.workers])  # starts the workers
     start_s = time.perf_counter() - started
     await sides[1].generate_rollouts(batch[:4], settings[1])
     steps = 0
+    pids = [os.getpid(), *(child.pid for child in multiprocessing.active_children() if child.pid)]
     try:
         for _ in range(args.repeats):
             for workers, side in sides.items():
+                cpu_before = cpu_seconds(pids)
                 began = time.perf_counter()
                 result = await side.generate_rollouts(batch, settings[workers])
                 wall = time.perf_counter() - began
+                cpu_after = cpu_seconds(pids)
                 if result.failed_episodes:
                     sys.exit(f"workers={workers}: {len(result.failed_episodes)} episodes failed")
-                best[workers] = min(best.get(workers, wall), wall)
+                if wall < best.get(workers, float("inf")):
+                    best[workers] = wall
+                    used = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+                    cores[workers] = None if used is None else used / wall
                 signatures[workers] = signature(result)
                 steps = sum(len(r.steps) for r in result.rollouts)
                 print(f"workers={workers}: {wall:.2f} s", file=sys.stderr)
@@ -133,6 +157,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "best_wall_s": {str(w): best[w] for w in sides},
         "episodes_per_s": {str(w): rate[w] for w in sides},
         "speedup": speedup,
+        "cores_used": {str(w): cores[w] for w in sides},
         "worker_start_s": start_s,
         "same_episodes": True,
         "headline": {
@@ -141,8 +166,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             f"episodes/s, {args.workers} worker processes": round(rate[args.workers], 1),
             f"speedup with {args.workers} workers": round(speedup, 2),
             f"{args.workers} workers' start (s)": round(start_s, 1),
+            "cores used, 1 process": _rounded(cores[1]),
+            f"cores used, {args.workers} workers": _rounded(cores[args.workers]),
         },
     }
+
+
+def _rounded(value: float | None) -> float | str:
+    return "not measured" if value is None else round(value, 2)
 
 
 def main() -> None:
