@@ -30,7 +30,9 @@ a :class:`~ludic_core.errors.ConfigError` from a factory) is raised again in the
 worker's traceback as its cause; a worker that dies raises :class:`RolloutWorkerError` with its exit
 code. The engine stops every worker on any error, on cancellation and on ``KeyboardInterrupt`` (the
 workers ignore SIGINT and leave the stopping to the caller). Spawned workers import the caller's
-``__main__``: a script must start its run under ``if __name__ == "__main__":``.
+``__main__``: a script must start its run under ``if __name__ == "__main__":``. They do not inherit the
+caller's ``logging`` handlers (warnings still reach stderr); what the caller logs about each episode
+(the rollout log, failures) is unchanged.
 """
 
 from __future__ import annotations
