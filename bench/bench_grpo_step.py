@@ -94,11 +94,11 @@ def warm_start(path: Path, seed: int, threads: int) -> None:
     from players import random_legal_player
 
     from ludic_agents.chat_template import HFChatTemplate
+    from ludic_core.algorithms import sft
     from ludic_core.batch_sources import OfflineBatchSource
     from ludic_core.credit import ConstantCredit
     from ludic_core.saw_builder import build_saw_items
     from ludic_train.config import TrainerConfig
-    from ludic_train.presets import make_sft
     from ludic_train.trainer import Trainer
 
     model, tokenizer = _model(threads)
@@ -114,7 +114,7 @@ def warm_start(path: Path, seed: int, threads: int) -> None:
     items = build_saw_items(rollouts, ConstantCredit().compute(rollouts))
     sft = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=OfflineBatchSource(items, batch_size=WARM_START["sft_batch"], seed=seed),
         config=TrainerConfig(
             pad_token_id=tokenizer,
@@ -135,11 +135,11 @@ def run_side(side: str, adapter: Path, steps: int, seed: int, threads: int) -> d
     import torch
     from common import grpo_requests, make_engine, rollout_settings
 
+    from ludic_core.algorithms import grpo
     from ludic_core.batch_sources import RolloutBatchSource
-    from ludic_train.algorithm import RLAlgorithm
+    from ludic_train.algorithm import TorchAlgorithm
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.presets import make_grpo
     from ludic_train.trainer import Trainer
 
     model, tokenizer = _model(threads)
@@ -147,7 +147,7 @@ def run_side(side: str, adapter: Path, steps: int, seed: int, threads: int) -> d
     torch.manual_seed(seed)
     client = LocalPolicyClient(model, tokenizer, max_batch_size=256, seed=seed)
     engine = make_engine(client, seed=seed)
-    algorithm = make_grpo(group_size=GRPO["group_size"])
+    algorithm = grpo(group_size=GRPO["group_size"])
     source = RolloutBatchSource(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
@@ -161,9 +161,9 @@ def run_side(side: str, adapter: Path, steps: int, seed: int, threads: int) -> d
     )
     memory = {"load_mb": peak_rss_mb()}  # model, tokenizer and libraries
     forward_s = 0.0
-    compute_loss = RLAlgorithm.compute_loss
+    compute_loss = TorchAlgorithm.compute_loss
 
-    def timed_compute_loss(self: RLAlgorithm, *args: Any, **kwargs: Any) -> Any:
+    def timed_compute_loss(self: TorchAlgorithm, *args: Any, **kwargs: Any) -> Any:
         nonlocal forward_s
         started = time.perf_counter()
         try:
@@ -171,7 +171,7 @@ def run_side(side: str, adapter: Path, steps: int, seed: int, threads: int) -> d
         finally:
             forward_s += time.perf_counter() - started
 
-    RLAlgorithm.compute_loss = timed_compute_loss  # type: ignore[method-assign]
+    TorchAlgorithm.compute_loss = timed_compute_loss  # type: ignore[method-assign]
     sampling_peak = training_peak = 0.0
     next_batch = source.next_batch
 

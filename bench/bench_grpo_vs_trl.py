@@ -84,7 +84,6 @@ from ludic_core.saw import SAWBatch  # noqa: E402
 from ludic_core.seeding import derive_seed  # noqa: E402
 from ludic_core.strategies import GRPORequestStrategy  # noqa: E402
 from ludic_core.types import Info, StepOutcome  # noqa: E402
-from ludic_train.algorithm import RLAlgorithm  # noqa: E402
 from ludic_train.config import TrainerConfig  # noqa: E402
 from ludic_train.local_client import LocalPolicyClient  # noqa: E402
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm  # noqa: E402
@@ -211,7 +210,7 @@ class LudicSide:
             protocol_factories={"agent": protocol},
             base_seed=args.seed,
         )
-        algorithm = RLAlgorithm.from_spec(GRPO_SPEC)
+        algorithm = GRPO_SPEC
         self.source = RecordingSource(
             RolloutBatchSource(
                 engine=engine,

@@ -2,7 +2,7 @@
 
 The shape of a Tic-Tac-Toe step on SmolLM2-135M: a Llama with SmolLM2's width and 49,152-token vocabulary
 (tied embeddings; ``--layers`` of its 30, random weights), items with ~100-token prompts and 8 action
-tokens each. Both sides are ``ludic_train.Trainer.train_step`` with ``make_grpo`` on identical models and
+tokens each. Both sides are ``ludic_train.Trainer.train_step`` with ``grpo()`` on identical models and
 batches; they differ only in the forward pass:
 
 * ``full_logits`` — the model behind a wrapper whose forward takes no ``logits_to_keep``, so the lm-head
@@ -27,10 +27,10 @@ from typing import Any
 import torch
 from _machine import emit, machine_facts
 
+from ludic_core.algorithms import grpo
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_train.collate import logit_positions
 from ludic_train.config import TrainerConfig
-from ludic_train.presets import make_grpo
 from ludic_train.trainer import Trainer
 
 VOCAB = 49_152  # SmolLM2's
@@ -97,7 +97,7 @@ def make_trainer(model: torch.nn.Module, items: list[SAWItem], device: str) -> T
     longest = max(len(i) for i in items)
     return Trainer(
         model=model,
-        algorithm=make_grpo(group_size=1),
+        algorithm=grpo(group_size=1),
         batch_source=RepeatSource(items),
         config=TrainerConfig(
             pad_token_id=0,

@@ -9,7 +9,7 @@ repetition:
   pass with full logits, ``log_softmax`` + ``gather`` of the next tokens, GRPO's token-level clipped
   surrogate (band ``[0.8, 1.27]``, summed per sequence, mean over sequences), backward, clip to norm 1,
   AdamW step, the loss read on the host. The least a researcher would write by hand.
-* ``ludic_trainer`` — ``ludic_train.Trainer.train_step`` with ``make_grpo``: token-budget micro-batching
+* ``ludic_trainer`` — ``ludic_train.Trainer.train_step`` with ``grpo()``: token-budget micro-batching
   (one micro-batch here, the same shape of work), logits at the action positions only, the preset's loss
   and its stats, the step's metrics in one host transfer; no publishing, no checkpoints. Awaited in one
   event loop, as a training run does.
@@ -33,13 +33,13 @@ from typing import Any
 import torch
 from _machine import emit, machine_facts
 
+from ludic_core.algorithms import grpo
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_train.config import TrainerConfig
-from ludic_train.presets import make_grpo
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
-CLIP_LOW, CLIP_HIGH = 0.2, 0.27  # make_grpo's band
+CLIP_LOW, CLIP_HIGH = 0.2, 0.27  # grpo()'s band
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-5, 0.01, 1.0  # TrainerConfig's defaults, stated for the bare loop
 
 
@@ -101,7 +101,7 @@ def bare_step(model: Any, optimizer: torch.optim.Optimizer, items: list[SAWItem]
 def make_trainer(model: Any, items: list[SAWItem], *, pad: int, max_len: int) -> Trainer:
     return Trainer(
         model=model,
-        algorithm=make_grpo(group_size=1),
+        algorithm=grpo(group_size=1),
         batch_source=RepeatSource(items),
         config=TrainerConfig(
             pad_token_id=pad,

@@ -5,7 +5,7 @@ model the ``Trainer`` optimises. Three stages, each through the library's own pa
 
 1. **Teacher games**: a scripted player that knows only the rules (a random free cell, written in the
    agent's exact ``<move>B2</move>`` format) plays games through the same engine, agent and parser.
-2. **Warm start**: supervised fine-tuning (LoRA, ``make_sft``) on those games teaches the format and
+2. **Warm start**: supervised fine-tuning (LoRA, ``sft()``) on those games teaches the format and
    legal play — not strategy, since the teacher has none.
 3. **GRPO** against a random opponent, as X and as O, on full games with outcome rewards only.
 
@@ -194,6 +194,7 @@ async def _run(
     from players import perfect_player, random_legal_player, teacher_moves
 
     from ludic_agents.chat_template import HFChatTemplate
+    from ludic_core.algorithms import grpo, sft
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
     from ludic_core.errors import MissingExtraError
     from ludic_core.intervals import paired_interval
@@ -203,7 +204,6 @@ async def _run(
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
     from ludic_train.lora import apply_lora
-    from ludic_train.presets import make_grpo, make_sft
     from ludic_train.testing import load_smollm2
     from ludic_train.trainer import Trainer
 
@@ -308,7 +308,7 @@ async def _run(
     }
     sft = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=OfflineBatchSource(items, batch_size=args.sft_batch, seed=args.seed),
         config=TrainerConfig(lr=args.sft_lr, publish_every_steps=0, **base_config),  # type: ignore[arg-type]
         logger=TeeLogger(
@@ -335,7 +335,7 @@ async def _run(
         e = evals[label]
         return {**e["positions"], "points_mean": e["sampled_games"]["points_mean"]}
 
-    algorithm = make_grpo(group_size=args.group_size)
+    algorithm = grpo(group_size=args.group_size)
     source = RolloutBatchSource(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,

@@ -100,14 +100,14 @@ async def warm_start(
 ) -> None:
     """SFT on a teacher's SAW items, 16 per step, for ``steps`` steps (``config``: the trainer settings
     the run's GRPO stage uses too)."""
+    from ludic_core.algorithms import sft
     from ludic_core.batch_sources import OfflineBatchSource
     from ludic_train.config import TrainerConfig
-    from ludic_train.presets import make_sft
     from ludic_train.trainer import Trainer
 
     sft = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=OfflineBatchSource(list(items), batch_size=16, seed=seed),
         config=TrainerConfig(lr=lr, publish_every_steps=0, **config),
         logger=logger,

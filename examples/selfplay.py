@@ -294,6 +294,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from players import teacher_moves
 
     from ludic_agents.chat_template import HFChatTemplate
+    from ludic_core.algorithms import grpo
     from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.intervals import paired_interval
     from ludic_core.loggers.console import PrintLogger
@@ -301,7 +302,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     from ludic_core.loggers.tee import TeeLogger
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.presets import make_grpo
     from ludic_train.trainer import Trainer
 
     started = time.perf_counter()
@@ -356,7 +356,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
         rollout_log=str(args.out / "rollouts.jsonl"),
     )
-    algorithm = make_grpo(group_size=args.group_size)
+    algorithm = grpo(group_size=args.group_size)
     trainer = Trainer(
         model=model,
         algorithm=algorithm,

@@ -157,13 +157,13 @@ def paired(before: list[dict[str, Any]], after: list[dict[str, Any]], key: str) 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     from task import make_engine, rollout_settings, task_requests, tool_chat_template
 
+    from ludic_core.algorithms import grpo
     from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.loggers.console import PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.presets import make_grpo
     from ludic_train.trainer import Trainer
 
     started = time.perf_counter()
@@ -211,7 +211,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     print(f"warm start: {_summary_line(evals['warm start'])}", flush=True)
     peaks.done("evaluation")
 
-    algorithm = make_grpo(group_size=args.group_size)
+    algorithm = grpo(group_size=args.group_size)
     trainer = Trainer(
         model=model,
         algorithm=algorithm,

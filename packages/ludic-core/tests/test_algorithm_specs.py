@@ -76,8 +76,8 @@ def test_required_inputs_come_from_the_loss() -> None:
     assert reinforce(importance_sampling="sequence").required_inputs == {"actor_logps"}
     assert grpo(group_size=2).required_inputs == {"actor_logps"}
     assert mopd().required_inputs == {"teacher_logps"}
-    assert mopd(outcome_coeff=0.5, group_size=4).required_inputs == {"teacher_logps"}
-    assert scalerl(group_size=2, kl_coeff=0.1).required_inputs == {"actor_logps"}
+    assert mopd(outcome_weight=0.5, group_size=4).required_inputs == {"teacher_logps"}
+    assert scalerl(group_size=2, kl_weight=0.1).required_inputs == {"actor_logps"}
     assert with_truncated_is(sft(), level="sequence").required_inputs == {"actor_logps"}
     assert AlgorithmSpec(
         "x", ConstantCredit(1.0), CrossEntropy(), required_inputs={"actor_logps"}
@@ -102,8 +102,8 @@ def test_presets_are_data_with_the_original_defaults() -> None:
         CISPO(clip_eps_low=0.2, clip_eps_high=0.28, length_normalize=True),
         preprocess=DropZeroWeight(1e-4),
     )
-    assert scalerl(group_size=4, kl_coeff=0.1).loss == Composite(
-        [Term("cispo", CISPO(clip_eps_low=0.2, clip_eps_high=0.28)), Term("kl", TokenKL(coeff=0.1))]
+    assert scalerl(group_size=4, kl_weight=0.1).loss == Composite(
+        [Term("cispo", CISPO(clip_eps_low=0.2, clip_eps_high=0.28)), Term("kl", TokenKL(), weight=0.1)]
     )
     assert with_truncated_is(grpo(group_size=4), cap=3.0).loss == TruncatedIS(
         grpo(group_size=4).loss, cap=3.0
@@ -113,12 +113,49 @@ def test_presets_are_data_with_the_original_defaults() -> None:
 def test_preset_arguments_are_validated() -> None:
     with pytest.raises(ConfigError, match=r"ClippedSurrogate\.clip_eps_high .* got -0\.1"):
         grpo(group_size=2, clip_eps_high=-0.1)
-    with pytest.raises(ConfigError, match="kl_coeff"):
-        scalerl(group_size=2, kl_coeff=-1.0)
+    with pytest.raises(ConfigError, match=r"kl_weight=-1\.0"):
+        scalerl(group_size=2, kl_weight=-1.0)
+    with pytest.raises(
+        ConfigError, match=r"grpo: unknown option\(s\) \['clip'\]; it takes \[.*'clip_eps_high'"
+    ):
+        grpo(clip=0.2)
     with pytest.raises(ConfigError, match=r"group_size must be None or an int >= 1, got 0"):
         grpo(group_size=0)
     with pytest.raises(ConfigError, match="level='sequence'"):
         with_truncated_is(gspo(group_size=2))
+
+
+def test_group_presets_choose_the_clamp_order() -> None:
+    for preset in (grpo, gspo, cispo):
+        credit = preset(positive_only=True, clamp_order="before_normalize").credit_assigner
+        assert credit == GroupNormalizedReturn(
+            normalize_adv=True, positive_only=True, clamp_order="before_normalize"
+        )
+    with pytest.raises(ConfigError, match="clamp_order='before_normalize' only applies with"):
+        grpo(clamp_order="before_normalize")
+
+
+def test_distillation_alone_needs_no_groups_and_an_outcome_term_brings_them() -> None:
+    assert mopd(group_size=4).credit_assigner == ConstantCredit()
+    assert mopd(outcome_weight=0.5).credit_assigner == GroupNormalizedReturn(normalize_adv=True)
+    assert mopd(outcome_weight=0.5, length_normalize=False).loss == Composite(
+        [
+            Term("reverse_kl", ReverseKL(length_normalize=False)),
+            Term("outcome", Reinforce(length_normalize=False), weight=0.5),
+        ]
+    )
+    with pytest.raises(ConfigError, match="nothing to optimise"):
+        mopd(reverse_kl_weight=0.0)
+
+
+def test_every_preset_keyword_sets_one_part() -> None:
+    from ludic_core.algorithms.presets import PRESETS, _init_fields, _loss_options
+
+    for preset in PRESETS.values():
+        credit = _init_fields(preset.credit)
+        loss = _loss_options(preset.loss)
+        baseline = _init_fields(SubtractBaseline) if preset.baseline is not None else set()
+        assert not credit & loss and not credit & baseline and not loss & baseline, preset.name
 
 
 def test_presets_by_name_are_specs_and_import_no_torch() -> None:

@@ -28,7 +28,9 @@ def _request(tokenizer, text="<abc", **sampling) -> TokenCompletionRequest:  # t
 
 async def _client(training_client, tokenizer, **kw) -> TinkerChatClient:  # type: ignore[no-untyped-def]
     sampler_holder = TinkerChatClient(object(), tokenizer, **kw)
-    trainer = TinkerTrainer(training_client, _NoBatches(), TinkerLoss.ppo(), chat_client=sampler_holder)
+    trainer = TinkerTrainer(
+        training_client, _NoBatches(), TinkerLoss.ppo(clip_low=0.8, clip_high=1.2), chat_client=sampler_holder
+    )
     await trainer.refresh_sampler()
     return sampler_holder
 

@@ -46,13 +46,13 @@ def test_cross_entropy_sends_weights_not_logprobs_and_gspo_adds_ratio_mask():
     ce = _arrays(item_to_datum(ITEM, TinkerLoss.cross_entropy(normalization="sum"), batch_size=1))
     assert set(ce) == {"target_tokens", "weights"}
     assert ce["weights"] == pytest.approx([0, 0, 0.5, 0.5, 0, 0, 0.5, 0.5])
-    gspo = _arrays(item_to_datum(ITEM, TinkerLoss.gspo(), batch_size=1))
+    gspo = _arrays(item_to_datum(ITEM, TinkerLoss.gspo(clip_low=1 - 3e-4, clip_high=1 + 4e-4), batch_size=1))
     assert gspo["sequence_ratio_mask"] == [0, 0, 1, 1, 0, 0, 1, 1]
 
 
 def test_one_datum_per_item():
     items = [ITEM, ITEM, ITEM]
-    assert len(items_to_datums(items, TinkerLoss.ppo())) == 3
+    assert len(items_to_datums(items, TinkerLoss.ppo(clip_low=0.8, clip_high=1.2))) == 3
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_one_datum_per_item():
 )
 def test_invalid_items_raise_naming_the_problem(item, message):
     with pytest.raises(DataError, match=message):
-        items_to_datums([item], TinkerLoss.ppo())
+        items_to_datums([item], TinkerLoss.ppo(clip_low=0.8, clip_high=1.2))
 
 
 def test_loss_config_is_validated():

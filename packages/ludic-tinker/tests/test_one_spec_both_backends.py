@@ -24,6 +24,7 @@ from ludic_core.algorithms import (
     Term,
     TruncatedIS,
     cispo,
+    dr_grpo,
     gmpo,
     grpo,
     gspo,
@@ -39,11 +40,10 @@ from ludic_tinker import TinkerTrainer, supported_loss_fns, tinker_loss_for
 from ludic_tinker.datums import datum_parts
 from ludic_tinker.testing import FakeTinkerService
 from ludic_tinker.testing.model import datum_loss
-from ludic_train.algorithm import RLAlgorithm
 from ludic_train.collate import collate_saw_items
 from ludic_train.config import TrainerConfig
+from ludic_train.losses import TokenClippedSurrogateLoss, build_loss
 from ludic_train.losses.base import SequenceLoss, TokenLogpContext
-from ludic_train.presets import make_dr_grpo, make_grpo
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -114,7 +114,7 @@ def _learner_logps(items: list[SAWItem], shift: float) -> list[Tensor]:
 def _torch_value_and_grads(
     spec: AlgorithmSpec, items: list[SAWItem], learner: list[Tensor]
 ) -> tuple[float, list[Tensor]]:
-    loss = RLAlgorithm.from_spec(spec).loss
+    loss = build_loss(spec.loss)
     assert isinstance(loss, SequenceLoss)
     batch = collate_saw_items(items, pad_token_id=PAD)
     token_logp = torch.zeros(
@@ -188,7 +188,7 @@ async def test_one_spec_trains_on_both_backends_with_the_same_per_token_objectiv
         config=TrainerConfig(pad_token_id=PAD, device="cpu", lr=1e-2, publish_every_steps=0),
     )
     [local_result] = await local.train(1)
-    assert local.algorithm.spec == spec
+    assert local.algorithm == spec
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
     for result in (tinker_result, local_result):
         assert result["train/step"] == 1 and torch.isfinite(torch.tensor(result["train/loss"]))
@@ -207,14 +207,10 @@ async def test_one_spec_trains_on_both_backends_with_the_same_per_token_objectiv
         assert inputs[key].tolist() == pytest.approx((-grad).tolist(), abs=1e-7)
 
 
-def test_an_rl_algorithm_built_from_a_spec_maps_through_its_spec() -> None:
-    assert tinker_loss_for(make_grpo(group_size=4)) == tinker_loss_for(grpo(group_size=4))
-    # Changed after it was built: the spec no longer describes it, so it is not used.
-    changed = make_grpo(group_size=4)
-    changed = RLAlgorithm(changed.name, changed.credit_assigner, changed.loss, spec=sft())
-    assert changed.spec is None
-    with pytest.raises(ConfigError, match="carries no AlgorithmSpec"):
-        tinker_loss_for(changed)
+def test_a_torch_loss_given_as_the_spec_is_refused_by_name() -> None:
+    # A torch loss is a loss spec the Trainer runs as it is; Tinker has no built-in for it.
+    with pytest.raises(ConfigError, match="TokenClippedSurrogateLoss"):
+        tinker_loss_for(TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27))
 
 
 def test_reinforce_is_importance_sampling() -> None:
@@ -259,18 +255,18 @@ def test_from_algorithm_refuses_what_is_not_a_spec(training_client) -> None:
 async def test_both_trainers_refuse_items_weighted_by_another_credit_assigner(training_client) -> None:
     # Items credited for GRPO handed to a Dr. GRPO spec: either backend would silently train them as
     # if Dr. GRPO's credit had run.
-    grpo, dr_grpo = make_grpo(), make_dr_grpo()
+    grpo_spec, dr_grpo_spec = grpo(), dr_grpo()
     stamped = [
-        attrs.evolve(item, meta={**item.meta, "credit": credit_signature(grpo.credit_assigner)})
+        attrs.evolve(item, meta={**item.meta, "credit": credit_signature(grpo_spec.credit_assigner)})
         for item in _items()
     ]
-    expected = credit_signature(dr_grpo.credit_assigner)
+    expected = credit_signature(dr_grpo_spec.credit_assigner)
     with pytest.raises(ConfigError, match="assigns credit with") as caught:
-        await TinkerTrainer.from_algorithm(training_client, OneBatch(stamped), dr_grpo).train(1)
+        await TinkerTrainer.from_algorithm(training_client, OneBatch(stamped), dr_grpo_spec).train(1)
     assert expected in str(caught.value) and "'dr_grpo'" in str(caught.value)
     local = Trainer(
         model=tiny_causal_lm(bpe_tokenizer(), seed=0),
-        algorithm=dr_grpo,
+        algorithm=dr_grpo_spec,
         batch_source=OneBatch(stamped),
         config=TrainerConfig(pad_token_id=0, device="cpu", max_seq_len=64, publish_every_steps=0),
     )

@@ -118,7 +118,7 @@ async def test_loss_value_matches_a_local_computation(training_client, fake_serv
         TinkerLoss.cispo(clip_low=0.0, clip_high=1.2),
         TinkerLoss.dro(beta=0.05),
         TinkerLoss.cross_entropy(),
-        TinkerLoss.gspo(),
+        TinkerLoss.gspo(clip_low=1 - 3e-4, clip_high=1 + 4e-4),
     ],
     ids=lambda loss: loss.loss_fn,
 )
@@ -139,7 +139,11 @@ async def test_sampler_refresh_hands_version_to_the_chat_client(training_client,
     config = TinkerTrainerConfig(sampler_every=2)
     batches = [SAWBatch(_items()) for _ in range(3)]
     trainer = TinkerTrainer(
-        training_client, ListSource(batches), TinkerLoss.ppo(), chat_client=client, config=config
+        training_client,
+        ListSource(batches),
+        TinkerLoss.ppo(clip_low=0.8, clip_high=1.2),
+        chat_client=client,
+        config=config,
     )
     stats = await trainer.train(3)
     assert [s.get("train/sampler_version") for s in stats] == [None, 2, None]
@@ -154,7 +158,9 @@ async def test_checkpoint_and_resume_restore_weights_adam_state_and_step(
         checkpoint_every=2, checkpoint_prefix="run", adam=AdamConfig(learning_rate=1e-2)
     )
     batches = [SAWBatch(_items()) for _ in range(3)]
-    trainer = TinkerTrainer(training_client, ListSource(batches), TinkerLoss.ppo(), config=config)
+    trainer = TinkerTrainer(
+        training_client, ListSource(batches), TinkerLoss.ppo(clip_low=0.8, clip_high=1.2), config=config
+    )
     stats = await trainer.train(2)
     assert stats[-1]["train/checkpoint_step"] == 2
     ckpt = trainer.checkpoints[-1]
@@ -163,7 +169,11 @@ async def test_checkpoint_and_resume_restore_weights_adam_state_and_step(
     saved = _params(fake_service.training_run(training_client.model_id).model)
 
     resumed = await TinkerTrainer.resume(
-        service_client, ckpt.path, ListSource(batches[2:]), TinkerLoss.ppo(), config=config
+        service_client,
+        ckpt.path,
+        ListSource(batches[2:]),
+        TinkerLoss.ppo(clip_low=0.8, clip_high=1.2),
+        config=config,
     )
     assert resumed.step == 2
     new_run = fake_service.training_run(resumed.training_client.model_id)
@@ -200,7 +210,9 @@ async def test_a_checkpoint_dir_makes_the_batch_source_resume_where_it_stood(
     step3_items = [i.meta["n"] for i in (await reference.next_batch()).items]
 
     first = source()
-    trainer = TinkerTrainer(training_client, first, TinkerLoss.ppo(), config=config)
+    trainer = TinkerTrainer(
+        training_client, first, TinkerLoss.ppo(clip_low=0.8, clip_high=1.2), config=config
+    )
     await trainer.train(2)
     assert first.committed == [2]  # acknowledged only once the record was written
     record = TinkerCheckpoint.latest_in(tmp_path / "ckpt")
@@ -209,28 +221,36 @@ async def test_a_checkpoint_dir_makes_the_batch_source_resume_where_it_stood(
 
     again = source()  # a fresh process: the position comes from the record, not from memory
     resumed = await TinkerTrainer.resume(
-        service_client, tmp_path / "ckpt", again, TinkerLoss.ppo(), config=config
+        service_client, tmp_path / "ckpt", again, TinkerLoss.ppo(clip_low=0.8, clip_high=1.2), config=config
     )
     assert resumed.step == 2 and again.state_dict() == first.state_dict()
     assert [i.meta["n"] for i in (await again.next_batch()).items] == step3_items
     with pytest.raises(ConfigError, match="has no load_state_dict"):
-        await TinkerTrainer.resume(service_client, tmp_path / "ckpt", ListSource([]), TinkerLoss.ppo())
+        await TinkerTrainer.resume(
+            service_client, tmp_path / "ckpt", ListSource([]), TinkerLoss.ppo(clip_low=0.8, clip_high=1.2)
+        )
     with pytest.raises(ConfigError, match=r"holds no step_NNNNNNNN\.json record"):
-        await TinkerTrainer.resume(service_client, tmp_path, again, TinkerLoss.ppo())
+        await TinkerTrainer.resume(
+            service_client, tmp_path, again, TinkerLoss.ppo(clip_low=0.8, clip_high=1.2)
+        )
 
 
 async def test_service_errors_surface_as_ludic_errors(training_client, fake_service):
     from ludic_tinker import TinkerRequestError
 
     fake_service.fail_next["/api/v1/forward_backward"] = "injected failure"
-    trainer = TinkerTrainer(training_client, ListSource([SAWBatch(_items())]), TinkerLoss.ppo())
+    trainer = TinkerTrainer(
+        training_client, ListSource([SAWBatch(_items())]), TinkerLoss.ppo(clip_low=0.8, clip_high=1.2)
+    )
     with pytest.raises(TinkerRequestError, match="injected failure"):
         await trainer.train(1)
 
 
 async def test_bad_batches_are_rejected_before_sending(training_client, fake_service):
     no_logps = SAWItem(input_ids=[72, 73, 100], action_mask=[0, 0, 1], weight=1.0)
-    trainer = TinkerTrainer(training_client, ListSource([SAWBatch([no_logps])]), TinkerLoss.ppo())
+    trainer = TinkerTrainer(
+        training_client, ListSource([SAWBatch([no_logps])]), TinkerLoss.ppo(clip_low=0.8, clip_high=1.2)
+    )
     with pytest.raises(DataError, match="actor_logps"):
         await trainer.train(1)
     assert fake_service.forward_backward_calls == []
@@ -240,7 +260,11 @@ async def test_ratio_losses_refuse_items_sampled_at_another_temperature(training
     def at(temperature: float | None) -> list[SAWItem]:
         return [attrs.evolve(item, sampling_temperature=temperature) for item in _items()]
 
-    for loss in (TinkerLoss.ppo(), TinkerLoss.importance_sampling(), TinkerLoss.cispo()):
+    for loss in (
+        TinkerLoss.ppo(clip_low=0.8, clip_high=1.2),
+        TinkerLoss.importance_sampling(),
+        TinkerLoss.cispo(clip_low=0.8, clip_high=1.2),
+    ):
         trainer = TinkerTrainer(training_client, ListSource([SAWBatch(at(0.7))]), loss)
         with pytest.raises(
             DataError, match=r"SAW item 0: sampled at temperature 0\.7.*sample at temperature 1\.0"
@@ -249,7 +273,9 @@ async def test_ratio_losses_refuse_items_sampled_at_another_temperature(training
     assert fake_service.forward_backward_calls == []  # refused before anything was sent
     # Temperature 1, greedy (untempered logprobs) and unknown train; SFT compares no logprobs.
     batches = [SAWBatch(at(1.0)), SAWBatch(at(0.0)), SAWBatch(at(None))]
-    await TinkerTrainer(training_client, ListSource(batches), TinkerLoss.ppo()).train(3)
+    await TinkerTrainer(
+        training_client, ListSource(batches), TinkerLoss.ppo(clip_low=0.8, clip_high=1.2)
+    ).train(3)
     await TinkerTrainer(training_client, ListSource([SAWBatch(at(0.7))]), TinkerLoss.cross_entropy()).train(1)
     assert len(fake_service.forward_backward_calls) == 4
 
@@ -312,7 +338,10 @@ async def test_results_go_to_the_same_logger_interface_as_the_local_trainer(trai
 
     logger = JsonlLogger(tmp_path / "metrics.jsonl")
     trainer = TinkerTrainer(
-        training_client, ListSource([SAWBatch(_items()) for _ in range(2)]), TinkerLoss.ppo(), logger=logger
+        training_client,
+        ListSource([SAWBatch(_items()) for _ in range(2)]),
+        TinkerLoss.ppo(clip_low=0.8, clip_high=1.2),
+        logger=logger,
     )
     results = await trainer.train(2)
     await trainer.aclose()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ludic_core.algorithms import sft
 from ludic_core.batch_sources import OfflineBatchSource
 from ludic_core.saw import SAWItem
 from ludic_train.config import TrainerConfig
-from ludic_train.presets import make_sft
 from ludic_train.trainer import Trainer
 
 STEPS = 2
@@ -53,4 +53,4 @@ def make_trainer(model: Any, source: OfflineBatchSource, **kwargs: Any) -> Train
         micro_token_budget=32,
         publish_every_steps=0,
     )
-    return Trainer(model=model, algorithm=make_sft(), batch_source=source, config=config, **kwargs)
+    return Trainer(model=model, algorithm=sft(), batch_source=source, config=config, **kwargs)

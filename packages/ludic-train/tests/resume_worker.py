@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch
 from toy_rl import make_online_source
 
+from ludic_core.algorithms import reinforce
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.config import TrainerConfig
 from ludic_train.local_client import LocalPolicyClient
-from ludic_train.presets import make_reinforce
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -35,7 +35,7 @@ async def main(ckpt_dir: str, log_path: str, num_steps: int, resume: bool) -> No
     # A long batch window and a large max batch: every step's requests decode as one batch, so the
     # sampled tokens do not depend on scheduling.
     client = LocalPolicyClient(model, tok, batch_window_s=0.05, max_batch_size=1024)
-    algorithm = make_reinforce()
+    algorithm = reinforce()
     source = make_online_source(tok, client, algorithm, group_size=4, groups_per_step=4, max_tokens=6, seed=3)
     trainer = Trainer(
         model=model,

@@ -10,6 +10,7 @@ import attrs
 import pytest
 import torch
 
+from ludic_core.algorithms import Term
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.packed_saw import UINT32, PackedSAWItem
 from ludic_core.saw import SAWItem
@@ -19,7 +20,6 @@ from ludic_train.losses import (
     CompositeLoss,
     EntropyBonus,
     GMPOLoss,
-    LossTerm,
     MaskedCrossEntropyLoss,
     ReinforceLoss,
     ReverseKLLoss,
@@ -348,7 +348,7 @@ def _loss_on(model: torch.nn.Module, loss: SequenceLoss, tensors: dict[str, torc
 
 GRADIENT_LOSSES = {
     "reinforce": ReinforceLoss(),
-    "grpo": TokenClippedSurrogateLoss(length_normalize=True),
+    "grpo": TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27, length_normalize=True),
     "gspo": SequenceClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.3, length_normalize=True),
     "gmpo": GMPOLoss(),
     "cispo": CISPOLoss(),
@@ -356,9 +356,11 @@ GRADIENT_LOSSES = {
     "sft": MaskedCrossEntropyLoss(),
     "opd": ReverseKLLoss(),
     "tis_token": TruncatedISCorrection(ReinforceLoss(), level="token", cap=2.0),
-    "tis_sequence": TruncatedISCorrection(TokenClippedSurrogateLoss(), level="sequence", cap=2.0),
+    "tis_sequence": TruncatedISCorrection(
+        TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27), level="sequence", cap=2.0
+    ),
     "composite": CompositeLoss(
-        [LossTerm("pg", CISPOLoss()), LossTerm("kl", TokenKLLoss(coeff=0.1)), LossTerm("ent", EntropyBonus())]
+        [Term("pg", CISPOLoss()), Term("kl", TokenKLLoss(coeff=0.1)), Term("ent", EntropyBonus())]
     ),
 }
 
@@ -411,11 +413,14 @@ def _float32_copy(model: torch.nn.Module) -> torch.nn.Module:
 def test_logits_at_action_positions_give_the_full_logits_loss_and_gradient(
     tiny_model: torch.nn.Module, name: str
 ) -> None:
+    from ludic_core.algorithms import AlgorithmSpec
     from ludic_core.credit import ConstantCredit
-    from ludic_train.algorithm import RLAlgorithm, accepts_logits_to_keep
+    from ludic_train.algorithm import TorchAlgorithm, accepts_logits_to_keep
 
     model = _float32_copy(tiny_model)
-    algorithm = RLAlgorithm(name=name, credit_assigner=ConstantCredit(), loss=GRADIENT_LOSSES[name])
+    algorithm = TorchAlgorithm.from_spec(
+        AlgorithmSpec(name=name, credit_assigner=ConstantCredit(), loss=GRADIENT_LOSSES[name])
+    )
     items = [
         attrs.evolve(item, sampling_temperature=t)
         for item, t in zip(
@@ -452,8 +457,8 @@ def test_lora_models_get_logits_at_action_positions_too(tiny_model: torch.nn.Mod
     pytest.importorskip("peft")
     from peft import LoraConfig, PrefixTuningConfig, get_peft_model
 
-    from ludic_train.algorithm import accepts_logits_to_keep
-    from ludic_train.presets import make_grpo
+    from ludic_core.algorithms import grpo
+    from ludic_train.algorithm import TorchAlgorithm, accepts_logits_to_keep
 
     lora = get_peft_model(_float32_copy(tiny_model), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     assert accepts_logits_to_keep(lora)
@@ -462,7 +467,7 @@ def test_lora_models_get_logits_at_action_positions_too(tiny_model: torch.nn.Mod
     lm_head = lora.get_base_model().lm_head
     hook = lm_head.register_forward_hook(lambda _m, args, _out: seen.append(args[0].shape[1]))
     try:
-        make_grpo(group_size=2).compute_loss(lora, batch)[0].backward()
+        TorchAlgorithm.from_spec(grpo(group_size=2)).compute_loss(lora, batch)[0].backward()
     finally:
         hook.remove()
     assert seen == [batch["logit_positions"].numel()]

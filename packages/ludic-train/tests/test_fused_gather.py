@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from ludic_core.algorithms import Term
 from ludic_core.saw import SAWItem
 from ludic_train.collate import collate_saw_items
 from ludic_train.losses import (
@@ -26,7 +27,6 @@ from ludic_train.losses import (
     CompositeLoss,
     EntropyBonus,
     GMPOLoss,
-    LossTerm,
     MaskedCrossEntropyLoss,
     ReinforceLoss,
     ReverseKLLoss,
@@ -157,8 +157,8 @@ def test_token_logp_and_entropy_match_the_masked_path(seed: int, kept: bool, dty
 
 LOSSES: dict[str, SequenceLoss] = {
     "reinforce": ReinforceLoss(),
-    "grpo": TokenClippedSurrogateLoss(),
-    "gspo": SequenceClippedSurrogateLoss(length_normalize=True),
+    "grpo": TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27),
+    "gspo": SequenceClippedSurrogateLoss(clip_eps_low=3e-4, clip_eps_high=4e-4, length_normalize=True),
     "gmpo": GMPOLoss(),
     "cispo": CISPOLoss(),
     "sapo": SAPOLoss(),
@@ -166,10 +166,12 @@ LOSSES: dict[str, SequenceLoss] = {
     "entropy": EntropyBonus(),
     "sft": MaskedCrossEntropyLoss(),
     "reverse_kl": ReverseKLLoss(),
-    "tis_token": TruncatedISCorrection(TokenClippedSurrogateLoss(), level="token"),
+    "tis_token": TruncatedISCorrection(
+        TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27), level="token"
+    ),
     "tis_geomean": TruncatedISCorrection(ReinforceLoss(length_normalize=True), level="sequence_geomean"),
     "composite": CompositeLoss(
-        [LossTerm("pg", CISPOLoss()), LossTerm("kl", TokenKLLoss(), 0.1), LossTerm("h", EntropyBonus())]
+        [Term("pg", CISPOLoss()), Term("kl", TokenKLLoss(), 0.1), Term("h", EntropyBonus())]
     ),
 }
 

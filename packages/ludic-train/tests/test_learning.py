@@ -27,11 +27,10 @@ import pytest
 import torch
 from toy_rl import make_online_source
 
+from ludic_core.algorithms import AlgorithmSpec, cispo, dr_grpo, grpo, gspo
 from ludic_core.credit import ConstantCredit
-from ludic_train.algorithm import RLAlgorithm
 from ludic_train.config import TrainerConfig
 from ludic_train.local_client import LocalPolicyClient
-from ludic_train.presets import make_cispo, make_dr_grpo, make_grpo, make_gspo
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -55,11 +54,11 @@ SEED = 0
 # sits well inside that gap on both sides.
 MARGIN = 0.2
 
-PRESETS: dict[str, Callable[..., RLAlgorithm]] = {
-    "grpo": make_grpo,
-    "dr_grpo": make_dr_grpo,
-    "cispo": make_cispo,
-    "gspo": make_gspo,
+PRESETS: dict[str, Callable[..., AlgorithmSpec]] = {
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "cispo": cispo,
+    "gspo": gspo,
 }
 
 
@@ -78,7 +77,7 @@ def _model(lora: bool) -> torch.nn.Module:
         return apply_lora(model, rank=8, include_lm_head=True)
 
 
-async def _train(model: torch.nn.Module, algorithm: RLAlgorithm) -> list[float]:
+async def _train(model: torch.nn.Module, algorithm: AlgorithmSpec) -> list[float]:
     """Mean reward of every step's batch (sampled before that step's update)."""
     tok = bpe_tokenizer()
     # One collection window takes a whole step's 32 requests, so every step decodes them as one batch.
@@ -137,7 +136,7 @@ async def test_preset_raises_reward(preset: str, lora: bool) -> None:
 async def test_zero_credit_does_not_meet_margin() -> None:
     """The same run with every item's weight 0: the reward curve is only sampling noise, and it must
     stay under the margin, or the margin would not tell learning from luck."""
-    algorithm = attrs.evolve(make_grpo(group_size=GROUP_SIZE), credit_assigner=ConstantCredit(0.0))
+    algorithm = attrs.evolve(grpo(group_size=GROUP_SIZE), credit_assigner=ConstantCredit(0.0))
     rewards = await _train(_model(lora=False), algorithm)
     before, after = _windows(rewards)
     print(f"zero credit: mean reward {before:.3f} -> {after:.3f}")

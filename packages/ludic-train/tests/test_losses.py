@@ -16,13 +16,13 @@ import pytest
 import torch
 from torch import Tensor
 
+from ludic_core.algorithms import LossSpec, Term
 from ludic_core.errors import ConfigError, DataError
 from ludic_train.losses import (
     CISPOLoss,
     CompositeLoss,
     EntropyBonus,
     GMPOLoss,
-    LossTerm,
     MaskedCrossEntropyLoss,
     ReinforceLoss,
     ReverseKLLoss,
@@ -310,7 +310,10 @@ def assert_matches(
 CASES: dict[str, tuple[object, Callable]] = {
     "reinforce": (ReinforceLoss(), lambda lg, b: ref_reinforce(lg, b, False)),
     "reinforce_lennorm": (ReinforceLoss(length_normalize=True), lambda lg, b: ref_reinforce(lg, b, True)),
-    "grpo": (TokenClippedSurrogateLoss(), lambda lg, b: ref_token_clip(lg, b, 0.2, 0.27, False, None)),
+    "grpo": (
+        TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27),
+        lambda lg, b: ref_token_clip(lg, b, 0.2, 0.27, False, None),
+    ),
     "grpo_narrow_capped_lennorm": (
         TokenClippedSurrogateLoss(
             clip_eps_low=0.05, clip_eps_high=0.1, length_normalize=True, ratio_clip=1.3
@@ -318,7 +321,7 @@ CASES: dict[str, tuple[object, Callable]] = {
         lambda lg, b: ref_token_clip(lg, b, 0.05, 0.1, True, 1.3),
     ),
     "gspo": (
-        SequenceClippedSurrogateLoss(length_normalize=True),
+        SequenceClippedSurrogateLoss(clip_eps_low=3e-4, clip_eps_high=4e-4, length_normalize=True),
         lambda lg, b: ref_gspo(lg, b, 3e-4, 4e-4, True, None),
     ),
     "gspo_sum_wide_capped": (
@@ -393,9 +396,9 @@ CASES: dict[str, tuple[object, Callable]] = {
     "composite_cispo_kl_entropy": (
         CompositeLoss(
             [
-                LossTerm("cispo", CISPOLoss()),
-                LossTerm("kl", TokenKLLoss(coeff=0.1)),
-                LossTerm("entropy", EntropyBonus(coeff=0.01), weight=2.0),
+                Term("cispo", CISPOLoss()),
+                Term("kl", TokenKLLoss(coeff=0.1)),
+                Term("entropy", EntropyBonus(coeff=0.01), weight=2.0),
             ]
         ),
         lambda lg, b: (
@@ -427,7 +430,9 @@ def test_clip_bands_are_exercised_by_the_random_batches() -> None:
     batch = make_batch(8, 12, 17, seed=3)
     _, stats = CASES["tis_geomean_reinforce_sum_capped"][0].compute(batch["_logits"], batch)  # type: ignore[attr-defined]
     assert 0.05 < stats_to_host(stats)["tis/capped_frac"] < 0.95
-    _, stats = TokenClippedSurrogateLoss().compute(batch["_logits"], batch)
+    _, stats = TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27).compute(
+        batch["_logits"], batch
+    )
     host = stats_to_host(stats)
     assert 0.05 < host["clip_frac"] < 0.95
     _, stats = GMPOLoss(clip_eps_low=0.1, clip_eps_high=0.1).compute(batch["_logits"], batch)
@@ -519,7 +524,7 @@ def test_on_policy_grpo_equals_reinforce_gradient() -> None:
         on_policy[:, 1:] = ctx.token_logp
     batch["actor_logps"] = on_policy
     grads = []
-    for loss in (TokenClippedSurrogateLoss(), ReinforceLoss()):
+    for loss in (TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27), ReinforceLoss()):
         logits = leaf_logits(batch)
         loss.compute(logits, batch)[0].backward()
         grads.append(logits.grad)
@@ -535,9 +540,7 @@ def test_composite_shares_one_log_softmax(monkeypatch: pytest.MonkeyPatch) -> No
         return original(*args, **kwargs)
 
     batch = make_batch(3, 7, 11, seed=1)
-    composite = CompositeLoss(
-        [LossTerm("a", CISPOLoss()), LossTerm("b", TokenKLLoss()), LossTerm("c", SAPOLoss())]
-    )
+    composite = CompositeLoss([Term("a", CISPOLoss()), Term("b", TokenKLLoss()), Term("c", SAPOLoss())])
     monkeypatch.setattr(torch, "logsumexp", counting)
     composite.compute(batch["_logits"], batch)
     assert calls["n"] == 1
@@ -545,7 +548,7 @@ def test_composite_shares_one_log_softmax(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_composite_stats_are_prefixed() -> None:
     batch = make_batch(3, 7, 11, seed=1)
-    composite = CompositeLoss([LossTerm("pg", CISPOLoss()), LossTerm("kl", TokenKLLoss(), weight=0.5)])
+    composite = CompositeLoss([Term("pg", CISPOLoss()), Term("kl", TokenKLLoss(), weight=0.5)])
     loss, stats = composite.compute(batch["_logits"], batch)
     host = stats_to_host(stats)
     assert (
@@ -560,7 +563,7 @@ def test_missing_inputs_raise_a_data_error_naming_the_key() -> None:
     batch = make_batch(2, 6, 5, seed=0)
     del batch["actor_logps"]
     with pytest.raises(DataError, match=r"TokenClippedSurrogateLoss needs batch\['actor_logps'\]"):
-        TokenClippedSurrogateLoss().compute(batch["_logits"], batch)
+        TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27).compute(batch["_logits"], batch)
     ReinforceLoss().compute(batch["_logits"], batch)  # plain REINFORCE needs no behaviour logprobs
     del batch["teacher_logps"]
     with pytest.raises(DataError, match="teacher_logps"):
@@ -579,7 +582,7 @@ def test_shape_errors_name_the_shapes() -> None:
 @pytest.mark.parametrize(
     ("factory", "match"),
     [
-        (lambda: TokenClippedSurrogateLoss(clip_eps_low=0.0), "clip_eps_low"),
+        (lambda: TokenClippedSurrogateLoss(clip_eps_low=0.0, clip_eps_high=0.2), "clip_eps_low"),
         (lambda: GMPOLoss(ratio_clip=-1.0), "ratio_clip"),
         (lambda: SAPOLoss(tau_neg=0.0), "tau_neg"),
         (lambda: TruncatedISCorrection(GMPOLoss(), level="token"), "level='sequence'"),
@@ -589,8 +592,8 @@ def test_shape_errors_name_the_shapes() -> None:
             r"level must be one of \['token', 'sequence', 'sequence_geomean'\], got 'sequence_mean'",
         ),
         (lambda: CompositeLoss([]), "empty"),
-        (lambda: CompositeLoss([LossTerm("a", CISPOLoss()), LossTerm("a", SAPOLoss())]), "repeated"),
-        (lambda: LossTerm("a/b", CISPOLoss()), "name"),
+        (lambda: CompositeLoss([Term("a", CISPOLoss()), Term("a", SAPOLoss())]), "repeated"),
+        (lambda: Term("a/b", CISPOLoss()), "name"),
     ],
 )
 def test_bad_configuration_is_rejected(factory: Callable[[], object], match: str) -> None:
@@ -600,7 +603,9 @@ def test_bad_configuration_is_rejected(factory: Callable[[], object], match: str
 
 def test_stats_to_host_returns_python_floats_in_one_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     batch = make_batch(3, 7, 11, seed=2)
-    _, stats = TokenClippedSurrogateLoss().compute(batch["_logits"], batch)
+    _, stats = TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27).compute(
+        batch["_logits"], batch
+    )
     calls = {"n": 0}
     original = torch.Tensor.tolist
 
@@ -617,8 +622,8 @@ def test_stats_to_host_returns_python_floats_in_one_transfer(monkeypatch: pytest
     assert stats_to_host({}) == {}
 
 
-class _MeanLogpLoss:
-    """A third-party loss that implements only the ``Loss`` protocol, through ``token_context``."""
+class _MeanLogpLoss(LossSpec):
+    """A third-party loss spec that computes itself through ``token_context`` (no ``SequenceLoss``)."""
 
     def compute(self, logits: Tensor, batch) -> tuple[Tensor, dict[str, Tensor]]:
         from ludic_train.losses import token_context
@@ -628,11 +633,11 @@ class _MeanLogpLoss:
         return per_sequence.mean(), {"custom": per_sequence.mean().detach()}
 
 
-def test_composite_accepts_protocol_only_losses_and_shares_the_context(
+def test_composite_accepts_compute_only_losses_and_shares_the_context(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     batch = make_batch(3, 7, 11, seed=4)
-    composite = CompositeLoss([LossTerm("pg", CISPOLoss()), LossTerm("mine", _MeanLogpLoss(), weight=0.5)])
+    composite = CompositeLoss([Term("pg", CISPOLoss()), Term("mine", _MeanLogpLoss(), weight=0.5)])
     calls = {"n": 0}
     original = torch.logsumexp
 
@@ -709,10 +714,16 @@ def test_on_policy_ratios_are_one_at_any_temperature() -> None:
     on_policy[:, 1:] = tempered[:, :-1].gather(-1, batch["input_ids"][:, 1:, None]).squeeze(-1)
     on_policy *= batch["action_mask"]
     batch = {**batch, "actor_logps": on_policy, "temperature": temperature}
-    host = stats_to_host(TokenClippedSurrogateLoss().compute(logits, batch)[1])
+    host = stats_to_host(
+        TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27).compute(logits, batch)[1]
+    )
     assert host["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     assert host["clip_frac"] == 0.0
-    untempered = stats_to_host(TokenClippedSurrogateLoss().compute(logits, {**batch, "temperature": None})[1])
+    untempered = stats_to_host(
+        TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27).compute(
+            logits, {**batch, "temperature": None}
+        )[1]
+    )
     assert abs(untempered["ratio_mean"] - 1.0) > 0.05  # without the temperature the ratios are off
 
 

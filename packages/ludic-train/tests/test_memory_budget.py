@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ludic_core.algorithms import sft
 from ludic_train.config import TrainerConfig
 from ludic_train.memory_budget import (
     CPU_ACTIVATION_CAP_BYTES,
@@ -11,7 +12,6 @@ from ludic_train.memory_budget import (
     activation_bytes_per_token,
     derive_micro_token_budget,
 )
-from ludic_train.presets import make_sft
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -58,7 +58,7 @@ def test_trainer_derives_the_budget_only_when_none_is_set() -> None:
 
     def trainer(**settings: object) -> Trainer:
         config = TrainerConfig(pad_token_id=tokenizer, device="cpu", publish_every_steps=0, **settings)  # type: ignore[arg-type]
-        return Trainer(model=model, algorithm=make_sft(), batch_source=_NoBatches(), config=config)
+        return Trainer(model=model, algorithm=sft(), batch_source=_NoBatches(), config=config)
 
     assert trainer().micro_token_budget == derived
     assert trainer(micro_token_budget=96).micro_token_budget == 96

@@ -1,4 +1,4 @@
-"""make_mopd (multi-teacher on-policy distillation, with an optional outcome-reward term) and the presets
+"""mopd (multi-teacher on-policy distillation, with an optional outcome-reward term) and the presets
 registered by name (``ludic.algorithms`` entry points, ``ludic_core.registry.make_algorithm``)."""
 
 from __future__ import annotations
@@ -8,17 +8,14 @@ import random
 import pytest
 import torch
 
-from ludic_core.algorithms import presets as spec_presets
+from ludic_core.algorithms import PRESETS, Term, grpo, mopd, opd
 from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.credit import ConstantCredit, GroupNormalizedReturn
 from ludic_core.errors import ConfigError
 from ludic_core.registry import ALGORITHMS, make_algorithm
 from ludic_core.saw import SAWItem
-from ludic_train import presets
-from ludic_train.algorithm import RLAlgorithm
 from ludic_train.collate import collate_saw_items
-from ludic_train.losses import CompositeLoss, LossTerm, ReinforceLoss, ReverseKLLoss
-from ludic_train.presets import make_mopd, make_opd
+from ludic_train.losses import CompositeLoss, ReinforceLoss, ReverseKLLoss, build_loss
 
 VOCAB = 11
 
@@ -57,24 +54,26 @@ def reference_loss(
     return torch.stack(terms).mean()
 
 
-def test_defaults_are_plain_on_policy_distillation_and_make_opd_is_that_preset() -> None:
-    mopd = make_mopd()
-    assert mopd.name == "mopd" and mopd.preprocess is None
-    assert mopd.credit_assigner == ConstantCredit(1.0)
-    assert mopd.loss == ReverseKLLoss(coeff=1.0, length_normalize=True)
-    assert mopd.required_inputs == {"teacher_logps"}
-    opd = make_opd(kl_coeff=0.3, length_normalize=False)
-    assert opd.name == "opd" and opd.loss == ReverseKLLoss(coeff=0.3, length_normalize=False)
-    assert opd.credit_assigner == ConstantCredit(1.0)
+def test_defaults_are_plain_on_policy_distillation_and_opd_is_that_preset() -> None:
+    plain = mopd()
+    assert plain.name == "mopd" and plain.preprocess is None
+    assert plain.credit_assigner == ConstantCredit(1.0)
+    assert build_loss(plain.loss) == ReverseKLLoss(coeff=1.0, length_normalize=True)
+    assert plain.required_inputs == {"teacher_logps"}
+    single = opd(coeff=0.3, length_normalize=False)
+    assert single.name == "opd" and build_loss(single.loss) == ReverseKLLoss(
+        coeff=0.3, length_normalize=False
+    )
+    assert single.credit_assigner == ConstantCredit(1.0)
 
 
-def test_an_outcome_coefficient_adds_a_group_normalised_reinforce_term() -> None:
-    algorithm = make_mopd(kl_coeff=0.5, outcome_coeff=2.0, group_size=4, length_normalize=False)
+def test_an_outcome_weight_adds_a_group_normalised_reinforce_term() -> None:
+    algorithm = mopd(coeff=0.5, outcome_weight=2.0, group_size=4, length_normalize=False)
     assert algorithm.credit_assigner == GroupNormalizedReturn(group_size=4, normalize_adv=True)
-    assert algorithm.loss == CompositeLoss(
+    assert build_loss(algorithm.loss) == CompositeLoss(
         [
-            LossTerm("reverse_kl", ReverseKLLoss(coeff=0.5, length_normalize=False)),
-            LossTerm("outcome", ReinforceLoss(length_normalize=False), weight=2.0),
+            Term("reverse_kl", ReverseKLLoss(coeff=0.5, length_normalize=False)),
+            Term("outcome", ReinforceLoss(length_normalize=False), weight=2.0),
         ]
     )
     # REINFORCE on-policy needs no behaviour logprobs: the teachers' logprobs are all it asks for.
@@ -86,8 +85,8 @@ def test_loss_and_gradient_are_the_kl_plus_the_weighted_outcome_term(kl: float, 
     batch = collate_saw_items(items(seed=1), pad_token_id=0)
     logits = torch.randn(*batch["input_ids"].shape, VOCAB, generator=torch.Generator().manual_seed(2))
     logits.requires_grad_(True)
-    algorithm = make_mopd(kl_coeff=kl, outcome_coeff=outcome, group_size=2)
-    loss, stats = algorithm.loss.compute(logits, batch)
+    algorithm = mopd(coeff=kl, outcome_weight=outcome, group_size=2)
+    loss, stats = build_loss(algorithm.loss).compute(logits, batch)
     (grad,) = torch.autograd.grad(loss, logits)
     ref = reference_loss(logits, batch, kl, outcome)
     (ref_grad,) = torch.autograd.grad(ref, logits)
@@ -114,52 +113,45 @@ def test_without_the_outcome_term_the_item_weights_do_not_matter() -> None:
     batch = collate_saw_items(items(seed=3), pad_token_id=0)
     logits = torch.randn(*batch["input_ids"].shape, VOCAB, generator=torch.Generator().manual_seed(4))
     logits.requires_grad_(True)
-    algorithm = make_mopd()
-    (grad,) = torch.autograd.grad(algorithm.loss.compute(logits, batch)[0], logits)
+    loss = build_loss(mopd().loss)
+    (grad,) = torch.autograd.grad(loss.compute(logits, batch)[0], logits)
     reweighted = dict(batch, weight=torch.tensor([5.0, -3.0, 0.0, 2.0]))
-    (grad_reweighted,) = torch.autograd.grad(algorithm.loss.compute(logits, reweighted)[0], logits)
+    (grad_reweighted,) = torch.autograd.grad(loss.compute(logits, reweighted)[0], logits)
     assert torch.equal(grad, grad_reweighted)
-    with_outcome = make_mopd(outcome_coeff=1.0, group_size=2)
-    (grad_outcome,) = torch.autograd.grad(with_outcome.loss.compute(logits, reweighted)[0], logits)
+    with_outcome = build_loss(mopd(outcome_weight=1.0, group_size=2).loss)
+    (grad_outcome,) = torch.autograd.grad(with_outcome.compute(logits, reweighted)[0], logits)
     assert not torch.allclose(grad_outcome, grad_reweighted)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "problem"),
     [
-        ({"kl_coeff": 0.0}, r"kl_coeff must be > 0"),
-        ({"kl_coeff": -1.0}, r"kl_coeff must be a finite number >= 0, got -1.0"),
-        (
-            {"outcome_coeff": float("nan"), "group_size": 2},
-            r"outcome_coeff must be a finite number >= 0, got nan",
-        ),
-        ({"outcome_coeff": 1.0, "group_size": 0}, r"group_size must be None or an int >= 1, got 0"),
+        ({"reverse_kl_weight": 0.0}, r"nothing to optimise"),
+        ({"coeff": float("inf")}, r"ReverseKL.coeff must be a finite number, got inf"),
+        ({"outcome_weight": float("nan"), "group_size": 2}, r"Term.weight must be a finite number, got nan"),
+        ({"outcome_weight": -1.0}, r"term weights must be >= 0, got outcome_weight=-1.0"),
+        ({"outcome_weight": 1.0, "group_size": 0}, r"group_size must be None or an int >= 1, got 0"),
     ],
 )
 def test_bad_settings_name_the_field_and_value(kwargs: dict[str, float], problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
-        make_mopd(**kwargs)  # type: ignore[arg-type]
+        mopd(**kwargs)  # type: ignore[arg-type]
 
 
 def test_make_algorithm_builds_mopd_by_name() -> None:
     # By name the presets are torch-free specs; the torch algorithm is built from the same spec.
-    built = make_algorithm("mopd", kl_coeff=0.5, outcome_coeff=0.25, group_size=8)
+    built = make_algorithm("mopd", coeff=0.5, outcome_weight=0.25, group_size=8)
     assert isinstance(built, AlgorithmSpec)
-    assert RLAlgorithm.from_spec(built) == make_mopd(kl_coeff=0.5, outcome_coeff=0.25, group_size=8)
-    assert RLAlgorithm.from_spec(make_algorithm("opd")) == make_opd()
-    assert RLAlgorithm.from_spec(make_algorithm("grpo", group_size=4)) == presets.make_grpo(group_size=4)
+    assert built == mopd(coeff=0.5, outcome_weight=0.25, group_size=8)
+    assert make_algorithm("opd") == opd()
+    assert make_algorithm("grpo", group_size=4) == grpo(group_size=4)
 
 
 def test_every_preset_is_registered_under_its_name() -> None:
-    factories = [name for name in presets.__all__ if name.startswith("make_")]
-    assert {"make_grpo", "make_spo", "make_opd", "make_mopd"} <= set(factories)
-    for factory in factories:
-        name = factory.removeprefix("make_")
-        assert name in ALGORITHMS.names(), (
-            f"{factory} is not registered (ludic.algorithms entry point {name!r})"
-        )
-        assert ALGORITHMS.get(name) is getattr(spec_presets, name), name
-        assert getattr(presets, factory).__wrapped__ is getattr(spec_presets, name), name
+    assert {"grpo", "spo", "opd", "mopd"} <= set(PRESETS)
+    for name, preset in PRESETS.items():
+        assert name in ALGORITHMS.names(), f"{name} is not registered (ludic.algorithms entry point)"
+        assert ALGORITHMS.get(name) is preset, name
 
 
 async def test_the_trainer_reports_each_teachers_reverse_kl_from_the_batch_meta() -> None:
@@ -176,7 +168,7 @@ async def test_the_trainer_reports_each_teachers_reverse_kl_from_the_batch_meta(
 
     trainer = Trainer(
         model=tiny_causal_lm(bpe_tokenizer(), seed=0),
-        algorithm=make_mopd(),
+        algorithm=mopd(),
         batch_source=OneBatch(),
         config=TrainerConfig(pad_token_id=0, device="cpu", lr=1e-3, publish_every_steps=0),
     )

@@ -1,4 +1,4 @@
-"""CPU learning test for multi-teacher on-policy distillation (``make_mopd`` + ``TeacherScorer``): a tiny
+"""CPU learning test for multi-teacher on-policy distillation (``mopd`` + ``TeacherScorer``): a tiny
 student learns two tasks, each from its own teacher, and its per-token reverse KL to the right teacher
 falls on both, while its KL to the other task's teacher does not.
 
@@ -10,7 +10,7 @@ student (seed 0) was fine-tuned on both kinds of answer for both prompts: it kno
 wants which. Teachers are served through ``LocalPolicyClient`` and score the student's tokens through
 their prompt logprobs. Every step the student (``LocalPolicyClient`` on the trained model, temperature
 1, four tokens) answers ``PER_TASK`` requests of each task; each request's meta names its task's
-teacher, so ``TeacherScoredBatchSource`` routes every item to it, and ``make_mopd`` trains on the
+teacher, so ``TeacherScoredBatchSource`` routes every item to it, and ``mopd`` trains on the
 reverse KL. Marked ``slow``; it runs in CI with the other learning tests.
 
 Measured (the same seeded run, so the same numbers) is the mean over the first and over the last
@@ -31,6 +31,7 @@ import torch
 from toy_rl import CompletionIsActionAgent, any_text_parser
 
 from ludic_core import RolloutSettings
+from ludic_core.algorithms import mopd
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
@@ -43,7 +44,6 @@ from ludic_core.testing import render_text_dialog
 from ludic_core.types import Info, StepOutcome
 from ludic_train.config import TrainerConfig
 from ludic_train.local_client import LocalPolicyClient
-from ludic_train.presets import make_mopd
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -158,7 +158,7 @@ async def _train() -> list[dict[str, Any]]:
     student = _fine_tuned(tok, SEED, [(p, k) for p in prompts for k in kinds])
     student.train()
     client = LocalPolicyClient(student, tok, max_batch_size=256)
-    algorithm = make_mopd()
+    algorithm = mopd()
     spec = InferenceSpec(
         sampling=SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS), return_=ReturnSpec.for_rl()
     )

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from ludic_core import RolloutBatchSource, RolloutSettings
+from ludic_core.algorithms import AlgorithmSpec, grpo
 from ludic_core.engine import RolloutEngine
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.pipeline import (
@@ -32,11 +33,9 @@ from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
 from ludic_core.testing.redis import queue_key_for_tests, redis_url_for_tests
-from ludic_train.algorithm import RLAlgorithm
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.collate import collate_saw_items
 from ludic_train.config import TrainerConfig
-from ludic_train.presets import make_grpo
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -74,7 +73,7 @@ def grpo_requests(groups: int) -> Any:
     return requests
 
 
-def rollout_source(client: SeededChatClient, algorithm: RLAlgorithm) -> RolloutBatchSource:
+def rollout_source(client: SeededChatClient, algorithm: AlgorithmSpec) -> RolloutBatchSource:
     """One GRPO group of GuessNumber episodes per batch, credited by ``algorithm``."""
     return RolloutBatchSource(
         engine=guess_engine(client),
@@ -144,7 +143,7 @@ async def test_actor_and_trainer_run_concurrently_and_stale_items_are_dropped(
     redis_url: str, queue_key: str
 ) -> None:
     board = VersionBoard()
-    algorithm = make_grpo(group_size=GROUP_SIZE)
+    algorithm = grpo(group_size=GROUP_SIZE)
     chat = SeededChatClient(["1", "2", "3", "4"], latency_s=0.005)
 
     def actor() -> RedisPipelineActor:
@@ -207,7 +206,7 @@ async def test_a_restarted_trainer_retrains_exactly_the_discarded_steps_and_neve
     import redis.asyncio as redis_asyncio
 
     board = VersionBoard()
-    algorithm = make_grpo(group_size=GROUP_SIZE)
+    algorithm = grpo(group_size=GROUP_SIZE)
     chat = SeededChatClient(["1", "2", "3", "4"])
 
     async def push(batches: int, version: int) -> None:
@@ -289,7 +288,7 @@ async def test_pipeline_actor_and_learner_raise_the_reward(
     from ludic_train.recipes.weight_files import DirectoryWeights
 
     tokenizer = bpe_tokenizer()
-    algorithm = make_grpo(group_size=8)
+    algorithm = grpo(group_size=8)
     actor_model = tiny_causal_lm(tokenizer, seed=0)
     sampler = LocalPolicyClient(
         actor_model, tokenizer, batch_window_s=0.02, max_batch_size=256, initial_version=0

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ludic_core import RolloutSettings
+from ludic_core.algorithms import AlgorithmSpec, Term, cispo, grpo, gspo, reinforce, with_truncated_is
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.credit import CreditAssigner, GroupNormalizedReturn
 from ludic_core.engine import RolloutEngine
@@ -19,10 +20,9 @@ from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent, SeededChatClient
-from ludic_train.algorithm import RLAlgorithm
+from ludic_train.algorithm import TorchAlgorithm
 from ludic_train.config import TrainerConfig
-from ludic_train.losses import CompositeLoss, EntropyBonus, LossTerm, ReinforceLoss
-from ludic_train.presets import make_cispo, make_grpo, make_gspo, make_reinforce, with_truncated_is
+from ludic_train.losses import CompositeLoss, EntropyBonus, ReinforceLoss, build_loss
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -42,7 +42,7 @@ def rollout_source(inference: InferenceSpec, credit_assigner: CreditAssigner) ->
     )
 
 
-def trainer(algorithm: RLAlgorithm, inference: InferenceSpec) -> Trainer:
+def trainer(algorithm: AlgorithmSpec, inference: InferenceSpec) -> Trainer:
     return Trainer(
         model=tiny_causal_lm(bpe_tokenizer(), seed=1),
         algorithm=algorithm,
@@ -54,15 +54,15 @@ def trainer(algorithm: RLAlgorithm, inference: InferenceSpec) -> Trainer:
 @pytest.mark.parametrize(
     ("algorithm", "loss_name"),
     [
-        (make_grpo(group_size=2), "TokenClippedSurrogateLoss"),
-        (make_cispo(group_size=2), "CISPOLoss"),
-        (make_gspo(group_size=2), "SequenceClippedSurrogateLoss"),
-        (with_truncated_is(make_reinforce()), "TruncatedISCorrection(ReinforceLoss)"),
+        (grpo(group_size=2), "TokenClippedSurrogateLoss"),
+        (cispo(group_size=2), "CISPOLoss"),
+        (gspo(group_size=2), "SequenceClippedSurrogateLoss"),
+        (with_truncated_is(reinforce()), "TruncatedISCorrection(ReinforceLoss)"),
     ],
     ids=["grpo", "cispo", "gspo", "reinforce-tis"],
 )
 def test_rollouts_without_chosen_logprobs_fail_on_the_first_batch_with_the_fix(
-    algorithm: RLAlgorithm, loss_name: str
+    algorithm: AlgorithmSpec, loss_name: str
 ) -> None:
     run = trainer(algorithm, InferenceSpec())  # the default ReturnSpec asks for no logprobs
     before = {n: p.detach().clone() for n, p in run.model.named_parameters()}
@@ -83,7 +83,7 @@ def test_rollouts_without_chosen_logprobs_fail_on_the_first_batch_with_the_fix(
 
 
 def test_the_same_rollouts_with_chosen_logprobs_train() -> None:
-    run = trainer(make_cispo(group_size=2), InferenceSpec(return_=ReturnSpec.for_rl()))
+    run = trainer(cispo(group_size=2), InferenceSpec(return_=ReturnSpec.for_rl()))
     run.train_sync(1)
     assert run.step == 1
 
@@ -91,11 +91,11 @@ def test_the_same_rollouts_with_chosen_logprobs_train() -> None:
 def test_composite_losses_name_the_terms_that_need_the_field() -> None:
     loss = CompositeLoss(
         [
-            LossTerm("pg", with_truncated_is(make_reinforce(), level="sequence").loss),
-            LossTerm("entropy", EntropyBonus(coeff=0.01)),
+            Term("pg", build_loss(with_truncated_is(reinforce(), level="sequence").loss)),
+            Term("entropy", EntropyBonus(coeff=0.01)),
         ]
     )
-    algorithm = RLAlgorithm("mixed", GroupNormalizedReturn(group_size=1), loss)
+    algorithm = TorchAlgorithm.from_spec(AlgorithmSpec("mixed", GroupNormalizedReturn(group_size=1), loss))
     rng = random.Random(0)
     item = SAWItem(
         input_ids=[rng.randrange(5, 200) for _ in range(8)],
@@ -107,8 +107,10 @@ def test_composite_losses_name_the_terms_that_need_the_field() -> None:
     ):
         algorithm.validate(SAWBatch([item]))
     # Required by the algorithm alone (the loss declares nothing): still named, with the fix.
-    custom = RLAlgorithm(
-        "custom", GroupNormalizedReturn(group_size=1), ReinforceLoss(), required_inputs={"actor_logps"}
+    custom = TorchAlgorithm.from_spec(
+        AlgorithmSpec(
+            "custom", GroupNormalizedReturn(group_size=1), ReinforceLoss(), required_inputs={"actor_logps"}
+        )
     )
     with pytest.raises(
         DataError, match=r"required_inputs list it \(loss ReinforceLoss\).*ReturnSpec\.for_rl"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ludic_core import EnvSpec, ProtocolSpec, RolloutEngine, RolloutRequest, RolloutSettings
+from ludic_core.algorithms import sft
 from ludic_core.errors import DataError
 from ludic_core.inference import SamplingParams, TokenCompletionRequest
 from ludic_core.message_agent import MessageAgent
@@ -20,7 +21,6 @@ from ludic_core.testing.scripted_agent import identity_parser
 from ludic_core.types import Message
 from ludic_train.config import TrainerConfig
 from ludic_train.local_client import LocalPolicyClient
-from ludic_train.presets import make_sft
 from ludic_train.sft import load_sft_items, sft_batch_source
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
@@ -83,7 +83,7 @@ async def test_sft_on_retokenized_message_rollouts_teaches_the_student(tmp_path:
     before = await exact_match_rate(client, template, held_out)
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=sft_batch_source(path, batch_size=8, seed=0, chat_template=template),
         config=TrainerConfig(pad_token_id=0, device="cpu", lr=3e-3, publish_every_steps=0, max_seq_len=256),
     )

@@ -10,7 +10,9 @@ import random
 import pytest
 import torch
 
+from ludic_core.algorithms import Term, grpo
 from ludic_core.saw import SAWBatch, SAWItem
+from ludic_train.algorithm import TorchAlgorithm
 from ludic_train.collate import collate_saw_items
 from ludic_train.config import TrainerConfig
 from ludic_train.losses import (
@@ -18,7 +20,6 @@ from ludic_train.losses import (
     CompositeLoss,
     EntropyBonus,
     GMPOLoss,
-    LossTerm,
     MaskedCrossEntropyLoss,
     ReinforceLoss,
     ReverseKLLoss,
@@ -29,7 +30,6 @@ from ludic_train.losses import (
     TruncatedISCorrection,
 )
 from ludic_train.policy_forward import MIN_SHARED_PREFIX, policy_logits, shared_prefix_length
-from ludic_train.presets import make_grpo
 from ludic_train.testing import tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -93,7 +93,7 @@ def test_the_shared_prefix_pass_gives_the_full_pass_loss_and_gradient(model: tor
     assert shared_prefix_length(batch["input_ids"], batch["attention_mask"], batch["logit_positions"]) >= (
         len(SYSTEM)
     )
-    loss_fn = TokenClippedSurrogateLoss(length_normalize=True)
+    loss_fn = TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27, length_normalize=True)
     calls: list[tuple[int, int]] = []
     hook = model.model.register_forward_hook(
         lambda _m, args, kwargs, _out: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
@@ -130,7 +130,7 @@ def test_lora_models_share_the_prefix_too(model: torch.nn.Module) -> None:
     grads = []
     for share in (False, True):
         lora.zero_grad(set_to_none=True)
-        loss, _ = make_grpo(group_size=5).compute_loss(lora, batch, share_prefix=share)
+        loss, _ = TorchAlgorithm.from_spec(grpo(group_size=5)).compute_loss(lora, batch, share_prefix=share)
         loss.backward()
         grads.append(_grads(lora))
     assert grads[0] and grads[0].keys() == grads[1].keys()
@@ -150,21 +150,21 @@ def test_a_short_common_prefix_runs_one_ordinary_pass(model: torch.nn.Module) ->
 
 
 INERT = {
-    "grpo": TokenClippedSurrogateLoss(),
-    "gspo": SequenceClippedSurrogateLoss(),
+    "grpo": TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27),
+    "gspo": SequenceClippedSurrogateLoss(clip_eps_low=3e-4, clip_eps_high=4e-4),
     "cispo": CISPOLoss(),
     "gmpo": GMPOLoss(),
     "sapo": SAPOLoss(),
     "reinforce": ReinforceLoss(),
     "sft": MaskedCrossEntropyLoss(),
     "tis": TruncatedISCorrection(ReinforceLoss(), level="token", cap=2.0),
-    "composite": CompositeLoss([LossTerm("a", CISPOLoss()), LossTerm("b", ReinforceLoss(), weight=0.5)]),
+    "composite": CompositeLoss([Term("a", CISPOLoss()), Term("b", ReinforceLoss(), weight=0.5)]),
 }
 NOT_INERT = {
     "kl": TokenKLLoss(coeff=0.1),
     "entropy": EntropyBonus(),
     "opd": ReverseKLLoss(),
-    "composite_with_kl": CompositeLoss([LossTerm("pg", CISPOLoss()), LossTerm("kl", TokenKLLoss(coeff=0.1))]),
+    "composite_with_kl": CompositeLoss([Term("pg", CISPOLoss()), Term("kl", TokenKLLoss(coeff=0.1))]),
 }
 
 
@@ -205,7 +205,7 @@ def _train(
 ) -> tuple[list, Trainer]:
     trainer = Trainer(
         model=model,
-        algorithm=make_grpo(group_size=len(items)),
+        algorithm=grpo(group_size=len(items)),
         batch_source=_Repeat(items),
         config=TrainerConfig(
             pad_token_id=PAD,
@@ -267,13 +267,13 @@ def test_a_batch_of_zero_weights_runs_no_forward_pass_yet_steps_the_optimiser_as
 
 
 def test_a_loss_that_is_not_inert_trains_on_every_item(model: torch.nn.Module) -> None:
+    from ludic_core.algorithms import AlgorithmSpec
     from ludic_core.credit import ConstantCredit
-    from ludic_train.algorithm import RLAlgorithm
 
     items = _items(4, seed=8, weights=[0.0, 1.0, 0.0, 1.0])
     trainer = Trainer(
         model=model,
-        algorithm=RLAlgorithm(name="kl", credit_assigner=ConstantCredit(), loss=TokenKLLoss(coeff=0.1)),
+        algorithm=AlgorithmSpec(name="kl", credit_assigner=ConstantCredit(), loss=TokenKLLoss(coeff=0.1)),
         batch_source=_Repeat(items),
         config=TrainerConfig(pad_token_id=PAD, publish_every_steps=0, max_seq_len=64, micro_token_budget=64),
     )

@@ -1,4 +1,4 @@
-"""CPU learning test for SPO (``make_spo`` + ``SPORequests`` + one shared ``SPOValueTracker``): a tiny
+"""CPU learning test for SPO (``spo`` + ``SPORequests`` + one shared ``SPOValueTracker``): a tiny
 random model raises its mean reward on the toy digits task asked through several distinct prompts, one
 sample per prompt per step; the same run with every weight zeroed (the tracker and the prompt sampling
 unchanged) does not.
@@ -20,6 +20,7 @@ import pytest
 from toy_rl import CompletionIsActionAgent, DigitsEnv, any_text_parser
 
 from ludic_core import RolloutSettings
+from ludic_core.algorithms import AlgorithmSpec, spo
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.credit import CreditAssigner, RolloutStepKey
 from ludic_core.engine import RolloutEngine
@@ -28,11 +29,9 @@ from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.spo import SPOAdvantage, SPORequests, SPOValueTracker
 from ludic_core.types import Info, Rollout
-from ludic_train.algorithm import RLAlgorithm
 from ludic_train.config import TrainerConfig
 from ludic_train.local_client import LocalPolicyClient
-from ludic_train.losses.clipped import TokenClippedSurrogateLoss
-from ludic_train.presets import make_spo
+from ludic_train.losses import TokenClippedSurrogateLoss, build_loss
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -75,7 +74,7 @@ class ZeroedCredit:
 
 
 def _source(
-    tok: Any, client: LocalPolicyClient, algorithm: RLAlgorithm, tracker: SPOValueTracker
+    tok: Any, client: LocalPolicyClient, algorithm: AlgorithmSpec, tracker: SPOValueTracker
 ) -> RolloutBatchSource:
     spec = InferenceSpec(
         sampling=SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS), return_=ReturnSpec.for_rl()
@@ -115,7 +114,7 @@ async def _train(zero_weights: bool) -> tuple[list[float], SPOValueTracker]:
     tok = bpe_tokenizer()
     model = tiny_causal_lm(tok, seed=SEED)
     tracker = SPOValueTracker()
-    algorithm = make_spo(tracker=tracker)
+    algorithm = spo(tracker=tracker)
     if zero_weights:
         algorithm = attrs.evolve(algorithm, credit_assigner=ZeroedCredit(algorithm.credit_assigner))
     client = LocalPolicyClient(model, tok, batch_window_s=0.02, max_batch_size=256)
@@ -141,11 +140,10 @@ def _windows(rewards: list[float]) -> tuple[float, float]:
 
 def test_make_spo_shares_the_tracker_and_uses_the_ppo_clip() -> None:
     tracker = SPOValueTracker()
-    algorithm = make_spo(tracker=tracker, reward_min=-0.5)
+    algorithm = spo(tracker=tracker, reward_min=-0.5)
     assert isinstance(algorithm.credit_assigner, SPOAdvantage)
     assert algorithm.credit_assigner.tracker is tracker and algorithm.credit_assigner.reward_min == -0.5
-    assert isinstance(algorithm.loss, TokenClippedSurrogateLoss)
-    assert (algorithm.loss.clip_eps_low, algorithm.loss.clip_eps_high) == (0.2, 0.2)
+    assert build_loss(algorithm.loss) == TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.2)
     assert algorithm.name == "spo" and algorithm.preprocess is None
     assert "actor_logps" in algorithm.required_inputs
 

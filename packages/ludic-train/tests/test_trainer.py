@@ -12,13 +12,13 @@ import attrs
 import pytest
 import torch
 
+from ludic_core.algorithms import grpo, sft
 from ludic_core.batch_sources import OfflineBatchSource
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.loggers.jsonl import JsonlLogger
 from ludic_core.saw import SAWBatch, SAWItem
 from ludic_core.saw_io import write_saw_jsonl
 from ludic_train.config import TrainerConfig
-from ludic_train.presets import make_grpo, make_sft
 from ludic_train.sft import load_sft_items, sft_batch_source
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
@@ -100,7 +100,7 @@ def _delta_after_one_sgd_step(
     return {n: before[n] - p.detach() for n, p in model.named_parameters()}
 
 
-@pytest.mark.parametrize("algorithm", [make_sft(), make_grpo(group_size=1)], ids=["sft", "grpo"])
+@pytest.mark.parametrize("algorithm", [sft(), grpo(group_size=1)], ids=["sft", "grpo"])
 def test_micro_batched_gradient_equals_single_batch_gradient(algorithm: Any) -> None:
     items = make_items(12, seed=7, logps=True)
     whole = _delta_after_one_sgd_step(items, budget=64 * 12, algorithm=algorithm)
@@ -112,8 +112,8 @@ def test_micro_batched_gradient_equals_single_batch_gradient(algorithm: Any) -> 
 
 def test_gradient_checkpointing_gives_the_same_gradient() -> None:
     items = make_items(6, seed=3)
-    plain = _delta_after_one_sgd_step(items, budget=256, algorithm=make_sft())
-    ckpt = _delta_after_one_sgd_step(items, budget=256, algorithm=make_sft(), gradient_checkpointing=True)
+    plain = _delta_after_one_sgd_step(items, budget=256, algorithm=sft())
+    ckpt = _delta_after_one_sgd_step(items, budget=256, algorithm=sft(), gradient_checkpointing=True)
     for name in plain:
         torch.testing.assert_close(ckpt[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
 
@@ -123,7 +123,7 @@ def test_micro_batch_count_follows_the_budget() -> None:
     items = make_items(10, seed=1)
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=ListSource([items]),
         config=TrainerConfig(
             pad_token_id=PAD, device="cpu", max_seq_len=32, micro_token_budget=64, publish_every_steps=0
@@ -143,7 +143,7 @@ async def test_max_lag_drops_stale_items_and_refills() -> None:
     fresh = make_items(4, seed=2, version=3)
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=ListSource([stale, stale[:2] + fresh]),
         config=TrainerConfig(
             pad_token_id=PAD,
@@ -166,7 +166,7 @@ async def test_everything_stale_is_an_error_not_a_hang() -> None:
     stale = make_items(2, seed=1, version=0)
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=ListSource([stale] * 3),
         config=TrainerConfig(
             pad_token_id=PAD,
@@ -187,7 +187,7 @@ async def test_items_from_future_policy_versions_are_an_error() -> None:
     model = tiny_causal_lm(bpe_tokenizer(), seed=0)
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=ListSource([make_items(2, seed=1, version=7)]),
         config=TrainerConfig(
             pad_token_id=PAD, device="cpu", max_seq_len=64, micro_token_budget=256, publish_every_steps=0
@@ -204,7 +204,7 @@ async def test_truncation_rate_counts_items_cut_by_the_micro_batcher() -> None:
     longest = max(len(i) for i in items)
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=ListSource([items]),
         config=TrainerConfig(
             pad_token_id=PAD,
@@ -229,7 +229,7 @@ async def test_publisher_gets_merged_hf_named_weights_with_version_equal_to_step
     publisher = RecordingPublisher()
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=ListSource([make_items(4, seed=i) for i in range(4)]),
         config=TrainerConfig(
             pad_token_id=PAD,
@@ -265,14 +265,14 @@ def test_config_errors_name_the_field() -> None:
     with pytest.raises(ConfigError, match="publisher"):
         Trainer(
             model=model,
-            algorithm=make_sft(),
+            algorithm=sft(),
             batch_source=ListSource([]),
             config=TrainerConfig(pad_token_id=0),
         )
     with pytest.raises(ConfigError, match="evaluator"):
         Trainer(
             model=model,
-            algorithm=make_sft(),
+            algorithm=sft(),
             batch_source=ListSource([]),
             config=TrainerConfig(pad_token_id=0, publish_every_steps=0, eval_every_steps=2),
         )
@@ -290,7 +290,7 @@ async def test_evaluator_runs_on_schedule_and_logs_under_eval(tmp_path: Path) ->
     logger = JsonlLogger(tmp_path / "m.jsonl")
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=ListSource([make_items(2, seed=i) for i in range(4)]),
         config=TrainerConfig(
             pad_token_id=PAD,
@@ -325,7 +325,7 @@ async def test_sft_from_saw_jsonl_lowers_the_loss(tmp_path: Path) -> None:
     model = tiny_causal_lm(bpe_tokenizer(), seed=0)
     trainer = Trainer(
         model=model,
-        algorithm=make_sft(),
+        algorithm=sft(),
         batch_source=source,
         config=TrainerConfig(
             pad_token_id=PAD,

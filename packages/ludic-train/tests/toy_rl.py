@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from ludic_core import RolloutSettings
+from ludic_core.algorithms import AlgorithmSpec
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
@@ -26,7 +27,6 @@ from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.testing import ScriptedAgent
 from ludic_core.types import Info, StepOutcome
-from ludic_train.algorithm import RLAlgorithm
 from ludic_train.local_client import LocalPolicyClient
 
 
@@ -63,7 +63,7 @@ class CompletionIsActionAgent(ScriptedAgent):
 def make_online_source(
     tokenizer: Any,
     client: LocalPolicyClient,
-    algorithm: RLAlgorithm,
+    algorithm: AlgorithmSpec,
     *,
     group_size: int,
     groups_per_step: int,

@@ -17,6 +17,7 @@ async def test_trainer_publishes_each_step_and_rollouts_carry_its_version(vllm_s
     pytest.importorskip("ludic_train")
     from transformers import AutoTokenizer
 
+    from ludic_core.algorithms import grpo
     from ludic_core.batch_sources import RolloutBatchSource
     from ludic_core.engine import RolloutEngine
     from ludic_core.env import SingleAgentEnv
@@ -30,7 +31,6 @@ async def test_trainer_publishes_each_step_and_rollouts_carry_its_version(vllm_s
     from ludic_core.testing import ScriptedAgent
     from ludic_core.types import Info, StepOutcome
     from ludic_train.config import TrainerConfig
-    from ludic_train.presets import make_grpo
     from ludic_train.trainer import Trainer
     from ludic_vllm.client import VLLMClient
     from ludic_vllm.publisher import GlooPublisher
@@ -74,7 +74,7 @@ async def test_trainer_publishes_each_step_and_rollouts_carry_its_version(vllm_s
         base = RolloutRequest(env=EnvSpec("vowels"), protocol=ProtocolSpec("agent"), inference=spec)
         return strategy.expand([base] * 2)
 
-    algorithm = make_grpo(group_size=4)
+    algorithm = grpo(group_size=4)
     source = RolloutBatchSource(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,

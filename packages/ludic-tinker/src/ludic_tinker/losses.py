@@ -25,7 +25,7 @@ the spec's fields (clip band, ``length_normalize``):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -53,11 +53,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_LOSS_INPUTS",
-    "BuiltFromSpec",
     "CustomLoss",
     "Normalization",
     "TinkerLoss",
-    "algorithm_spec",
     "tinker_loss_for",
 ]
 
@@ -133,33 +131,22 @@ class TinkerLoss:
                 f"(it has {sorted(supported_loss_fns())}); upgrade tinker or pick another loss"
             )
 
-    # Constructors named after Tinker's losses.
+    # Constructors named after Tinker's losses; ``options`` are the other fields (``normalization``, ``name``).
     @classmethod
-    def importance_sampling(cls, *, normalization: Normalization = "sequence_mean") -> TinkerLoss:
-        return cls("importance_sampling", normalization=normalization)
+    def importance_sampling(cls, **options: Any) -> TinkerLoss:
+        return cls("importance_sampling", **options)
 
     @classmethod
-    def ppo(
-        cls, *, clip_low: float = 0.8, clip_high: float = 1.2, normalization: Normalization = "sequence_mean"
-    ) -> TinkerLoss:
-        return cls(
-            "ppo",
-            {"clip_low_threshold": clip_low, "clip_high_threshold": clip_high},
-            normalization=normalization,
-        )
+    def ppo(cls, *, clip_low: float, clip_high: float, **options: Any) -> TinkerLoss:
+        return cls("ppo", {"clip_low_threshold": clip_low, "clip_high_threshold": clip_high}, **options)
 
     @classmethod
-    def cispo(
-        cls, *, clip_low: float = 0.8, clip_high: float = 1.2, normalization: Normalization = "sequence_mean"
-    ) -> TinkerLoss:
-        return cls(
-            "cispo",
-            {"clip_low_threshold": clip_low, "clip_high_threshold": clip_high},
-            normalization=normalization,
-        )
+    def cispo(cls, *, clip_low: float, clip_high: float, **options: Any) -> TinkerLoss:
+        return cls("cispo", {"clip_low_threshold": clip_low, "clip_high_threshold": clip_high}, **options)
 
     @classmethod
-    def gspo(cls, *, clip_low: float = 1 - 3e-4, clip_high: float = 1 + 4e-4) -> TinkerLoss:
+    def gspo(cls, *, clip_low: float, clip_high: float) -> TinkerLoss:
+        # Tinker's gspo clips the geometric mean of the token ratios: a per-token mean per sequence.
         return cls(
             "gspo",
             {"clip_low_threshold": clip_low, "clip_high_threshold": clip_high},
@@ -167,12 +154,12 @@ class TinkerLoss:
         )
 
     @classmethod
-    def dro(cls, *, beta: float, normalization: Normalization = "sequence_mean") -> TinkerLoss:
-        return cls("dro", {"beta": beta}, normalization=normalization)
+    def dro(cls, *, beta: float, **options: Any) -> TinkerLoss:
+        return cls("dro", {"beta": beta}, **options)
 
     @classmethod
-    def cross_entropy(cls, *, normalization: Normalization = "sequence_mean") -> TinkerLoss:
-        return cls("cross_entropy", normalization=normalization)
+    def cross_entropy(cls, **options: Any) -> TinkerLoss:
+        return cls("cross_entropy", **options)
 
 
 CustomLossFn = Callable[[Sequence[SAWItem], "list[torch.Tensor]"], "tuple[torch.Tensor, dict[str, float]]"]
@@ -203,33 +190,6 @@ class CustomLoss:
             import torch  # noqa: F401
         except ImportError as exc:
             raise missing_extra("ludic-tinker", "torch", "torch") from exc
-
-
-@runtime_checkable
-class BuiltFromSpec(Protocol):
-    """An algorithm object that carries the spec it was built from (ludic-train's ``RLAlgorithm``);
-    ``spec`` is None when it was built by hand or changed since."""
-
-    @property
-    def spec(self) -> AlgorithmSpec | None: ...
-
-
-def algorithm_spec(algorithm: AlgorithmSpec | BuiltFromSpec) -> AlgorithmSpec:
-    """``algorithm`` itself if it is an :class:`AlgorithmSpec`, else the spec it carries."""
-    if isinstance(algorithm, AlgorithmSpec):
-        return algorithm
-    if isinstance(algorithm, BuiltFromSpec):
-        if algorithm.spec is None:
-            raise ConfigError(
-                f"{type(algorithm).__name__} carries no AlgorithmSpec (built by hand from torch losses, or "
-                "changed after it was built from one), so Tinker cannot know its loss; pass the "
-                "ludic_core.algorithms spec (e.g. ludic_core.algorithms.grpo(...)) instead"
-            )
-        return algorithm.spec
-    raise ConfigError(
-        f"expected an AlgorithmSpec (ludic_core.algorithms) or an algorithm built from one, got "
-        f"{type(algorithm).__name__}"
-    )
 
 
 def _normalization(length_normalize: bool) -> Normalization:
@@ -305,15 +265,19 @@ _NO_BUILTIN: dict[type[LossSpec], str] = {
 }
 
 
-def tinker_loss_for(algorithm: AlgorithmSpec | BuiltFromSpec | LossSpec) -> TinkerLoss:
+def tinker_loss_for(algorithm: AlgorithmSpec | LossSpec) -> TinkerLoss:
     """The built-in Tinker loss that computes the same objective as an algorithm's loss spec.
 
     ``algorithm`` is a :class:`~ludic_core.algorithms.spec.AlgorithmSpec` (a ``ludic_core.algorithms``
-    preset), an algorithm built from one (ludic-train's ``RLAlgorithm``), or a loss spec. The mapping is
+    preset) or a loss spec. The mapping is
     by the spec's type and fields (the table in this module's docstring). Raises :class:`ConfigError`
     naming the spec and why when Tinker has no built-in equivalent: train those with :class:`CustomLoss`.
     """
-    loss = algorithm if isinstance(algorithm, LossSpec) else algorithm_spec(algorithm).loss
+    if not isinstance(algorithm, (AlgorithmSpec, LossSpec)):
+        raise ConfigError(
+            f"expected an AlgorithmSpec or a loss spec (ludic_core.algorithms), got {type(algorithm).__name__}"
+        )
+    loss = algorithm if isinstance(algorithm, LossSpec) else algorithm.loss
     build = _BUILTINS.get(type(loss))
     try:
         if build is None:

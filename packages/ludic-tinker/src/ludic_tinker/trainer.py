@@ -37,7 +37,7 @@ from ludic_tinker.checkpoints import TinkerCheckpoint
 from ludic_tinker.client import TinkerChatClient
 from ludic_tinker.connect import TinkerTimeouts, create_training_client_from_checkpoint
 from ludic_tinker.datums import datum_parts, items_to_datums
-from ludic_tinker.losses import BuiltFromSpec, CustomLoss, TinkerLoss, algorithm_spec, tinker_loss_for
+from ludic_tinker.losses import CustomLoss, TinkerLoss, tinker_loss_for
 
 __all__ = ["AdamConfig", "TinkerTrainer", "TinkerTrainerConfig"]
 
@@ -157,17 +157,17 @@ class TinkerTrainer:
         cls,
         training_client: Any,
         batch_source: BatchSource,
-        algorithm: AlgorithmSpec | BuiltFromSpec,
+        spec: AlgorithmSpec,
         **kwargs: Any,
     ) -> TinkerTrainer:
-        """Train ``algorithm`` (an :class:`~ludic_core.algorithms.spec.AlgorithmSpec`, or a ludic-train
-        ``RLAlgorithm`` built from one): its loss spec as a Tinker built-in (:func:`tinker_loss_for`,
-        which says which specs need a :class:`CustomLoss`) and its preprocess."""
-        spec = algorithm_spec(algorithm)
+        """Train ``spec`` (an :class:`~ludic_core.algorithms.spec.AlgorithmSpec`): its loss spec as a Tinker
+        built-in (:func:`tinker_loss_for`, which says which specs need a :class:`CustomLoss`) and its
+        preprocess."""
+        loss = tinker_loss_for(spec)
         preprocess = kwargs.pop("preprocess", spec.preprocess)
         kwargs.setdefault("credit_assigner", spec.credit_assigner)
         kwargs.setdefault("algorithm_name", spec.name)
-        return cls(training_client, batch_source, tinker_loss_for(spec), preprocess=preprocess, **kwargs)
+        return cls(training_client, batch_source, loss, preprocess=preprocess, **kwargs)
 
     @classmethod
     async def resume(

@@ -2,14 +2,14 @@
 
 The concepts a user needs are importable from the package root::
 
-    from ludic_train import Trainer, TrainerConfig, make_grpo
+    from ludic_train import Trainer, TrainerConfig
+    from ludic_core.algorithms import grpo
 
-that is the :class:`Trainer` with its :class:`TrainerConfig`, the algorithm presets (``make_grpo``,
-``make_sft`` …) and :class:`RLAlgorithm`, the loss protocols, collation, checkpoints,
-training-curve plots (:func:`plot_metrics`), :class:`LocalPolicyClient` for colocated runs, offline
-SFT data, and model wrapping (:func:`apply_lora`, :func:`shard_model`). What needs no torch lives in
-ludic-core and is imported from there: the algorithm specs, presets and preprocessing
-(``ludic_core.algorithms``; the ``make_*`` presets here build them), the metrics loggers, the
+that is the :class:`Trainer` with its :class:`TrainerConfig` (it takes an algorithm spec such as
+``grpo()``), the loss protocols, collation, checkpoints, training-curve plots (:func:`plot_metrics`),
+:class:`LocalPolicyClient` for colocated runs, offline SFT data, and model wrapping
+(:func:`apply_lora`, :func:`shard_model`). What needs no torch lives in ludic-core and is imported from
+there: the algorithm specs, presets and preprocessing (``ludic_core.algorithms``), the metrics loggers, the
 ``PolicyPublisher`` contract and the Redis actor/learner pipeline.
 
 The submodules hold the rest and keep every name importable where it was: ``ludic_train.losses``
@@ -25,7 +25,6 @@ only by the features that need them.
 # Type checkers treat any ``TYPE_CHECKING`` name as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ludic_train.algorithm import RLAlgorithm
     from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
     from ludic_train.collate import collate_saw_items
     from ludic_train.config import TrainerConfig
@@ -43,22 +42,6 @@ if TYPE_CHECKING:
         plot_panels,
         read_metric_series,
     )
-    from ludic_train.presets import (
-        make_cispo,
-        make_dr_grpo,
-        make_gmpo,
-        make_grpo,
-        make_gspo,
-        make_mopd,
-        make_opd,
-        make_reinforce,
-        make_reinforce_baseline,
-        make_sapo,
-        make_scalerl,
-        make_sft,
-        make_spo,
-        with_truncated_is,
-    )
     from ludic_train.sft import load_sft_items, sft_batch_source
     from ludic_train.trainer import Trainer
 
@@ -66,7 +49,6 @@ __version__ = "0.1.0"
 
 # Which submodule defines each public name; ``__getattr__`` imports it on first access.
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "ludic_train.algorithm": ("RLAlgorithm",),
     "ludic_train.checkpoint": ("CheckpointConfig", "CheckpointManager"),
     "ludic_train.collate": ("collate_saw_items",),
     "ludic_train.config": ("TrainerConfig",),
@@ -84,22 +66,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "plot_panels",
         "read_metric_series",
     ),
-    "ludic_train.presets": (
-        "make_cispo",
-        "make_dr_grpo",
-        "make_gmpo",
-        "make_grpo",
-        "make_gspo",
-        "make_mopd",
-        "make_opd",
-        "make_reinforce",
-        "make_reinforce_baseline",
-        "make_sapo",
-        "make_scalerl",
-        "make_sft",
-        "make_spo",
-        "with_truncated_is",
-    ),
     "ludic_train.sft": ("load_sft_items", "sft_batch_source"),
     "ludic_train.trainer": ("Trainer",),
 }
@@ -111,22 +77,7 @@ __all__ = [
     "TrainerConfig",
     "CheckpointConfig",
     "CheckpointManager",
-    # algorithms: credit assigner + loss
-    "RLAlgorithm",
-    "make_cispo",
-    "make_dr_grpo",
-    "make_gmpo",
-    "make_grpo",
-    "make_gspo",
-    "make_mopd",
-    "make_opd",
-    "make_reinforce",
-    "make_reinforce_baseline",
-    "make_sapo",
-    "make_scalerl",
-    "make_sft",
-    "make_spo",
-    "with_truncated_is",
+    # losses (a torch loss is a loss spec an AlgorithmSpec takes)
     "Loss",
     "SequenceLoss",
     "TokenLoss",

@@ -12,7 +12,7 @@ any OpenAI-compatible server) carry no token ids; pass ``chat_template=`` the st
 (``ludic_agents.HFChatTemplate(tokenizer)``) and their turns are re-tokenised in the student's format
 (:mod:`ludic_core.retokenize`). Without it they are refused, naming this fix.
 
-SFT is just ``make_sft()`` (masked cross-entropy on action tokens) on an
+SFT is just the ``sft()`` preset (masked cross-entropy on action tokens) on an
 :class:`~ludic_core.batch_sources.OfflineBatchSource`; nothing about the trainer changes.
 """
 

@@ -6,7 +6,7 @@ micro-batches, accumulates their gradients (each micro-batch loss scaled so the 
 macro-batch gradient), clips, steps the optimiser (or skips the step when its loss or gradient norm
 is not finite), publishes the weights every N steps with
 ``version = step``, checkpoints, evaluates and logs. Envs, episodes and credit assignment live
-upstream of the batch source; new algorithms are new ``RLAlgorithm`` values, not new trainers.
+upstream of the batch source; new algorithms are new ``AlgorithmSpec`` values, not new trainers.
 
 Items are checked where they enter (:mod:`ludic_train.guards`): a non-finite or out-of-range value
 drops the item with a warning and a count, and a non-finite step is never applied.
@@ -32,7 +32,7 @@ from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
 from ludic_core.publisher import PolicyPublisher
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
-from ludic_train.algorithm import RLAlgorithm
+from ludic_train.algorithm import TorchAlgorithm
 from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
 from ludic_train.config import TrainerConfig
 from ludic_train.guards import check_items, model_vocab_size
@@ -73,9 +73,9 @@ def _rank() -> int:
 class Trainer:
     """Args:
     model: a causal LM (plain, PEFT-wrapped, or already ``fully_shard``-ed with FSDP2).
-    algorithm: credit assigner + loss (+ preprocess); the trainer uses the loss and preprocess. An
-        :class:`~ludic_core.algorithms.spec.AlgorithmSpec` (e.g. ``ludic_core.algorithms.grpo(...)``)
-        is built with :meth:`RLAlgorithm.from_spec`.
+    algorithm: an :class:`~ludic_core.algorithms.spec.AlgorithmSpec` (e.g. ``ludic_core.algorithms.grpo()``):
+        credit assigner + loss (+ preprocess); the trainer runs the loss and preprocess
+        (:class:`~ludic_train.algorithm.TorchAlgorithm`) and checks items against the credit.
     batch_source: anything with ``async next_batch() -> SAWBatch``; if it also has
         ``state_dict``/``load_state_dict``, checkpoints record and restore its position; if it has
         ``checkpoint_committed(step)``, that is called once each checkpoint is durable.
@@ -96,7 +96,7 @@ class Trainer:
         self,
         *,
         model: Any,
-        algorithm: RLAlgorithm | AlgorithmSpec,
+        algorithm: AlgorithmSpec,
         batch_source: BatchSource,
         config: TrainerConfig,
         publisher: PolicyPublisher | None = None,
@@ -125,9 +125,8 @@ class Trainer:
         if resume_from is not None and checkpointer is None:
             raise ConfigError(f"resume_from={resume_from!r} needs a checkpointer")
         self.config = config
-        self.algorithm = (
-            RLAlgorithm.from_spec(algorithm) if isinstance(algorithm, AlgorithmSpec) else algorithm
-        )
+        self._torch_algorithm = TorchAlgorithm.from_spec(algorithm)
+        self.algorithm = algorithm
         self.batch_source = batch_source
         self._warned_unstamped = False
         self.publisher = publisher
@@ -150,7 +149,7 @@ class Trainer:
         self._share_prefix = (
             config.share_prompt_prefix and not self._fsdp and not config.gradient_checkpointing
         )
-        inert = getattr(self.algorithm.loss, "zero_weight_items_inert", None)
+        inert = getattr(self._torch_algorithm.loss, "zero_weight_items_inert", None)
         self._skip_zero_weight = config.skip_zero_weight_items and callable(inert) and bool(inert())
         self._consecutive_skips = 0
         self.optimizer = optimizer if optimizer is not None else self._make_optimizer()
@@ -286,7 +285,7 @@ class Trainer:
             micro = runs[min(index, len(runs) - 1)]
             if self._fsdp:
                 self.model.set_requires_gradient_sync(index == passes - 1)
-            loss, stats = self.algorithm.compute_loss(
+            loss, stats = self._torch_algorithm.compute_loss(
                 self.model,
                 micro.tensors,
                 cast_logits_to_fp32=cfg.cast_logits_to_fp32,
@@ -480,7 +479,7 @@ class Trainer:
                 )
             batch = SAWBatch(items=items, meta=dict(batch.meta))
             if batch.items:
-                batch = self.algorithm.prepare(batch)
+                batch = self._torch_algorithm.prepare(batch)
             if batch.items:
                 return batch, {"dropped": dropped, "invalid": invalid, "lags": lags}
             log.info("trainer.empty_batch", step=self.step, stale_dropped=dropped, invalid_dropped=invalid)

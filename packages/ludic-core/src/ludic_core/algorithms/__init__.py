@@ -5,7 +5,7 @@
 * :mod:`~ludic_core.algorithms.preprocess` — macro-batch steps (:class:`DropZeroWeight`,
   :class:`SubtractBaseline`);
 * :mod:`~ludic_core.algorithms.spec` — :class:`AlgorithmSpec`: credit assigner + loss spec + preprocess;
-* :mod:`~ludic_core.algorithms.presets` — :func:`grpo`, :func:`sft`, :func:`cispo` … with their defaults.
+* :mod:`~ludic_core.algorithms.presets` — the table of presets (:data:`PRESETS`: ``grpo``, ``sft``, ``cispo`` …).
 
 ludic-train's ``Trainer`` and ludic-tinker's ``TinkerTrainer`` both take an :class:`AlgorithmSpec`.
 """
@@ -35,6 +35,8 @@ from ludic_core.algorithms.preprocess import (
     compose_preprocess,
 )
 from ludic_core.algorithms.presets import (
+    PRESETS,
+    Preset,
     cispo,
     dr_grpo,
     gmpo,
@@ -56,6 +58,7 @@ __all__ = [
     "CISPO",
     "GMPO",
     "KNOWN_INPUTS",
+    "PRESETS",
     "SAPO",
     "AlgorithmSpec",
     "ClippedSurrogate",
@@ -66,6 +69,7 @@ __all__ = [
     "Entropy",
     "LossSpec",
     "Preprocess",
+    "Preset",
     "Reinforce",
     "ReverseKL",
     "SubtractBaseline",

@@ -104,6 +104,11 @@ class LossSpec:
         """The optional SAW item fields this loss reads."""
         return frozenset()
 
+    @property
+    def reads_weights(self) -> bool:
+        """Whether the item weights (the credit) enter the loss; a KL or distillation term ignores them."""
+        return True
+
 
 @attrs.frozen(kw_only=True)
 class ClippedSurrogate(LossSpec):
@@ -191,6 +196,10 @@ class TokenKL(LossSpec):
     def required_inputs(self) -> frozenset[str]:
         return ACTOR_LOGPS
 
+    @property
+    def reads_weights(self) -> bool:
+        return False
+
 
 @attrs.frozen(kw_only=True)
 class Entropy(LossSpec):
@@ -198,6 +207,10 @@ class Entropy(LossSpec):
 
     coeff: float = attrs.field(default=0.01, validator=_finite)
     length_normalize: bool = attrs.field(default=True, validator=_boolean)
+
+    @property
+    def reads_weights(self) -> bool:
+        return False
 
 
 @attrs.frozen(kw_only=True)
@@ -217,6 +230,10 @@ class ReverseKL(LossSpec):
     @property
     def required_inputs(self) -> frozenset[str]:
         return TEACHER_LOGPS
+
+    @property
+    def reads_weights(self) -> bool:
+        return False
 
 
 def _spec(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -268,6 +285,10 @@ class Composite(LossSpec):
     def required_inputs(self) -> frozenset[str]:
         return frozenset().union(*(term.loss.required_inputs for term in self.terms))
 
+    @property
+    def reads_weights(self) -> bool:
+        return any(term.loss.reads_weights for term in self.terms)
+
 
 def _cap(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
@@ -306,3 +327,7 @@ class TruncatedIS(LossSpec):
     @property
     def required_inputs(self) -> frozenset[str]:
         return self.inner.required_inputs | ACTOR_LOGPS
+
+    @property
+    def reads_weights(self) -> bool:
+        return self.inner.reads_weights

@@ -1,24 +1,31 @@
-"""Algorithm presets as data: credit assigner + loss spec + preprocess, with the original Ludic's defaults.
+"""Algorithm presets as data: one table of rows, each a credit assigner, a loss spec and a preprocess.
 
-Every preset returns an :class:`~ludic_core.algorithms.spec.AlgorithmSpec`; this module is the one place
-their defaults live. ludic-train's ``make_*`` build torch algorithms from these, ludic-tinker maps them
-to Tinker's losses, and ``ludic_core.registry.make_algorithm("grpo")`` builds them by name
-(the names below, declared as ``ludic.algorithms`` entry points by ludic-core).
+Each row (:class:`Preset`) states only what makes the algorithm: its credit assigner class and the values
+it sets there, its loss spec (whose other defaults are the spec class's own) and its preprocess. Calling a
+row builds the :class:`~ludic_core.algorithms.spec.AlgorithmSpec`: ``grpo(group_size=8)``. Every keyword
+names a field of one of the row's parts and sets it there:
 
-Group-based presets read each group's size from the meta the request strategy writes
-(``GRPORequestStrategy(group_size=8)``), so the size is given once; their ``group_size`` is for
-hand-made groups only (and is checked against the meta where both exist).
+* a field of the credit assigner (``group_size``, ``normalize_adv``, ``positive_only``, ``clamp_order``,
+  ``gamma``, ``tracker`` …);
+* a field of the loss spec (``clip_eps_low``, ``length_normalize``, ``coeff`` …, set on every loss spec
+  of the row that has it), or ``<term>_weight`` for a term of a composite loss (a term of weight 0 is
+  left out);
+* a field of the baseline (``normalize``, for ``reinforce_baseline``);
+* ``drop_zero_weight`` / ``drop_zero_weight_eps`` (:class:`DropZeroWeight`), ``importance_sampling`` /
+  ``is_cap`` (:class:`TruncatedIS` around the loss: its ``level`` and ``cap``) and ``name``.
 
-A preset's required inputs come from its loss: the PPO family reads behaviour logprobs
-(``actor_logps``), plain REINFORCE does not unless importance sampling is asked for, distillation reads
-``teacher_logps``. :func:`with_truncated_is` adds the truncated importance-sampling correction for the
-sampler/trainer mismatch to any preset.
+A keyword no part takes is a :class:`ConfigError` naming the ones the row takes (:meth:`Preset.options`).
+A loss that reads no item weight (distillation alone) gets :class:`ConstantCredit`, so plain OPD needs
+no groups. The rows are registered by name as ``ludic.algorithms`` entry points of ludic-core
+(``ludic_core.registry.make_algorithm("grpo")``); every backend (ludic-train's ``Trainer``, ludic-tinker's
+``TinkerTrainer``) takes the spec they build. Group-based rows read each group's size from the meta the
+request strategy writes (``GRPORequestStrategy(group_size=8)``); ``group_size`` is for hand-made groups.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -33,18 +40,18 @@ from ludic_core.algorithms.losses import (
     Reinforce,
     ReverseKL,
     Term,
-    TISLevel,
     TokenKL,
     TruncatedIS,
 )
-from ludic_core.algorithms.preprocess import DropZeroWeight, Preprocess, SubtractBaseline, compose_preprocess
+from ludic_core.algorithms.preprocess import DropZeroWeight, SubtractBaseline, compose_preprocess
 from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.credit import ConstantCredit, GroupNormalizedReturn, HybridNormalizedReturn, MonteCarloReturn
 from ludic_core.errors import ConfigError
-from ludic_core.spo import SPOAdvantage, SPOValueTracker
-from ludic_core.types import Rollout
+from ludic_core.spo import SPOAdvantage
 
 __all__ = [
+    "PRESETS",
+    "Preset",
     "cispo",
     "dr_grpo",
     "gmpo",
@@ -61,358 +68,199 @@ __all__ = [
     "with_truncated_is",
 ]
 
-
-def _drop_zero(enabled: bool, eps: float) -> Preprocess | None:
-    return DropZeroWeight(eps) if enabled else None
+_PRESET_OPTIONS = ("name", "drop_zero_weight", "drop_zero_weight_eps", "importance_sampling", "is_cap")
 
 
-def _group_credit(group_size: int | None, normalize_adv: bool, positive_only: bool) -> GroupNormalizedReturn:
-    return GroupNormalizedReturn(
-        group_size=group_size, normalize_adv=normalize_adv, positive_only=positive_only
-    )
+def _leaves(loss: LossSpec) -> list[LossSpec]:
+    if isinstance(loss, Composite):
+        return [leaf for term in loss.terms for leaf in _leaves(term.loss)]
+    return [loss]
 
 
-def reinforce(
-    *,
-    gamma: float = 1.0,
-    length_normalize: bool = False,
-    importance_sampling: TISLevel | None = None,
-    is_cap: float | None = None,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "reinforce",
-) -> AlgorithmSpec:
-    """REINFORCE on Monte-Carlo returns. No behaviour logprobs needed unless ``importance_sampling``
-    is set: ``"sequence"`` with ``is_cap=None`` is the original's off-policy ``sg(r_b)·A·log π(a_b)``,
-    and ``"sequence_geomean"`` with ``length_normalize=True`` and ``is_cap=None`` its length-normalised
-    variant (ratio ``exp(mean_t log r_t)``)."""
-    loss: LossSpec = Reinforce(length_normalize=length_normalize)
-    if importance_sampling is not None:
-        loss = TruncatedIS(loss, level=importance_sampling, cap=is_cap)
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=MonteCarloReturn(gamma=gamma),
-        loss=loss,
-        preprocess=_drop_zero(drop_zero_weight, drop_zero_weight_eps),
-    )
+def _init_fields(cls: type) -> set[str]:
+    return {f.name for f in attrs.fields(cls) if f.init}
 
 
-def reinforce_baseline(
-    *,
-    gamma: float = 1.0,
-    normalize_adv: bool = False,
-    length_normalize: bool = False,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "reinforce_baseline",
-) -> AlgorithmSpec:
-    """REINFORCE with the macro-batch mean return as baseline (÷ std when ``normalize_adv``).
-
-    Zero-weight dropping, if asked for, happens after the baseline (on the centred weights)."""
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=MonteCarloReturn(gamma=gamma),
-        loss=Reinforce(length_normalize=length_normalize),
-        preprocess=compose_preprocess(
-            SubtractBaseline(normalize=normalize_adv), _drop_zero(drop_zero_weight, drop_zero_weight_eps)
-        ),
-    )
+def _loss_options(loss: LossSpec) -> set[str]:
+    names = {f"{t.name}_weight" for t in loss.terms} if isinstance(loss, Composite) else set()
+    return names.union(*(_init_fields(type(leaf)) for leaf in _leaves(loss)))
 
 
-def grpo(
-    *,
-    group_size: int | None = None,
-    group_normalize_adv: bool = True,
-    positive_only: bool = False,
-    clip_eps_low: float = 0.2,
-    clip_eps_high: float = 0.27,
-    length_normalize: bool = False,
-    ratio_clip: float | None = None,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "grpo",
-) -> AlgorithmSpec:
-    """GRPO: group-normalised advantages, token-level clipped surrogate, band ``[1−0.2, 1+0.27]``."""
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=_group_credit(group_size, group_normalize_adv, positive_only),
-        loss=ClippedSurrogate(
-            level="token",
-            clip_eps_low=clip_eps_low,
-            clip_eps_high=clip_eps_high,
-            length_normalize=length_normalize,
-            ratio_clip=ratio_clip,
-        ),
-        preprocess=_drop_zero(drop_zero_weight, drop_zero_weight_eps),
-    )
+def _set_loss(loss: LossSpec, values: Mapping[str, Any]) -> LossSpec:
+    if not isinstance(loss, Composite):
+        return attrs.evolve(loss, **{k: v for k, v in values.items() if k in _init_fields(type(loss))})
+    terms = [
+        Term(t.name, _set_loss(t.loss, values), weight=values.get(f"{t.name}_weight", t.weight))
+        for t in loss.terms
+    ]
+    negative = [f"{t.name}_weight={t.weight!r}" for t in terms if not t.weight >= 0]
+    if negative:
+        raise ConfigError(f"a preset's term weights must be >= 0, got {', '.join(negative)}")
+    kept = [t for t in terms if t.weight != 0]
+    if not kept:
+        raise ConfigError(f"every term of {[t.name for t in terms]} has weight 0: nothing to optimise")
+    return kept[0].loss if len(kept) == 1 and kept[0].weight == 1 else Composite(kept)
 
 
-def dr_grpo(
-    *,
-    group_size: int | None = None,
-    positive_only: bool = False,
-    clip_eps_low: float = 0.2,
-    clip_eps_high: float = 0.27,
-    length_normalize: bool = False,
-    ratio_clip: float | None = None,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "dr_grpo",
-) -> AlgorithmSpec:
-    """Dr.GRPO: GRPO without the std normalisation of advantages (and no length normalisation)."""
-    return grpo(
-        group_size=group_size,
-        group_normalize_adv=False,
-        positive_only=positive_only,
-        clip_eps_low=clip_eps_low,
-        clip_eps_high=clip_eps_high,
-        length_normalize=length_normalize,
-        ratio_clip=ratio_clip,
-        drop_zero_weight=drop_zero_weight,
-        drop_zero_weight_eps=drop_zero_weight_eps,
-        name=name,
-    )
+def _values(values: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(values)
 
 
-def gspo(
-    *,
-    group_size: int | None = None,
-    group_normalize_adv: bool = True,
-    positive_only: bool = False,
-    clip_eps_low: float = 3e-4,
-    clip_eps_high: float = 4e-4,
-    length_normalize: bool = True,
-    ratio_clip: float | None = None,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "gspo",
-) -> AlgorithmSpec:
-    """GSPO: sequence-level clipping of the geometric-mean token ratio, band ``[1−3e-4, 1+4e-4]``."""
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=_group_credit(group_size, group_normalize_adv, positive_only),
-        loss=ClippedSurrogate(
-            level="sequence",
-            clip_eps_low=clip_eps_low,
-            clip_eps_high=clip_eps_high,
-            length_normalize=length_normalize,
-            ratio_clip=ratio_clip,
-        ),
-        preprocess=_drop_zero(drop_zero_weight, drop_zero_weight_eps),
-    )
+@attrs.frozen
+class Preset:
+    """One algorithm of the table; calling it builds the :class:`AlgorithmSpec` (module docstring)."""
 
+    name: str
+    summary: str
+    credit: type[Any]
+    loss: LossSpec
+    credit_values: Mapping[str, Any] = attrs.field(factory=dict, converter=_values)
+    baseline: SubtractBaseline | None = None
+    drop_zero_weight: bool = False
 
-def gmpo(
-    *,
-    group_size: int | None = None,
-    group_normalize_adv: bool = True,
-    positive_only: bool = False,
-    clip_eps_low: float = 0.4,
-    clip_eps_high: float = 0.4,
-    length_normalize: bool = True,
-    ratio_clip: float | None = None,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "gmpo",
-) -> AlgorithmSpec:
-    """GMPO: geometric-mean ratio with log-space clipping, band ``(e^−0.4, e^0.4)``."""
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=_group_credit(group_size, group_normalize_adv, positive_only),
-        loss=GMPO(
-            clip_eps_low=clip_eps_low,
-            clip_eps_high=clip_eps_high,
-            length_normalize=length_normalize,
-            ratio_clip=ratio_clip,
-        ),
-        preprocess=_drop_zero(drop_zero_weight, drop_zero_weight_eps),
-    )
+    def options(self) -> frozenset[str]:
+        """Every keyword this preset takes."""
+        baseline = _init_fields(SubtractBaseline) if self.baseline is not None else set()
+        return frozenset({*_PRESET_OPTIONS, *_init_fields(self.credit), *_loss_options(self.loss), *baseline})
 
-
-def cispo(
-    *,
-    group_size: int | None = None,
-    group_normalize_adv: bool = True,
-    positive_only: bool = False,
-    clip_eps_low: float = 1e6,
-    clip_eps_high: float = 0.2,
-    length_normalize: bool = True,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "cispo",
-) -> AlgorithmSpec:
-    """CISPO: clipped, stop-gradient IS weights on ``A·log π`` (no lower clip by default)."""
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=_group_credit(group_size, group_normalize_adv, positive_only),
-        loss=CISPO(clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize),
-        preprocess=_drop_zero(drop_zero_weight, drop_zero_weight_eps),
-    )
-
-
-def sapo(
-    *,
-    group_size: int | None = None,
-    group_normalize_adv: bool = True,
-    positive_only: bool = False,
-    tau_pos: float = 1.0,
-    tau_neg: float = 1.05,
-    length_normalize: bool = False,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "sapo",
-) -> AlgorithmSpec:
-    """SAPO: a sigmoid gate on the token ratio instead of a hard clip (temperatures τ₊ = 1.0, τ₋ = 1.05)."""
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=_group_credit(group_size, group_normalize_adv, positive_only),
-        loss=SAPO(tau_pos=tau_pos, tau_neg=tau_neg, length_normalize=length_normalize),
-        preprocess=_drop_zero(drop_zero_weight, drop_zero_weight_eps),
-    )
-
-
-def scalerl(
-    *,
-    group_size: int | None = None,
-    positive_only: bool = False,
-    clip_eps_low: float = 0.20,
-    clip_eps_high: float = 0.28,
-    length_normalize: bool = True,
-    kl_coeff: float = 0.0,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "scalerl",
-) -> AlgorithmSpec:
-    """ScaleRL: group-centred, batch-std-scaled advantages; CISPO (+ token KL when ``kl_coeff > 0``);
-    zero-advantage items always dropped. FP32 logits are the trainer's ``cast_logits_to_fp32``."""
-    if not (isinstance(kl_coeff, (int, float)) and kl_coeff >= 0):
-        raise ConfigError(f"scalerl: kl_coeff must be >= 0, got {kl_coeff!r}")
-    main = CISPO(clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, length_normalize=length_normalize)
-    loss: LossSpec = main
-    if kl_coeff > 0:
-        loss = Composite(
-            [
-                Term("cispo", main),
-                Term("kl", TokenKL(coeff=kl_coeff, length_normalize=length_normalize)),
-            ]
+    def __call__(self, **options: Any) -> AlgorithmSpec:
+        unknown = sorted(options.keys() - self.options())
+        if unknown:
+            raise ConfigError(f"{self.name}: unknown option(s) {unknown}; it takes {sorted(self.options())}")
+        credit_fields = _init_fields(self.credit)
+        credit = self.credit(
+            **{**self.credit_values, **{k: v for k, v in options.items() if k in credit_fields}}
         )
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=HybridNormalizedReturn(group_size=group_size, positive_only=positive_only),
-        loss=loss,
-        preprocess=DropZeroWeight(drop_zero_weight_eps),
-    )
-
-
-def spo(
-    *,
-    tracker: SPOValueTracker,
-    reward_min: float = 0.0,
-    reward_max: float = 1.0,
-    adv_eps: float = 1e-8,
-    kl_of: Callable[[Rollout], float | None] | None = None,
-    clip_eps_low: float = 0.2,
-    clip_eps_high: float = 0.2,
-    length_normalize: bool = False,
-    ratio_clip: float | None = None,
-    drop_zero_weight: bool = False,
-    drop_zero_weight_eps: float = 1e-4,
-    name: str = "spo",
-) -> AlgorithmSpec:
-    """SPO (arXiv 2509.13232): tracker-baselined, batch-normalised advantages and PPO's clipped surrogate.
-
-    ``tracker`` is the :class:`~ludic_core.spo.SPOValueTracker` that the requests provider
-    (:class:`~ludic_core.spo.SPORequests`) samples prompts with: pass the same object to both, so the
-    prompts drawn are prioritised by the estimates the advantages use. The loss is the paper's PPO-Clip
-    objective on token ratios with the standard symmetric band ``[1−0.2, 1+0.2]``.
-    """
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=SPOAdvantage(
-            tracker=tracker, eps=adv_eps, reward_min=reward_min, reward_max=reward_max, kl_of=kl_of
-        ),
-        loss=ClippedSurrogate(
-            level="token",
-            clip_eps_low=clip_eps_low,
-            clip_eps_high=clip_eps_high,
-            length_normalize=length_normalize,
-            ratio_clip=ratio_clip,
-        ),
-        preprocess=_drop_zero(drop_zero_weight, drop_zero_weight_eps),
-    )
-
-
-def sft(*, length_normalize: bool = False, name: str = "sft") -> AlgorithmSpec:
-    """Supervised fine-tuning: constant credit 1.0 and masked cross-entropy on the action tokens."""
-    return AlgorithmSpec(
-        name=name, credit_assigner=ConstantCredit(1.0), loss=CrossEntropy(length_normalize=length_normalize)
-    )
-
-
-def opd(*, kl_coeff: float = 1.0, length_normalize: bool = True, name: str = "opd") -> AlgorithmSpec:
-    """On-policy distillation: per-token reverse KL to a teacher on the student's own samples.
-
-    Needs ``teacher_logps`` on every item (:class:`~ludic_core.teachers.TeacherScoredBatchSource`
-    provides them); the item weight (constant credit) is not used. :func:`mopd` with its defaults."""
-    return mopd(kl_coeff=kl_coeff, length_normalize=length_normalize, name=name)
-
-
-def mopd(
-    *,
-    kl_coeff: float = 1.0,
-    outcome_coeff: float = 0.0,
-    group_size: int | None = None,
-    length_normalize: bool = True,
-    name: str = "mopd",
-) -> AlgorithmSpec:
-    """Multi-teacher on-policy distillation: per-token reverse KL from the student to each item's own
-    teacher, optionally plus the env's outcome reward.
-
-    The teachers live outside the algorithm: a :class:`~ludic_core.teachers.TeacherScorer` routes each
-    item to its teacher (by default by the ``"teacher"`` its rollout request's meta names) and fills
-    ``teacher_logps``, which this loss reads whoever the teacher was. With ``outcome_coeff == 0`` it is
-    plain on-policy distillation (constant credit, weights unused). With ``outcome_coeff > 0`` the
-    rollouts' rewards also count through a GRPO-style term, ``outcome_coeff ×`` REINFORCE
-    (``−A·log π``) on group-normalised advantages (:class:`GroupNormalizedReturn`, so the requests
-    must come in groups, e.g. from ``GRPORequestStrategy``): the loss is ``kl_coeff·KL +
-    outcome_coeff·PG``. ``group_size`` is needed only for hand-made groups without it in their meta.
-    """
-    for field, value in (("kl_coeff", kl_coeff), ("outcome_coeff", outcome_coeff)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value < 0
-        ):
-            raise ConfigError(f"mopd: {field} must be a finite number >= 0, got {value!r}")
-    if kl_coeff == 0:
-        raise ConfigError(
-            "mopd: kl_coeff must be > 0 (without the teachers' KL there is nothing to distil; "
-            "for the outcome reward alone use grpo or reinforce)"
+        loss = _set_loss(self.loss, options)
+        if not loss.reads_weights:
+            credit = ConstantCredit()
+        baseline = self.baseline
+        if baseline is not None:
+            baseline = attrs.evolve(
+                baseline, **{k: v for k, v in options.items() if k in _init_fields(SubtractBaseline)}
+            )
+        drop = None
+        if options.get("drop_zero_weight", self.drop_zero_weight):
+            eps = {"eps": options["drop_zero_weight_eps"]} if "drop_zero_weight_eps" in options else {}
+            drop = DropZeroWeight(**eps)
+        spec = AlgorithmSpec(
+            name=options.get("name", self.name),
+            credit_assigner=credit,
+            loss=loss,
+            preprocess=compose_preprocess(baseline, drop),
         )
-    kl = ReverseKL(coeff=kl_coeff, length_normalize=length_normalize)
-    if outcome_coeff == 0:
-        return AlgorithmSpec(name=name, credit_assigner=ConstantCredit(1.0), loss=kl)
-    return AlgorithmSpec(
-        name=name,
-        credit_assigner=_group_credit(group_size, normalize_adv=True, positive_only=False),
-        loss=Composite(
-            [
-                Term("reverse_kl", kl),
-                Term("outcome", Reinforce(length_normalize=length_normalize), weight=outcome_coeff),
-            ]
-        ),
-    )
+        if options.get("importance_sampling") is None:
+            return spec
+        cap = {"cap": options["is_cap"]} if "is_cap" in options else {}
+        return with_truncated_is(spec, level=options["importance_sampling"], **cap)
 
 
-def with_truncated_is(
-    spec: AlgorithmSpec, *, level: TISLevel = "token", cap: float | None = 2.0
-) -> AlgorithmSpec:
+def with_truncated_is(spec: AlgorithmSpec, **truncated_is: Any) -> AlgorithmSpec:
     """The same algorithm with its loss wrapped in :class:`~ludic_core.algorithms.losses.TruncatedIS`
-    (needs ``actor_logps``).
+    (``level``, ``cap``: that spec's fields and defaults; needs ``actor_logps``).
 
     Token level needs a token-decomposable loss (all but GSPO, GMPO and composites); sequence level
     works with every loss."""
     if not isinstance(spec, AlgorithmSpec):
         raise ConfigError(f"with_truncated_is: expected an AlgorithmSpec, got {type(spec).__name__}")
-    loss = TruncatedIS(spec.loss, level=level, cap=cap)
+    loss = TruncatedIS(spec.loss, **truncated_is)
     return attrs.evolve(spec, loss=loss, required_inputs=spec.required_inputs | loss.required_inputs)
+
+
+reinforce = Preset(
+    "reinforce",
+    "REINFORCE on Monte-Carlo returns, −A·log π; behaviour logprobs only with importance_sampling "
+    "('sequence' with is_cap=None is the original Ludic's off-policy REINFORCE)",
+    MonteCarloReturn,
+    Reinforce(),
+)
+reinforce_baseline = attrs.evolve(
+    reinforce,
+    name="reinforce_baseline",
+    summary="REINFORCE minus the macro-batch mean return (÷ std with normalize=True); zero-weight "
+    "dropping, if asked for, runs on the centred weights",
+    baseline=SubtractBaseline(),
+)
+grpo = Preset(
+    "grpo",
+    "GRPO: group-normalised advantages, token-level clipped surrogate",
+    GroupNormalizedReturn,
+    ClippedSurrogate(level="token", clip_eps_low=0.2, clip_eps_high=0.27),
+    credit_values={"normalize_adv": True},
+)
+dr_grpo = attrs.evolve(
+    grpo,
+    name="dr_grpo",
+    summary="Dr. GRPO: GRPO without the std normalisation of the advantages",
+    credit_values={},
+)
+gspo = attrs.evolve(
+    grpo,
+    name="gspo",
+    summary="GSPO: sequence-level clip of the geometric-mean token ratio",
+    loss=ClippedSurrogate(level="sequence", clip_eps_low=3e-4, clip_eps_high=4e-4, length_normalize=True),
+)
+gmpo = attrs.evolve(grpo, name="gmpo", summary="GMPO: geometric-mean ratio clipped in log space", loss=GMPO())
+cispo = attrs.evolve(
+    grpo, name="cispo", summary="CISPO: clipped stop-gradient IS weights on A·log π", loss=CISPO()
+)
+sapo = attrs.evolve(grpo, name="sapo", summary="SAPO: a sigmoid gate on the token ratio", loss=SAPO())
+scalerl = Preset(
+    "scalerl",
+    "ScaleRL: group-centred, batch-std-scaled advantages; CISPO (+ token KL to the sampler with "
+    "kl_weight > 0); zero-weight items dropped; fp32 logits are the trainer's cast_logits_to_fp32",
+    HybridNormalizedReturn,
+    Composite(
+        [Term("cispo", CISPO(clip_eps_low=0.2, clip_eps_high=0.28)), Term("kl", TokenKL(), weight=0.0)]
+    ),
+    drop_zero_weight=True,
+)
+spo = Preset(
+    "spo",
+    "SPO (arXiv 2509.13232): advantages against the tracker's success estimate, normalised over the "
+    "batch, and PPO's clipped surrogate with the symmetric band; pass the SPORequests' tracker",
+    SPOAdvantage,
+    ClippedSurrogate(level="token", clip_eps_low=0.2, clip_eps_high=0.2),
+)
+sft = Preset(
+    "sft",
+    "supervised fine-tuning: constant credit and masked cross-entropy on the action tokens",
+    ConstantCredit,
+    CrossEntropy(length_normalize=False),
+)
+opd = Preset(
+    "opd",
+    "on-policy distillation: per-token reverse KL to the item's teacher (teacher_logps)",
+    ConstantCredit,
+    ReverseKL(),
+)
+mopd = Preset(
+    "mopd",
+    "multi-teacher on-policy distillation: reverse KL to each item's teacher, plus outcome_weight × "
+    "REINFORCE on group-normalised rewards when outcome_weight > 0 (the requests must come in groups)",
+    GroupNormalizedReturn,
+    Composite(
+        [Term("reverse_kl", ReverseKL()), Term("outcome", Reinforce(length_normalize=True), weight=0.0)]
+    ),
+    credit_values={"normalize_adv": True},
+)
+
+PRESETS: Mapping[str, Preset] = {
+    p.name: p
+    for p in (
+        reinforce,
+        reinforce_baseline,
+        grpo,
+        dr_grpo,
+        gspo,
+        gmpo,
+        cispo,
+        sapo,
+        scalerl,
+        spo,
+        sft,
+        opd,
+        mopd,
+    )
+}
+"""The table: every preset by name (the names of ludic-core's ``ludic.algorithms`` entry points)."""

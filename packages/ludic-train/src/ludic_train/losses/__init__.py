@@ -18,7 +18,7 @@ from ludic_train.losses.base import (
 from ludic_train.losses.build import build_loss
 from ludic_train.losses.cispo import CISPOLoss
 from ludic_train.losses.clipped import SequenceClippedSurrogateLoss, TokenClippedSurrogateLoss
-from ludic_train.losses.composite import CompositeLoss, LossTerm
+from ludic_train.losses.composite import CompositeLoss
 from ludic_train.losses.distill import ReverseKLLoss
 from ludic_train.losses.entropy import EntropyBonus
 from ludic_train.losses.gmpo import GMPOLoss
@@ -34,7 +34,6 @@ __all__ = [
     "EntropyBonus",
     "GMPOLoss",
     "Loss",
-    "LossTerm",
     "MaskedCrossEntropyLoss",
     "ReinforceLoss",
     "ReverseKLLoss",

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
-from ludic_core.errors import ConfigError
 from ludic_train.losses.base import TokenLogpContext, require_key
 
 ACTOR_LOGPS = frozenset({"actor_logps"})
@@ -26,9 +25,3 @@ def token_log_ratio(ctx: TokenLogpContext, batch: Mapping[str, Tensor], *, who: 
 def cap_ratio(ratio: Tensor, ratio_clip: float | None) -> Tensor:
     """``min(r, ratio_clip)`` — an upper cap on the ratio itself, before any surrogate clipping."""
     return ratio if ratio_clip is None else torch.clamp(ratio, max=ratio_clip)
-
-
-def check_clip(who: str, **values: float | None) -> None:
-    for name, value in values.items():
-        if value is not None and not value > 0:
-            raise ConfigError(f"{who}.{name} must be > 0, got {value!r}")

@@ -41,6 +41,7 @@ import attrs
 import torch
 from torch import Tensor
 
+from ludic_core.algorithms.losses import LossSpec
 from ludic_core.errors import DataError
 from ludic_train.losses._gather import action_rows, gather_token_logp
 
@@ -311,15 +312,19 @@ def shared_token_context(logits: Tensor, batch: Mapping[str, Tensor]) -> Iterato
         _ACTIVE_CONTEXT.reset(token)
 
 
-class SequenceLoss(abc.ABC):
+class SequenceLoss(LossSpec, abc.ABC):
     """Base for Ludic's losses: subclasses build one loss term per sequence; ``compute`` averages them.
 
     Exposing the per-sequence terms lets wrappers reweight sequences (the sequence-level truncated
-    importance-sampling correction) and lets :class:`CompositeLoss` share one context.
+    importance-sampling correction) and lets :class:`CompositeLoss` share one context. A torch loss is a
+    loss spec (``ludic_core.algorithms.LossSpec``) that computes itself, so an ``AlgorithmSpec`` takes
+    it as its loss; each built-in one subclasses the spec it computes and so shares its fields,
+    defaults and checks, and ``required_inputs`` (the SAW item fields it reads) comes from there.
     """
 
-    required_inputs: frozenset[str] = frozenset()
-    """SAW item fields this loss needs (``"actor_logps"``, ``"teacher_logps"``)."""
+    @property
+    def token_decomposable(self) -> bool:
+        return False
 
     weight_proportional: ClassVar[bool] = False
     """Whether each sequence's term is its item's weight times a finite factor, so that an item of
@@ -351,6 +356,10 @@ class TokenLoss(SequenceLoss):
     """
 
     length_normalize: bool
+
+    @property
+    def token_decomposable(self) -> bool:
+        return True
 
     @abc.abstractmethod
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:

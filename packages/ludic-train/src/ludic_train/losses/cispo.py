@@ -1,8 +1,7 @@
 """CISPO: clipped importance-sampling weights on a REINFORCE-style objective.
 
 Per token ``−sg(clip(r_t, 1−ε_lo, 1+ε_hi)) · A · log π(a_t)``: unlike PPO the clipped tokens still
-get a gradient (through ``log π``), only their weight is bounded. The default ε_lo = 1e6 means no lower
-clip.
+get a gradient (through ``log π``), only their weight is bounded.
 """
 
 from __future__ import annotations
@@ -13,25 +12,18 @@ import attrs
 import torch
 from torch import Tensor
 
-from ludic_train.losses._ratio import ACTOR_LOGPS, check_clip, token_log_ratio
+from ludic_core.algorithms import losses as specs
+from ludic_train.losses._ratio import token_log_ratio
 from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, advantage_stats, require_key
 
 __all__ = ["CISPOLoss"]
 
 
 @attrs.frozen
-class CISPOLoss(TokenLoss):
-    """Defaults as the original: ε_lo = 1e6 (no lower clip), ε_hi = 0.2, length-normalised."""
+class CISPOLoss(TokenLoss, specs.CISPO):
+    """Computes :class:`ludic_core.algorithms.CISPO` (its fields and defaults)."""
 
     weight_proportional = True
-
-    clip_eps_low: float = 1e6
-    clip_eps_high: float = 0.2
-    length_normalize: bool = True
-    required_inputs = ACTOR_LOGPS
-
-    def __attrs_post_init__(self) -> None:
-        check_clip("CISPOLoss", clip_eps_low=self.clip_eps_low, clip_eps_high=self.clip_eps_high)
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         advantages = require_key(batch, "weight", who="CISPOLoss").to(ctx.dtype)

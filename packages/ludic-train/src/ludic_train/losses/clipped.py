@@ -19,7 +19,8 @@ import attrs
 import torch
 from torch import Tensor
 
-from ludic_train.losses._ratio import ACTOR_LOGPS, actor_token_logp, cap_ratio, check_clip, token_log_ratio
+from ludic_core.algorithms import losses as specs
+from ludic_train.losses._ratio import actor_token_logp, cap_ratio, token_log_ratio
 from ludic_train.losses.base import (
     SequenceLoss,
     Stats,
@@ -37,24 +38,12 @@ def _active_clip(ratio: Tensor, advantages: Tensor, low: float, high: float) -> 
 
 
 @attrs.frozen
-class TokenClippedSurrogateLoss(TokenLoss):
-    """GRPO's token-level clipped surrogate (defaults: ε_lo = 0.2, ε_hi = 0.27, no length normalisation)."""
+class TokenClippedSurrogateLoss(TokenLoss, specs.ClippedSurrogate):
+    """Computes :class:`ludic_core.algorithms.ClippedSurrogate` at ``level="token"`` (GRPO)."""
 
     weight_proportional = True
 
-    clip_eps_low: float = 0.2
-    clip_eps_high: float = 0.27
-    length_normalize: bool = False
-    ratio_clip: float | None = None
-    required_inputs = ACTOR_LOGPS
-
-    def __attrs_post_init__(self) -> None:
-        check_clip(
-            type(self).__name__,
-            clip_eps_low=self.clip_eps_low,
-            clip_eps_high=self.clip_eps_high,
-            ratio_clip=self.ratio_clip,
-        )
+    level: specs.SurrogateLevel = attrs.field(default="token", init=False)
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         who = type(self).__name__
@@ -74,25 +63,12 @@ class TokenClippedSurrogateLoss(TokenLoss):
 
 
 @attrs.frozen
-class SequenceClippedSurrogateLoss(SequenceLoss):
-    """GSPO's sequence-level clipped surrogate (class defaults as the original's ``ClippedSurrogateLoss``:
-    ε_lo = 3e-4, ε_hi = 4e-4, ``length_normalize=False``; the GSPO preset turns length normalisation on)."""
+class SequenceClippedSurrogateLoss(SequenceLoss, specs.ClippedSurrogate):
+    """Computes :class:`ludic_core.algorithms.ClippedSurrogate` at ``level="sequence"`` (GSPO)."""
 
     weight_proportional = True
 
-    clip_eps_low: float = 3e-4
-    clip_eps_high: float = 4e-4
-    length_normalize: bool = False
-    ratio_clip: float | None = None
-    required_inputs = ACTOR_LOGPS
-
-    def __attrs_post_init__(self) -> None:
-        check_clip(
-            type(self).__name__,
-            clip_eps_low=self.clip_eps_low,
-            clip_eps_high=self.clip_eps_high,
-            ratio_clip=self.ratio_clip,
-        )
+    level: specs.SurrogateLevel = attrs.field(default="sequence", init=False)
 
     def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         who = type(self).__name__

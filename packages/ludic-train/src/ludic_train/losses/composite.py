@@ -8,55 +8,23 @@ losses that only implement ``compute`` share it too when they call :func:`token_
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import attrs
 import torch
 from torch import Tensor
 
+from ludic_core.algorithms import losses as specs
+from ludic_core.algorithms.losses import Term
 from ludic_core.errors import ConfigError
 from ludic_train.losses.base import Loss, SequenceLoss, Stats, TokenLogpContext, shared_token_context
 
-__all__ = ["CompositeLoss", "LossTerm"]
+__all__ = ["CompositeLoss"]
 
 
 @attrs.frozen
-class LossTerm:
-    name: str
-    loss: Loss
-    weight: float = 1.0
-
-    def __attrs_post_init__(self) -> None:
-        if not self.name or "/" in self.name:
-            raise ConfigError(f"LossTerm.name must be non-empty without '/', got {self.name!r}")
-        if not math.isfinite(self.weight):
-            raise ConfigError(f"LossTerm.weight for {self.name!r} must be finite, got {self.weight!r}")
-
-
-def _terms(values: Iterable[LossTerm]) -> tuple[LossTerm, ...]:
-    return tuple(values)
-
-
-@attrs.frozen
-class CompositeLoss(SequenceLoss):
-    terms: tuple[LossTerm, ...] = attrs.field(converter=_terms)
-    required_inputs: frozenset[str] = attrs.field(init=False)
-
-    @required_inputs.default
-    def _required(self) -> frozenset[str]:
-        needed: frozenset[str] = frozenset()
-        for term in self.terms:
-            needed |= frozenset(getattr(term.loss, "required_inputs", frozenset()))
-        return needed
-
-    def __attrs_post_init__(self) -> None:
-        if not self.terms:
-            raise ConfigError("CompositeLoss.terms must not be empty")
-        names = [t.name for t in self.terms]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ConfigError(f"CompositeLoss term names must be unique; repeated: {duplicates}")
+class CompositeLoss(SequenceLoss, specs.Composite):
+    """Computes :class:`ludic_core.algorithms.Composite`: its ``Term`` values hold torch losses."""
 
     def zero_weight_items_inert(self) -> bool:
         return all(isinstance(t.loss, SequenceLoss) and t.loss.zero_weight_items_inert() for t in self.terms)
@@ -87,6 +55,7 @@ class CompositeLoss(SequenceLoss):
                     per_sequence, term_stats = term.loss.sequence_terms(ctx, batch)
                     value = per_sequence.mean()
                 else:
+                    assert isinstance(term.loss, Loss), f"term {term.name!r} has no compute()"
                     value, term_stats = term.loss.compute(logits, batch)
                 self._record(stats, term, value, term_stats)
                 total = total + term.weight * value
@@ -94,7 +63,7 @@ class CompositeLoss(SequenceLoss):
         return total, stats
 
     @staticmethod
-    def _record(stats: Stats, term: LossTerm, value: Tensor, term_stats: Stats) -> None:
+    def _record(stats: Stats, term: Term, value: Tensor, term_stats: Stats) -> None:
         stats[f"{term.name}/loss"] = value.detach()
         stats[f"{term.name}/weight"] = torch.tensor(term.weight, dtype=torch.float32, device=value.device)
         for key, stat in term_stats.items():

@@ -8,35 +8,26 @@ gradient is the score-function one. Item weights are not used: the teacher suppl
 
 ``teacher_logps`` come from :class:`ludic_core.teachers.TeacherScorer`, which asks each item's
 teacher for the prompt logprobs of the item's tokens; with several teachers (multi-teacher
-distillation, :func:`ludic_train.presets.make_mopd`) every item carries its own teacher's logprobs and
+distillation, the ``mopd`` preset) every item carries its own teacher's logprobs and
 this loss is unchanged.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import attrs
 from torch import Tensor
 
-from ludic_core.errors import ConfigError
+from ludic_core.algorithms import losses as specs
 from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, require_key
 
 __all__ = ["ReverseKLLoss"]
 
 
 @attrs.frozen
-class ReverseKLLoss(TokenLoss):
-    """Defaults as the original OPD preset: ``coeff=1.0``, length-normalised."""
-
-    coeff: float = 1.0
-    length_normalize: bool = True
-    required_inputs = frozenset({"teacher_logps"})
-
-    def __attrs_post_init__(self) -> None:
-        if not math.isfinite(self.coeff):
-            raise ConfigError(f"ReverseKLLoss.coeff must be finite, got {self.coeff!r}")
+class ReverseKLLoss(TokenLoss, specs.ReverseKL):
+    """Computes :class:`ludic_core.algorithms.ReverseKL` (its fields and defaults)."""
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         teacher = ctx.shifted(require_key(batch, "teacher_logps", who="ReverseKLLoss"), key="teacher_logps")

@@ -9,26 +9,20 @@ then averaged over sequences, so the bonus combines across micro-batches exactly
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import attrs
 from torch import Tensor
 
-from ludic_core.errors import ConfigError
+from ludic_core.algorithms import losses as specs
 from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss
 
 __all__ = ["EntropyBonus"]
 
 
 @attrs.frozen
-class EntropyBonus(TokenLoss):
-    coeff: float = 0.01
-    length_normalize: bool = True
-
-    def __attrs_post_init__(self) -> None:
-        if not math.isfinite(self.coeff):
-            raise ConfigError(f"EntropyBonus.coeff must be finite, got {self.coeff!r}")
+class EntropyBonus(TokenLoss, specs.Entropy):
+    """Computes :class:`ludic_core.algorithms.Entropy` (its fields and defaults)."""
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         entropy = ctx.entropy

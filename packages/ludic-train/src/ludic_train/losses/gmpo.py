@@ -15,7 +15,8 @@ import attrs
 import torch
 from torch import Tensor
 
-from ludic_train.losses._ratio import ACTOR_LOGPS, cap_ratio, check_clip, token_log_ratio
+from ludic_core.algorithms import losses as specs
+from ludic_train.losses._ratio import cap_ratio, token_log_ratio
 from ludic_train.losses.base import (
     SequenceLoss,
     Stats,
@@ -29,24 +30,10 @@ __all__ = ["GMPOLoss"]
 
 
 @attrs.frozen
-class GMPOLoss(SequenceLoss):
-    """Defaults as the original: log-space band ``[−0.4, 0.4]``, length-normalised, no ratio cap."""
+class GMPOLoss(SequenceLoss, specs.GMPO):
+    """Computes :class:`ludic_core.algorithms.GMPO` (its fields and defaults)."""
 
     weight_proportional = True
-
-    clip_eps_low: float = 0.4
-    clip_eps_high: float = 0.4
-    length_normalize: bool = True
-    ratio_clip: float | None = None
-    required_inputs = ACTOR_LOGPS
-
-    def __attrs_post_init__(self) -> None:
-        check_clip(
-            "GMPOLoss",
-            clip_eps_low=self.clip_eps_low,
-            clip_eps_high=self.clip_eps_high,
-            ratio_clip=self.ratio_clip,
-        )
 
     def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         advantages = require_key(batch, "weight", who="GMPOLoss").to(ctx.dtype)

@@ -2,33 +2,26 @@
 
 :class:`TokenKLLoss`: per token ``coeff · (log π(a_t) − log μ(a_t))`` on the sampled tokens — the
 ``k1`` estimator of ``KL(π‖μ)``; summed per sequence, ÷ ``n_b`` by default. ScaleRL adds it to CISPO
-when ``kl_coeff > 0``.
+when ``kl_weight > 0``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import attrs
 from torch import Tensor
 
-from ludic_core.errors import ConfigError
-from ludic_train.losses._ratio import ACTOR_LOGPS, token_log_ratio
+from ludic_core.algorithms import losses as specs
+from ludic_train.losses._ratio import token_log_ratio
 from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss
 
 __all__ = ["TokenKLLoss"]
 
 
 @attrs.frozen
-class TokenKLLoss(TokenLoss):
-    coeff: float = 1.0
-    length_normalize: bool = True
-    required_inputs = ACTOR_LOGPS
-
-    def __attrs_post_init__(self) -> None:
-        if not math.isfinite(self.coeff):
-            raise ConfigError(f"TokenKLLoss.coeff must be finite, got {self.coeff!r}")
+class TokenKLLoss(TokenLoss, specs.TokenKL):
+    """Computes :class:`ludic_core.algorithms.TokenKL` (its fields and defaults)."""
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         log_ratio = token_log_ratio(ctx, batch, who="TokenKLLoss")

@@ -7,7 +7,7 @@ with ``cap=None``: ``level="sequence"`` reproduces the original's ``sg(r_b)·A_b
 ``level="sequence_geomean"`` around ``ReinforceLoss(length_normalize=True)`` its length-normalised form,
 whose ratio is ``exp(mean_t log r_t)``), and the baseline is
 subtracted over the whole macro-batch by the :class:`~ludic_core.algorithms.preprocess.SubtractBaseline`
-preprocess, not per micro-batch (:func:`~ludic_train.presets.make_reinforce_baseline`).
+preprocess, not per micro-batch (the ``reinforce_baseline`` preset).
 """
 
 from __future__ import annotations
@@ -17,18 +17,17 @@ from collections.abc import Mapping
 import attrs
 from torch import Tensor
 
+from ludic_core.algorithms import losses as specs
 from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, advantage_stats, require_key
 
 __all__ = ["ReinforceLoss"]
 
 
 @attrs.frozen
-class ReinforceLoss(TokenLoss):
+class ReinforceLoss(TokenLoss, specs.Reinforce):
     """Per token ``−A_b · log π(a_t)``; summed per sequence (÷ ``n_b`` when ``length_normalize``)."""
 
     weight_proportional = True
-
-    length_normalize: bool = False
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         advantages = require_key(batch, "weight", who="ReinforceLoss").to(ctx.dtype)

@@ -13,7 +13,8 @@ import attrs
 import torch
 from torch import Tensor
 
-from ludic_train.losses._ratio import ACTOR_LOGPS, check_clip, token_log_ratio
+from ludic_core.algorithms import losses as specs
+from ludic_train.losses._ratio import token_log_ratio
 from ludic_train.losses.base import (
     Stats,
     TokenLogpContext,
@@ -27,18 +28,10 @@ __all__ = ["SAPOLoss"]
 
 
 @attrs.frozen
-class SAPOLoss(TokenLoss):
-    """Defaults as the original: τ_pos = 1.0, τ_neg = 1.05, no length normalisation."""
+class SAPOLoss(TokenLoss, specs.SAPO):
+    """Computes :class:`ludic_core.algorithms.SAPO` (its fields and defaults)."""
 
     weight_proportional = True
-
-    tau_pos: float = 1.0
-    tau_neg: float = 1.05
-    length_normalize: bool = False
-    required_inputs = ACTOR_LOGPS
-
-    def __attrs_post_init__(self) -> None:
-        check_clip("SAPOLoss", tau_pos=self.tau_pos, tau_neg=self.tau_neg)
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         advantages = require_key(batch, "weight", who="SAPOLoss").to(ctx.dtype)

@@ -1,7 +1,6 @@
 """Supervised fine-tuning: weighted masked cross-entropy on the action tokens.
 
-Per token ``−w_b · log π(a_t)``; summed per sequence and ÷ ``n_b`` when ``length_normalize`` (the class
-default; the SFT preset keeps the original's ``length_normalize=False``). With ``ConstantCredit(1.0)``
+Per token ``−w_b · log π(a_t)``; summed per sequence and ÷ ``n_b`` when ``length_normalize``. With ``ConstantCredit(1.0)``
 every weight is 1; rejection-sampled data may carry other weights.
 """
 
@@ -13,16 +12,17 @@ import attrs
 import torch
 from torch import Tensor
 
+from ludic_core.algorithms import losses as specs
 from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, require_key
 
 __all__ = ["MaskedCrossEntropyLoss"]
 
 
 @attrs.frozen
-class MaskedCrossEntropyLoss(TokenLoss):
-    weight_proportional = True
+class MaskedCrossEntropyLoss(TokenLoss, specs.CrossEntropy):
+    """Computes :class:`ludic_core.algorithms.CrossEntropy` (its fields and defaults)."""
 
-    length_normalize: bool = True
+    weight_proportional = True
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         weights = require_key(batch, "weight", who="MaskedCrossEntropyLoss").to(ctx.dtype)

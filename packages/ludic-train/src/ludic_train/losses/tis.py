@@ -25,56 +25,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Literal
 
 import attrs
 import torch
 from torch import Tensor
 
+from ludic_core.algorithms import losses as specs
 from ludic_core.errors import ConfigError
-from ludic_train.losses._ratio import ACTOR_LOGPS, token_log_ratio
+from ludic_train.losses._ratio import token_log_ratio
 from ludic_train.losses.base import SequenceLoss, Stats, TokenLogpContext, TokenLoss
 
-__all__ = ["TISLevel", "TruncatedISCorrection"]
-
-TISLevel = Literal["token", "sequence", "sequence_geomean"]
-
-_LEVELS: tuple[TISLevel, ...] = ("token", "sequence", "sequence_geomean")
+__all__ = ["TruncatedISCorrection"]
 
 
 @attrs.frozen
-class TruncatedISCorrection(SequenceLoss):
-    loss: SequenceLoss
-    level: TISLevel = "token"
-    cap: float | None = 2.0
-    required_inputs: frozenset[str] = attrs.field(init=False)
-
-    @required_inputs.default
-    def _required(self) -> frozenset[str]:
-        return frozenset(self.loss.required_inputs) | ACTOR_LOGPS
+class TruncatedISCorrection(SequenceLoss, specs.TruncatedIS):
+    """Computes :class:`ludic_core.algorithms.TruncatedIS` (its fields and defaults) around a torch loss."""
 
     def __attrs_post_init__(self) -> None:
-        if self.level not in _LEVELS:
+        if not isinstance(self.inner, SequenceLoss):
             raise ConfigError(
-                f"TruncatedISCorrection.level must be one of {list(_LEVELS)}, got {self.level!r}"
+                f"TruncatedISCorrection wraps a SequenceLoss (Ludic's loss base class); got {type(self.inner).__name__}"
             )
-        if self.cap is not None and not (math.isfinite(self.cap) and self.cap > 0):
-            raise ConfigError(
-                f"TruncatedISCorrection.cap must be a finite number > 0 or None, got {self.cap!r}"
-            )
-        if not isinstance(self.loss, SequenceLoss):
-            raise ConfigError(
-                f"TruncatedISCorrection wraps a SequenceLoss (Ludic's loss base class); got {type(self.loss).__name__}"
-            )
-        if self.level == "token" and not isinstance(self.loss, TokenLoss):
-            raise ConfigError(
-                f"token-level TIS needs per-token loss terms, and {type(self.loss).__name__} is sequence-level; "
-                "use level='sequence'"
-            )
+        super().__attrs_post_init__()
 
     def zero_weight_items_inert(self) -> bool:
         # The correction multiplies the inner loss's terms by finite importance weights.
-        return self.loss.zero_weight_items_inert()
+        return self.inner.zero_weight_items_inert()
 
     def _truncate(self, log_weight: Tensor) -> Tensor:
         if self.cap is not None:
@@ -85,14 +62,14 @@ class TruncatedISCorrection(SequenceLoss):
         with torch.no_grad():
             log_ratio = token_log_ratio(ctx, batch, who="TruncatedISCorrection")
         if self.level == "token":
-            assert isinstance(self.loss, TokenLoss)  # checked at construction
-            per_token, stats = self.loss.token_terms(ctx, batch)
+            assert isinstance(self.inner, TokenLoss)  # checked at construction
+            per_token, stats = self.inner.token_terms(ctx, batch)
             weights = self._truncate(log_ratio)
-            per_sequence = ctx.reduce(per_token * weights, length_normalize=self.loss.length_normalize)
+            per_sequence = ctx.reduce(per_token * weights, length_normalize=self.inner.length_normalize)
             weight_mean = ctx.masked_token_mean(weights)
             capped = ctx.masked_token_mean((log_ratio.exp() > weights).float())
         else:
-            per_sequence, stats = self.loss.sequence_terms(ctx, batch)
+            per_sequence, stats = self.inner.sequence_terms(ctx, batch)
             # log_ratio is 0 off the action positions, so the masked sum (÷ n_b) is over action tokens.
             sequence_log_ratio = ctx.reduce(log_ratio, length_normalize=self.level == "sequence_geomean")
             weights = self._truncate(sequence_log_ratio)
