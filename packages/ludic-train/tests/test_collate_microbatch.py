@@ -203,6 +203,29 @@ def test_collate_gives_each_row_its_temperature_and_the_positions_that_predict_a
     assert batch["logit_positions"].dtype == torch.long
 
 
+def test_an_item_without_action_tokens_collates_under_a_float64_default_dtype() -> None:
+    # Its logprob row is empty; built with the default dtype it would not fit a float32 batch tensor.
+    items = [
+        SAWItem(input_ids=[1, 2, 3], action_mask=[0, 0, 0], weight=0.0, actor_logps=[], teacher_logps=[]),
+        SAWItem(
+            input_ids=[1, 2, 3],
+            action_mask=[0, 1, 1],
+            weight=1.0,
+            actor_logps=[-0.5, -1.0],
+            teacher_logps=[-0.1, -0.2],
+        ),
+    ]
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        batch = collate_saw_items(items, pad_token_id=0)
+    finally:
+        torch.set_default_dtype(previous)
+    assert batch["actor_logps"].dtype == torch.float32
+    assert batch["actor_logps"].tolist() == [[0.0, 0.0, 0.0], [0.0, -0.5, -1.0]]
+    assert batch["teacher_logps"][0].tolist() == [0.0, 0.0, 0.0]
+
+
 def test_collate_errors() -> None:
     rng = random.Random(0)
     with pytest.raises(DataError, match="empty"):

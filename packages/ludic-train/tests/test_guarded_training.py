@@ -15,18 +15,19 @@ import torch
 from test_trainer import PAD, ListSource, make_items
 from torch import Tensor
 
-from ludic_core.algorithms import sft
+from ludic_core.algorithms import LossSpec, sft
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.saw import SAWItem
 from ludic_train.config import TrainerConfig
 from ludic_train.guards import check_items, model_vocab_size
+from ludic_train.losses import build_loss
 from ludic_train.losses.base import Stats
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 from ludic_train.trainer import Trainer
 
 
 @attrs.define
-class NaNOnCalls:
+class NaNOnCalls(LossSpec):
     """Wraps a loss; the listed calls (1-based, one per micro-batch) return NaN."""
 
     inner: Any
@@ -92,7 +93,7 @@ def test_a_nan_micro_batch_skips_the_step_and_training_continues(caplog: pytest.
     # micro_token_budget=64 splits each 8-item batch into several micro-batches; the second step's
     # first micro-batch is NaN, the others are fine: the accumulated gradient must still be dropped.
     batches = [make_items(8, seed=s) for s in range(3)]
-    loss = NaNOnCalls(sft().loss, nan_calls=set())
+    loss = NaNOnCalls(build_loss(sft().loss), nan_calls=set())
     trainer = _trainer(batches, loss=loss, micro_token_budget=64)
     first = trainer.train_sync(1)[0]
     assert first["train/skipped_steps"] == 0.0 and first["train/num_micro_batches"] > 1
@@ -135,7 +136,7 @@ def test_consecutive_skips_raise_naming_the_setting() -> None:
     batches = [make_items(4, seed=s) for s in range(3)]
     trainer = _trainer(
         batches,
-        loss=NaNOnCalls(sft().loss, nan_calls=set(range(1, 100))),
+        loss=NaNOnCalls(build_loss(sft().loss), nan_calls=set(range(1, 100))),
         max_consecutive_skipped_steps=2,
     )
     before = _params(trainer)

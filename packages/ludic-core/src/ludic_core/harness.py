@@ -170,8 +170,8 @@ class AgentHarness(Protocol):
         sampling_seed: int | None = None,
         timeout_s: float | None = None,
     ) -> AgentActResult:
-        """One decision. With ``inference`` given, every model call samples with it: the protocol
-        records ``inference.sampling.temperature`` on the traces whose client reported none."""
+        """One decision. With ``inference`` given, every model call samples with it; each trace carries
+        the temperature its client reported sampling at."""
         ...
 
     def on_after_step(self, obs: str, info: Info) -> None:

@@ -46,9 +46,13 @@ def _check(condition: bool, field: str, value: Any, rule: str) -> None:
 
 @attrs.frozen
 class SamplingParams:
-    """Backend-neutral sampling parameters. A backend that cannot honour one reports it."""
+    """Backend-neutral sampling parameters. A backend that cannot honour one reports it.
 
-    temperature: float = 0.7
+    ``temperature`` defaults to 1, the library's one default: the policy's own distribution, which is
+    what on-policy RL samples and what the losses score; every other default sampling temperature
+    (run configs, evaluation) is read from here."""
+
+    temperature: float = 1.0
     max_tokens: int = 256
     top_p: float = 1.0
     top_k: int | None = None

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.inference import SamplingParams
 from ludic_core.message_client import MessageCompletion
+from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.types import Message
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ class OpenAIChatClient:
         api_key: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         max_concurrency: int = 32,
-        request_timeout_s: float = 600.0,
+        request_timeout_s: float = DEFAULT_MODEL_CALL_TIMEOUT_S,
         max_retries: int = 4,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,

@@ -28,6 +28,7 @@ import attrs
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
 from ludic_core.inference import ChatClient, ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_core.logs import get_logger
+from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 
 __all__ = ["TeacherScoredBatchSource", "TeacherScorer"]
@@ -70,7 +71,7 @@ class TeacherScorer:
         route_key: str = "teacher",
         route: Route | None = None,
         concurrency: int = 16,
-        timeout_s: float = 300.0,
+        timeout_s: float = DEFAULT_MODEL_CALL_TIMEOUT_S,
     ) -> None:
         if isinstance(teachers, Mapping):
             table = dict(teachers)

@@ -156,8 +156,8 @@ class TokenTrace:
     one per completion token, or ``None`` when the backend was not asked for them.
     ``sampling_temperature`` is the temperature the call sampled with, so the logprobs are those of
     ``softmax(logits / sampling_temperature)``; 0 means greedy decoding, whose logprobs are untempered
-    (``softmax(logits)``). ``None``: unknown (the protocol records the request's temperature on traces
-    whose client did not report one).
+    (``softmax(logits)``). ``None``: unknown, from a client that does not report it (every Ludic
+    client does: :func:`ludic_core.testing.check_client` checks it); trainers score such a trace at 1.
     """
 
     prompt_token_ids: tuple[int, ...] = attrs.field(converter=to_tuple, validator=check_ints)

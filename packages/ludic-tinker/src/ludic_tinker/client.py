@@ -18,6 +18,7 @@ import tinker
 from ludic_core.errors import ConfigError, DataError, LudicError
 from ludic_core.inference import SamplingParams, TokenCompletionRequest
 from ludic_core.logs import get_logger
+from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.types import ChatResponse
 from ludic_tinker._sdk import wait_result
 
@@ -75,7 +76,7 @@ class TinkerChatClient:
         tokenizer: Decoder,
         *,
         policy_version: int | None = None,
-        timeout_s: float = 300.0,
+        timeout_s: float = DEFAULT_MODEL_CALL_TIMEOUT_S,
         unsupported: UnsupportedPolicy = "raise",
     ) -> None:
         if unsupported not in ("raise", "report"):

@@ -18,6 +18,7 @@ import tinker
 
 from ludic_core.errors import ConfigError, TransportError
 from ludic_core.logs import get_logger
+from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_tinker._sdk import call_for_client
 
 __all__ = [
@@ -44,7 +45,7 @@ class TinkerTimeouts:
 
     reachability_s: float = attrs.field(default=10.0, validator=_positive)
     create_client_s: float = attrs.field(default=180.0, validator=_positive)
-    sample_s: float = attrs.field(default=300.0, validator=_positive)
+    sample_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=_positive)
     train_s: float = attrs.field(default=900.0, validator=_positive)
     """One ``forward_backward`` or ``optim_step`` result (a busy service queues them)."""
     save_s: float = attrs.field(default=600.0, validator=_positive)

@@ -91,10 +91,14 @@ def _logps_row(item: SAWItem, field: str) -> Tensor:
     packed = _packed(item)
     if packed is not None and field in packed.logps and packed.logp_format[1] in _FLOATS:
         if packed.logps[field][2] == 0:
-            return torch.zeros(0)
+            return torch.zeros(0, dtype=torch.float32)
         return _from_bytes(packed.logp_bytes(field), _FLOATS[packed.logp_format[1]]).float()
     values = getattr(item, field)
-    return torch.frombuffer(array("d", values), dtype=torch.float64).float() if values else torch.zeros(0)
+    return (
+        torch.frombuffer(array("d", values), dtype=torch.float64).float()
+        if values
+        else torch.zeros(0, dtype=torch.float32)
+    )
 
 
 def _action_masks(items: Sequence[SAWItem], lengths: Sequence[int]) -> Tensor:

@@ -75,6 +75,7 @@ import attrs
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.inference import TokenCompletionRequest
 from ludic_core.logs import get_logger
+from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.seeding import MAX_SEED
 from ludic_core.types import ChatResponse
 from ludic_train.model_signature import forward_takes
@@ -149,7 +150,7 @@ class LocalPolicyClient:
         batch_window_s: float = 0.0,
         max_batch_size: int = 64,
         seed: int = 0,
-        timeout_s: float | None = 600.0,
+        timeout_s: float | None = DEFAULT_MODEL_CALL_TIMEOUT_S,
         queue_timeout_s: float | None = 3600.0,
         share_prefix: bool = True,
         initial_version: int = 0,

@@ -27,6 +27,7 @@ import attrs
 from ludic_core.cli.run_config import server_urls
 from ludic_core.client_pool import ClientPool
 from ludic_core.errors import ConfigError
+from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.validation import positive_number
 from ludic_vllm.client import VLLMClient
 from ludic_vllm.launch import VLLMServer
@@ -82,7 +83,7 @@ class VLLMBackendConfig:
     weights_dir: str | None = None
     api_token: str | None = None
     max_concurrency: int = 64
-    timeout_s: float = attrs.field(default=600.0, validator=positive_number())
+    timeout_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=positive_number())
     start_server: bool = False
     server_args: str = ""
 

@@ -108,7 +108,7 @@ class RLEpisodesConfig(EpisodesConfig):
     """Training steps in all (a resumed run trains the rest)."""
     algorithm: str = "grpo"
     algorithm_kwargs: dict[str, Any] = attrs.field(factory=dict)
-    sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
+    sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     eval_episodes: int = attrs.field(default=32, validator=at_least(1))
     eval_env_kwargs: dict[str, Any] | None = None
 

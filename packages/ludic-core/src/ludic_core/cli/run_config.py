@@ -15,7 +15,8 @@ from typing import Any, Literal
 import attrs
 
 from ludic_core.errors import ConfigError
-from ludic_core.rollout_settings import RolloutSettings
+from ludic_core.inference import SamplingParams
+from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S, RolloutSettings
 from ludic_core.validation import check_number, number_in
 
 __all__ = [
@@ -98,10 +99,13 @@ class BackendConfig:
     """One URL or a list (``base_urls = ["http://node-1:8000/v1", "http://node-2:8000/v1"]``)."""
     api_key_env: str = "OPENAI_API_KEY"
     max_concurrency: int = attrs.field(default=32, validator=at_least(1))
-    request_timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    request_timeout_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=_positive)
     max_retries: int = attrs.field(default=4, validator=at_least(0))
     device: str = "cpu"
     tokenizer: str = ""
+
+
+_SAMPLING = attrs.fields(SamplingParams)
 
 
 @attrs.frozen(kw_only=True)
@@ -109,9 +113,9 @@ class SamplingConfig:
     """Sampling parameters (see :class:`~ludic_core.inference.SamplingParams`); ``max_tokens`` and
     ``stop`` left unset take the env profile's values."""
 
-    temperature: float = attrs.field(default=0.0, validator=at_least(0))
+    temperature: float = attrs.field(default=_SAMPLING.temperature.default, validator=at_least(0))
     max_tokens: int | None = attrs.field(default=None, validator=at_least(1))
-    top_p: float = attrs.field(default=1.0, validator=[_positive, number_in(0.0, 1.0)])
+    top_p: float = attrs.field(default=_SAMPLING.top_p.default, validator=[_positive, number_in(0.0, 1.0)])
     stop: tuple[str, ...] | None = None
 
 
@@ -162,10 +166,9 @@ class EvalConfig(EpisodesConfig):
 @attrs.frozen(kw_only=True)
 class RolloutsConfig(EpisodesConfig):
     """``ludic rollouts``: the episodes plus ``output`` (empty: ``<run_dir>/rollouts.jsonl``) and ``keep``
-    (which rollouts go to ``output``, see :mod:`ludic_core.cli.keep`); sampling at temperature 1 by
-    default. Rerun with the same ``output`` (or the same ``run_dir``) to resume: requests already done
+    (which rollouts go to ``output``, see :mod:`ludic_core.cli.keep`). Rerun with the same ``output`` (or the same ``run_dir``) to resume: requests already done
     are skipped."""
 
     output: str = ""
     keep: str = "all"
-    sampling: SamplingConfig = attrs.field(factory=lambda: SamplingConfig(temperature=1.0))
+    sampling: SamplingConfig = attrs.field(factory=SamplingConfig)

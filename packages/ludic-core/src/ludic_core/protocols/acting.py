@@ -104,10 +104,9 @@ async def act_with_external_tools(
 ) -> AgentActStep:
     """Run ``act``; while it hands back external tool calls, run them and ``act`` again (same turn).
 
-    With ``inference`` given, the agent sampled with it: its temperature is recorded on the traces
-    whose client reported none (a trainer must score the distribution the logprobs came from).
+    Each trace keeps the temperature its client reported sampling at (the ``ChatClient`` contract,
+    checked by :func:`ludic_core.testing.check_client`); nothing here guesses one.
     """
-    temperature = None if inference is None else inference.sampling.temperature
     rounds = 0
     while True:
         # The agent is awaited here, not through a helper coroutine: one coroutine less per model call.
@@ -118,7 +117,7 @@ async def act_with_external_tools(
             raise EpisodeStageError("agent", exc) from exc
         if not isinstance(result, AgentActResult):
             raise _not_a_result(result)
-        timeline.record_act(result, stop_on_parse_error=stop_on_parse_error, temperature=temperature)
+        timeline.record_act(result, stop_on_parse_error=stop_on_parse_error)
         final = result.steps[-1]
         if final.action_target != "external":
             return final

@@ -7,7 +7,6 @@ It turns the agent's model calls into :class:`AgentStep`s, env transitions into
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,6 @@ from ludic_core.types import (
     Rollout,
     Step,
     StepOutcome,
-    TokenTrace,
     ToolResult,
     TruncationReason,
     _mark_step_truncated,
@@ -91,32 +89,13 @@ class AgentTimeline:
 
     # -- recording ---------------------------------------------------------------------------------
 
-    def record_act(
-        self, result: AgentActResult, *, stop_on_parse_error: bool, temperature: float | None = None
-    ) -> AgentStep:
-        """Log every model call of one ``act``; returns the final one.
-
-        ``temperature`` (the one the protocol asked the agent to sample with) is recorded on the traces
-        whose client reported none; a temperature the client reported itself is kept.
-        """
+    def record_act(self, result: AgentActResult, *, stop_on_parse_error: bool) -> AgentStep:
+        """Log every model call of one ``act``; returns the final one."""
         steps = result.steps
         final = steps[-1]
         last: AgentStep | None = None
         for act_step in steps:
             trace = act_step.trace
-            if temperature is not None and trace.sampling_temperature is None:
-                trace = (
-                    # A float from a checked SamplingParams (finite, >= 0): nothing to convert.
-                    TokenTrace._trusted(
-                        trace.prompt_token_ids,
-                        trace.completion_token_ids,
-                        trace.completion_logprobs,
-                        trace.finish_reason,
-                        temperature,
-                    )
-                    if type(temperature) is float and 0.0 <= temperature < math.inf
-                    else trace.with_sampling_temperature(temperature)
-                )
             # split_parser_reward, spelled out: this runs for every model call.
             target = act_step.action_target
             parse_result = act_step.parse_result

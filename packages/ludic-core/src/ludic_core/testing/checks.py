@@ -175,6 +175,12 @@ def _check_response(
         )
     if n == request.sampling.max_tokens and response.finish_reason not in ("length", "stop"):
         problems.append(f"{label}: a completion of exactly max_tokens must finish with 'length' or 'stop'")
+    if response.sampling_temperature != request.sampling.temperature:
+        problems.append(
+            f"{label}: sampling_temperature {response.sampling_temperature!r}, but the request sampled at "
+            f"{request.sampling.temperature!r}; a client reports the temperature it sampled at (the "
+            "logprobs are those of softmax(logits / T), and a trainer scores that distribution)"
+        )
     if request.return_.return_chosen_logprobs:
         if response.completion_logprobs is None:
             problems.append(f"{label}: logprobs were requested but not returned")

@@ -1,8 +1,8 @@
 """Loss specs (``ludic_core.algorithms.losses``) → the torch losses that compute them.
 
 Each torch loss subclasses the spec it computes, so building one only moves the spec's field values
-across: the values live in the spec, the defaults in the spec class. A torch loss given as a spec is
-already built. A spec this package cannot run fails here, by name, rather than inside a training step.
+across: the values live in the spec, the defaults in the spec class. A loss spec with a ``compute`` method
+(every ``SequenceLoss``) is a torch loss already. A spec this package cannot run fails here, by name, rather than inside a training step.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import attrs
 
 from ludic_core.algorithms import losses as specs
 from ludic_core.errors import ConfigError
-from ludic_train.losses.base import SequenceLoss
+from ludic_train.losses.base import Loss, SequenceLoss
 from ludic_train.losses.cispo import CISPOLoss
 from ludic_train.losses.clipped import SequenceClippedSurrogateLoss, TokenClippedSurrogateLoss
 from ludic_train.losses.composite import CompositeLoss
@@ -38,9 +38,9 @@ _TORCH: dict[type[specs.LossSpec], type[SequenceLoss]] = {
 }
 
 
-def build_loss(spec: specs.LossSpec) -> SequenceLoss:
+def build_loss(spec: specs.LossSpec) -> Loss:
     """The torch loss that computes ``spec``; :class:`ConfigError` naming the spec type if there is none."""
-    if isinstance(spec, SequenceLoss):
+    if isinstance(spec, Loss):  # a loss spec that computes itself: a torch loss already
         return spec
     if isinstance(spec, specs.Composite):
         return CompositeLoss([attrs.evolve(t, loss=build_loss(t.loss)) for t in spec.terms])
@@ -58,8 +58,8 @@ def build_loss(spec: specs.LossSpec) -> SequenceLoss:
         )
         raise ConfigError(
             f"ludic-train has no torch loss for the loss spec {type(spec).__name__} ({spec!r}); "
-            f"it builds {known}. A torch loss (a ludic_train.losses.SequenceLoss) is a loss spec itself: "
-            "pass it as the AlgorithmSpec's loss"
+            f"it builds {known}. A torch loss that subclasses the loss spec (as ludic_train.losses.SequenceLoss "
+            "does) is one: pass it as the AlgorithmSpec's loss"
         )
     values = {f.name: getattr(spec, f.name) for f in attrs.fields(torch_loss) if f.init}
     return torch_loss(**values)
