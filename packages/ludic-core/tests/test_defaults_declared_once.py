@@ -50,9 +50,12 @@ def _literal(node: ast.expr | None) -> object:
 def _is_attrs(node: ast.ClassDef) -> bool:
     for decorator in node.decorator_list:
         target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-            if target.value.id in ("attrs", "attr"):
-                return True
+        if (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == "attrs"
+        ):
+            return True
     return False
 
 
@@ -85,9 +88,9 @@ def _settings_classes() -> dict[str, dict[str, object]]:
     for path in _sources("*/src/**/*.py"):
         spec_module = any(str(path).endswith(m) for m in SPEC_MODULES)
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and _is_attrs(node):
-                if spec_module or node.name.endswith(SETTINGS_SUFFIXES):
-                    classes[f"{path.relative_to(PACKAGES)}:{node.name}"] = _field_defaults(node)
+            settings = spec_module or getattr(node, "name", "").endswith(SETTINGS_SUFFIXES)
+            if isinstance(node, ast.ClassDef) and _is_attrs(node) and settings:
+                classes[f"{path.relative_to(PACKAGES)}:{node.name}"] = _field_defaults(node)
     return classes
 
 
