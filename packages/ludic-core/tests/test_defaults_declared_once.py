@@ -71,11 +71,9 @@ def _field_defaults(node: ast.ClassDef) -> dict[str, object]:
             and isinstance(value.func, ast.Attribute)
             and value.func.attr == "field"
         ):
-            if any(
-                k.arg == "init" and _literal(k.value) is None and getattr(k.value, "value", 1) is False
-                for k in value.keywords
-            ):
-                continue
+            fixed = [k.value for k in value.keywords if k.arg == "init"]
+            if fixed and isinstance(fixed[0], ast.Constant) and fixed[0].value is False:
+                continue  # not settable, so not a default anyone passes
             value = next((k.value for k in value.keywords if k.arg == "default"), None)
         literal = _literal(value)
         if literal is not None:
@@ -88,8 +86,9 @@ def _settings_classes() -> dict[str, dict[str, object]]:
     for path in _sources("*/src/**/*.py"):
         spec_module = any(str(path).endswith(m) for m in SPEC_MODULES)
         for node in ast.walk(ast.parse(path.read_text())):
-            settings = spec_module or getattr(node, "name", "").endswith(SETTINGS_SUFFIXES)
-            if isinstance(node, ast.ClassDef) and _is_attrs(node) and settings:
+            if not (isinstance(node, ast.ClassDef) and _is_attrs(node)):
+                continue
+            if spec_module or node.name.endswith(SETTINGS_SUFFIXES):
                 classes[f"{path.relative_to(PACKAGES)}:{node.name}"] = _field_defaults(node)
     return classes
 
