@@ -22,7 +22,9 @@ def _arrays(datum):  # type: ignore[no-untyped-def]
 
 
 def test_rl_datum_is_shifted_with_inputs_on_action_positions_only():
-    datum = item_to_datum(ITEM, TinkerLoss.ppo(clip_low=0.8, clip_high=1.2, normalization="sum"), batch_size=1)
+    datum = item_to_datum(
+        ITEM, TinkerLoss.ppo(clip_low=0.8, clip_high=1.2, normalization="sum"), batch_size=1
+    )
     assert datum.model_input.to_ints() == [10, 11, 12, 20, 21, 30, 31, 22]
     a = _arrays(datum)
     assert a["target_tokens"] == [11, 12, 20, 21, 30, 31, 22, 23]
@@ -38,7 +40,9 @@ def test_rl_datum_is_shifted_with_inputs_on_action_positions_only():
     [("sum", 1.0), ("sequence_mean", 1 / 4), ("token_mean_per_sequence", 1 / (4 * 4))],
 )
 def test_normalization_scales_advantages(normalization, scale):
-    datum = item_to_datum(ITEM, TinkerLoss.cispo(clip_low=0.8, clip_high=1.2, normalization=normalization), batch_size=4)
+    datum = item_to_datum(
+        ITEM, TinkerLoss.cispo(clip_low=0.8, clip_high=1.2, normalization=normalization), batch_size=4
+    )
     assert max(_arrays(datum)["advantages"]) == pytest.approx(0.5 * scale)
 
 

@@ -88,7 +88,8 @@ def _loss_options(loss: LossSpec) -> set[str]:
 
 def _set_loss(loss: LossSpec, values: Mapping[str, Any]) -> LossSpec:
     if not isinstance(loss, Composite):
-        return attrs.evolve(loss, **{k: v for k, v in values.items() if k in _init_fields(type(loss))})
+        leaf: Any = loss  # every leaf spec is an attrs class
+        return attrs.evolve(leaf, **{k: v for k, v in values.items() if k in _init_fields(type(loss))})
     terms = [
         Term(t.name, _set_loss(t.loss, values), weight=values.get(f"{t.name}_weight", t.weight))
         for t in loss.terms

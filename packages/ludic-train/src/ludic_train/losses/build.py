@@ -7,6 +7,8 @@ across: the values live in the spec, the defaults in the spec class. A loss spec
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import attrs
 
 from ludic_core.algorithms import losses as specs
@@ -38,14 +40,19 @@ _TORCH: dict[type[specs.LossSpec], type[SequenceLoss]] = {
 }
 
 
+def _as_spec(loss: Loss) -> specs.LossSpec:
+    # build_loss returns either its argument (a spec that computes itself) or a SequenceLoss: a spec.
+    return cast(specs.LossSpec, loss)
+
+
 def build_loss(spec: specs.LossSpec) -> Loss:
     """The torch loss that computes ``spec``; :class:`ConfigError` naming the spec type if there is none."""
     if isinstance(spec, Loss):  # a loss spec that computes itself: a torch loss already
         return spec
     if isinstance(spec, specs.Composite):
-        return CompositeLoss([attrs.evolve(t, loss=build_loss(t.loss)) for t in spec.terms])
+        return CompositeLoss([attrs.evolve(t, loss=_as_spec(build_loss(t.loss))) for t in spec.terms])
     if isinstance(spec, specs.TruncatedIS):
-        return TruncatedISCorrection(build_loss(spec.inner), level=spec.level, cap=spec.cap)
+        return TruncatedISCorrection(_as_spec(build_loss(spec.inner)), level=spec.level, cap=spec.cap)
     if isinstance(spec, specs.ClippedSurrogate):
         torch_loss: type[SequenceLoss] = (
             TokenClippedSurrogateLoss if spec.level == "token" else SequenceClippedSurrogateLoss
@@ -61,5 +68,6 @@ def build_loss(spec: specs.LossSpec) -> Loss:
             f"it builds {known}. A torch loss that subclasses the loss spec (as ludic_train.losses.SequenceLoss "
             "does) is one: pass it as the AlgorithmSpec's loss"
         )
-    values = {f.name: getattr(spec, f.name) for f in attrs.fields(torch_loss) if f.init}
+    fields = attrs.fields(cast(Any, torch_loss))
+    values = {f.name: getattr(spec, f.name) for f in fields if f.init}
     return torch_loss(**values)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import cast
 
 import attrs
 import torch
@@ -51,7 +52,11 @@ class TruncatedISCorrection(SequenceLoss, specs.TruncatedIS):
 
     def zero_weight_items_inert(self) -> bool:
         # The correction multiplies the inner loss's terms by finite importance weights.
-        return self.inner.zero_weight_items_inert()
+        return self._wrapped.zero_weight_items_inert()
+
+    @property
+    def _wrapped(self) -> SequenceLoss:
+        return cast(SequenceLoss, self.inner)  # checked at construction
 
     def _truncate(self, log_weight: Tensor) -> Tensor:
         if self.cap is not None:
@@ -69,7 +74,7 @@ class TruncatedISCorrection(SequenceLoss, specs.TruncatedIS):
             weight_mean = ctx.masked_token_mean(weights)
             capped = ctx.masked_token_mean((log_ratio.exp() > weights).float())
         else:
-            per_sequence, stats = self.inner.sequence_terms(ctx, batch)
+            per_sequence, stats = self._wrapped.sequence_terms(ctx, batch)
             # log_ratio is 0 off the action positions, so the masked sum (÷ n_b) is over action tokens.
             sequence_log_ratio = ctx.reduce(log_ratio, length_normalize=self.level == "sequence_geomean")
             weights = self._truncate(sequence_log_ratio)
