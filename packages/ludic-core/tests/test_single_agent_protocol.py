@@ -263,7 +263,7 @@ async def test_traces_record_the_temperature_the_calls_sampled_with() -> None:
     spec = InferenceSpec(sampling=SamplingParams(temperature=0.6))
 
     class SilentClient(ScriptedChatClient):
-        """Reports no temperature: the protocol records the one it asked for."""
+        """Reports no temperature (breaking the ChatClient contract): the protocol does not guess one."""
 
         async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
             return attrs.evolve(await super().complete_tokens(request), sampling_temperature=None)
@@ -279,14 +279,24 @@ async def test_traces_record_the_temperature_the_calls_sampled_with() -> None:
         )
         return [s.trace.sampling_temperature for s in rollout.steps]
 
-    # Filled in by the protocol (the env step's trace too), or reported by the client.
-    assert await temperatures(SilentClient(["garbage", f"<n>{secret}</n>"]), spec) == [0.6, 0.6, 0.6]
+    # What the client reported, on every step (the env step's trace too); nothing filled in.
     assert await temperatures(ScriptedChatClient(["garbage", f"<n>{secret}</n>"]), spec) == [0.6, 0.6, 0.6]
-    assert set(await temperatures(ReportingClient([f"<n>{secret}</n>"]), spec)) == {1.0}  # the client wins
-    # Without a spec the agent samples with its own (InferenceSpec's default): only the client knows.
+    assert await temperatures(SilentClient(["garbage", f"<n>{secret}</n>"]), spec) == [None, None, None]
+    assert set(await temperatures(ReportingClient([f"<n>{secret}</n>"]), spec)) == {1.0}
     own = InferenceSpec().sampling.temperature
-    assert set(await temperatures(SilentClient([f"<n>{secret}</n>"]), None)) == {None}
     assert set(await temperatures(ScriptedChatClient([f"<n>{secret}</n>"]), None)) == {own}
+
+
+async def test_the_conformance_check_fails_a_client_that_does_not_report_its_temperature() -> None:
+    from ludic_core.errors import ConformanceError
+    from ludic_core.testing import check_client
+
+    class SilentClient(ScriptedChatClient):
+        async def complete_tokens(self, request: TokenCompletionRequest) -> ChatResponse:
+            return attrs.evolve(await super().complete_tokens(request), sampling_temperature=None)
+
+    with pytest.raises(ConformanceError, match=r"sampling_temperature None, but the request sampled at 1\.0"):
+        await check_client(SilentClient(["a", "b", "c", "d"]), prompt_token_ids=[1, 2, 3])
 
 
 async def test_env_with_two_agents_is_rejected() -> None:

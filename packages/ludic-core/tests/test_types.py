@@ -137,7 +137,7 @@ def test_sampling_params_validation_names_field_and_value() -> None:
     with pytest.raises(ConfigError, match="top_p"):
         SamplingParams(top_p=0)
     assert SamplingParams(stop="x").stop == ("x",)
-    assert SamplingParams(temperature=1.0).non_default_fields() == {"temperature": 1.0}
+    assert SamplingParams(temperature=0.7).non_default_fields() == {"temperature": 0.7}
     with pytest.raises(ConfigError, match="top_logprobs_k"):
         ReturnSpec(top_logprobs_k=0)
     with pytest.raises(ConfigError, match="must not be empty"):

@@ -83,7 +83,7 @@ async def _eval(tmp_path: Path, model: str, *extra: str) -> tuple[dict[str, floa
         assert status == 0, err
         assert server.requests and all(r["model"] == model for r in server.requests)
         assert server.requests[0]["messages"][0]["role"] == "system"  # the env's suggested prompt
-        assert server.requests[0]["temperature"] == 0.0 and server.requests[0]["max_tokens"] == 16
+        assert server.requests[0]["temperature"] == 1.0 and server.requests[0]["max_tokens"] == 16
     return json.loads((run_dir / "metrics.json").read_text()), run_dir, out
 
 
