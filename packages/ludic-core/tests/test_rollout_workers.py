@@ -58,9 +58,27 @@ def as_dicts(episodes: tuple[EpisodeResult, ...]) -> list[object]:
     ]
 
 
-def stopped(pids: list[int | None]) -> bool:
-    alive = {p.pid for p in multiprocessing.active_children()}
-    return not alive & set(pids)
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie has stopped; reaped is gone). Read from /proc where
+    there is one: whichever thread reaped the worker, the kernel's view is the same."""
+    stat = Path(f"/proc/{pid}/stat")
+    if not Path("/proc/self/stat").exists():
+        return pid in {p.pid for p in multiprocessing.active_children()}
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def stopped(pids: list[int | None], timeout_s: float = 60.0) -> bool:
+    """Whether every worker has stopped within ``timeout_s`` (a SIGKILL on a loaded machine can take a
+    moment to land)."""
+    deadline = time.monotonic() + timeout_s
+    while any(_running(pid) for pid in pids if pid is not None):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 async def test_workers_give_the_episodes_one_process_gives() -> None:
