@@ -123,6 +123,9 @@ NO_DEPS_TEST_ASSETS: dict[str, tuple[str, ...]] = {
 }
 TEST_MARKERS = "not gpu and not vllm"
 TEST_TIMEOUT_S = 300
+# Tests run torch (and what they start) on one thread: on a 2-core machine shared with other work, two
+# intra-op threads stall each other whenever one core is taken, and a test's model is too small to gain.
+ONE_TORCH_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # Each pytest run writes a JUnit XML report here, named after its session; after a failed run,
 # `.ci/run` prints the failed tests from them (tools/print_test_failures.py), so they end CI's log.
 TEST_REPORTS = ROOT / ".test-reports"
@@ -359,6 +362,7 @@ def _run_pytest(session: nox.Session, *args: str, markers: str = TEST_MARKERS) -
         f"--timeout={TEST_TIMEOUT_S}",
         *_report_args(session),
         *session.posargs,
+        env=ONE_TORCH_THREAD,
         success_codes=[0, 5],
     )
 
