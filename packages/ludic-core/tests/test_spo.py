@@ -62,10 +62,12 @@ def test_tracker_kl_adaptive_discount() -> None:
 
 def test_tracker_warm_start_and_validation() -> None:
     t = SPOValueTracker()
-    t.warm_start("q", [1, 1, 1, 0])  # v0 = 0.75, n = 4
-    assert t.counts("q") == (3.0, 1.0)
-    t.warm_start("q", [1, 0], effective_count=8)  # n = 1/(1 - 0.875) = 8: v0 = 0.5
-    assert t.counts("q") == (4.0, 4.0)
+    t.warm_start("q", [1, 1, 1, 0])  # v0 = (3 + 0.5) / (4 + 1) = 0.7; n = 1/(1 - 0.875) = 8
+    assert t.counts("q") == pytest.approx((5.6, 2.4))
+    t.warm_start("q", [1.0])  # solved by its one sample: v0 = 1.5 / 2 = 0.75, not certainty
+    assert t.counts("q") == pytest.approx((6.0, 2.0))
+    t.warm_start("q", [1, 0], effective_count=4)  # v0 = 1.5 / 3 = 0.5
+    assert t.counts("q") == (2.0, 2.0)
     with pytest.raises(DataError, match=r"success for prompt 'q' must be a number in \[0, 1\], got 1.5"):
         t.update("q", 1.5)
     with pytest.raises(ConfigError, match=r"SPOValueTracker\.rho must be"):
@@ -115,9 +117,7 @@ def tracker_with(counts: dict[str, tuple[float, float]]) -> SPOValueTracker:
 
 
 def test_advantages_on_a_hand_computed_batch() -> None:
-    t = SPOValueTracker()
-    t.warm_start("0", [1, 1, 1, 0])  # (3, 1): p = 0.75
-    t.warm_start("2", [1, 0, 0, 0])  # (1, 3): p = 0.25; prompt "1" keeps the prior, p = 0.5
+    t = tracker_with({"0": (3.0, 1.0), "2": (1.0, 3.0)})  # p = 0.75, 0.25; prompt "1" keeps the prior, 0.5
     batch = [rollout(1.0, 0, "a"), rollout(0.0, 1, "b"), rollout(1.0, 2, "c"), rollout(0.0, 0, "d")]
     weights = final_weights(SPOAdvantage(t, eps=0.0), batch)
     # A = R - p(before the batch): [1-0.75, 0-0.5, 1-0.25, 0-0.75] = [0.25, -0.5, 0.75, -0.75]
@@ -196,9 +196,7 @@ def test_requests_are_distinct_prompts_tagged_with_sample_index() -> None:
 
 
 def test_uncertain_prompts_are_drawn_more_often() -> None:
-    t = SPOValueTracker()
-    for i in range(1, 10):
-        t.warm_start(str(i), [1.0])  # solved: p = 1, priority = eps = 0.05
+    t = tracker_with({str(i): (1.0, 0.0) for i in range(1, 10)})  # solved: p = 1, priority = eps = 0.05
     provider = SPORequests(
         samples=list(range(10)), build=lambda s, i: build(str(s), i), batch_size=1, tracker=t
     )

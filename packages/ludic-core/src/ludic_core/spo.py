@@ -87,7 +87,7 @@ class SPOValueTracker:
 
     * ``alpha0``, ``beta0`` — the prior of a prompt never seen (default Beta(1, 1): estimate 0.5, so
       unseen prompts get the highest sampling priority). :meth:`warm_start` replaces it for one prompt
-      with counts from a few samples of the initial policy, as the paper does.
+      with counts from a few samples of the initial policy, as the authors do.
     * ``rho`` — the discount applied to the old counts at each update when no KL is given. The default
       0.875 is the paper's ``rho_min``: without a measure of the policy's movement, assume it moved
       enough to keep only about ``1 / (1 - rho) = 8`` observations' worth of memory.
@@ -196,18 +196,20 @@ class SPOValueTracker:
     def warm_start(
         self, key: str, successes: Sequence[float], *, effective_count: float | None = None
     ) -> None:
-        """Replace a prompt's counts with ``alpha = n*v0``, ``beta = n*(1 - v0)``, ``v0 = mean(successes)``.
+        """Replace a prompt's counts with ``alpha = n*v0``, ``beta = n*(1 - v0)`` from a few samples of the
+        initial policy, as the SPO authors initialise their tracker.
 
-        This is the paper's initialisation from a few samples of the initial policy. ``n`` is
-        ``effective_count`` (default ``len(successes)``): how many observations the start is worth
-        against later ones; ``1 / (1 - rho)`` makes it weigh like a full memory window.
+        ``v0 = (sum(successes) + 0.5) / (len(successes) + 1)``: the authors' smoothed estimate, so a
+        prompt solved (or failed) by every sample still starts short of certainty. ``n`` is
+        ``effective_count``, by default the authors' ``1 / (1 - rho_min)`` (8 with the defaults): the
+        start weighs like a full memory window of later observations.
         """
         checked = [_check_success(key, s) for s in successes]
         if not checked:
             raise DataError(f"SPOValueTracker.warm_start: no successes given for prompt {key!r}")
-        n = float(len(checked)) if effective_count is None else effective_count
+        n = 1.0 / (1.0 - self.rho_min) if effective_count is None else effective_count
         _finite("SPOValueTracker.warm_start", "effective_count", n, low=0.0, high=math.inf, low_open=True)
-        v0 = math.fsum(checked) / len(checked)
+        v0 = (math.fsum(checked) + 0.5) / (len(checked) + 1)
         self._counts[key] = (n * v0, n * (1.0 - v0))
 
     # -- state ----------------------------------------------------------------------------------------
