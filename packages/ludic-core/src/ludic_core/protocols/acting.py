@@ -13,7 +13,7 @@ from typing import Any
 from ludic_core.env import LudicEnv, SingleAgentEnv, timed_sync_step
 from ludic_core.errors import LudicTimeoutError, ProtocolError, TransportError
 from ludic_core.harness import AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
-from ludic_core.inference import InferenceSpec
+from ludic_core.protocols.base import EpisodeRun
 from ludic_core.protocols.timeline import AgentTimeline
 from ludic_core.types import EpisodeFailure, StepOutcome, ToolResult
 
@@ -93,12 +93,10 @@ async def _run_handler(handler: ExternalToolHandler, step: AgentActStep) -> list
 async def act_with_external_tools(
     agent: AgentHarness,
     timeline: AgentTimeline,
+    episode: EpisodeRun,
     *,
     attempt: int,
     external_tool_handler: ExternalToolHandler | None,
-    inference: InferenceSpec | None,
-    sampling_seed: int | None,
-    timeout_s: float | None,
     stop_on_parse_error: bool,
     max_external_rounds: int,
 ) -> AgentActStep:
@@ -110,9 +108,11 @@ async def act_with_external_tools(
     rounds = 0
     while True:
         # The agent is awaited here, not through a helper coroutine: one coroutine less per model call.
-        seed = timeline.call_seed(sampling_seed, attempt, rounds)
+        seed = timeline.call_seed(episode.sampling_seed, attempt, rounds)
         try:
-            result = await agent.act(inference=inference, sampling_seed=seed, timeout_s=timeout_s)
+            result = await agent.act(
+                inference=episode.inference, sampling_seed=seed, timeout_s=episode.timeout_s
+            )
         except Exception as exc:
             raise EpisodeStageError("agent", exc) from exc
         if not isinstance(result, AgentActResult):

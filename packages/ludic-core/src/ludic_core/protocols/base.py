@@ -5,11 +5,27 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from ludic_core.env import LudicEnv
-from ludic_core.inference import InferenceSpec
-from ludic_core.types import Rollout
+import attrs
 
-__all__ = ["InteractionProtocol"]
+from ludic_core.env import LudicEnv
+from ludic_core.errors import ConfigError
+from ludic_core.inference import InferenceSpec
+from ludic_core.types import Rollout, is_strict_int
+
+__all__ = ["EpisodeRun", "InteractionProtocol"]
+
+
+@attrs.frozen
+class EpisodeRun:
+    """What one :meth:`InteractionProtocol.run` plays: the env, the turn limit, the seeds, how to
+    sample, and the bound on each model call."""
+
+    env: LudicEnv[Any]
+    max_steps: int
+    env_seed: int | None = None
+    sampling_seed: int | None = None
+    inference: InferenceSpec | None = None
+    timeout_s: float | None = None
 
 
 class InteractionProtocol(abc.ABC):
@@ -18,9 +34,9 @@ class InteractionProtocol(abc.ABC):
     A protocol instance serves one episode (the rollout engine builds a fresh one per episode).
     ``run`` never raises for a failure inside the env, the agent or the client: it returns the
     rollouts collected so far with :attr:`Rollout.failure` set. ``timeout_s`` bounds each model call.
+    A protocol implements :meth:`play`; ``run`` checks the arguments and hands them over as one value.
     """
 
-    @abc.abstractmethod
     async def run(
         self,
         *,
@@ -30,4 +46,11 @@ class InteractionProtocol(abc.ABC):
         sampling_seed: int | None = None,
         inference: InferenceSpec | None = None,
         timeout_s: float | None = None,
-    ) -> list[Rollout]: ...
+    ) -> list[Rollout]:
+        if not is_strict_int(max_steps) or max_steps < 1:
+            raise ConfigError(f"max_steps must be an int >= 1, got {max_steps!r}")
+        return await self.play(EpisodeRun(env, max_steps, env_seed, sampling_seed, inference, timeout_s))
+
+    @abc.abstractmethod
+    async def play(self, episode: EpisodeRun) -> list[Rollout]:
+        """Play ``episode`` (its ``max_steps`` already checked); the contract of :meth:`run`."""

@@ -24,10 +24,9 @@ import attrs
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
 from ludic_core.harness import AgentHarness, ExternalToolHandler
-from ludic_core.inference import InferenceSpec
 from ludic_core.logs import get_logger
 from ludic_core.protocols.acting import failure_from
-from ludic_core.protocols.base import InteractionProtocol
+from ludic_core.protocols.base import EpisodeRun, InteractionProtocol
 from ludic_core.protocols.child_reward import CHILD_REWARD_MODES, ChildRewardMode, apply_child_reward
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.protocols.subtask_env import SubtaskEnv
@@ -215,7 +214,6 @@ class _Launch:
     call: ToolCall
     invocation: int
     protocol: DelegatingProtocol
-    env: LudicEnv[Any]
     delegator: _Delegator
     node: _Node | None = None
 
@@ -237,18 +235,11 @@ class _Delegator:
         self,
         protocol: DelegatingProtocol,
         position: _Position,
-        *,
-        env_seed: int | None,
-        sampling_seed: int | None,
-        inference: InferenceSpec | None,
-        timeout_s: float | None,
+        episode: EpisodeRun,
     ) -> None:
         self.protocol = protocol
         self.position = position
-        self.env_seed = env_seed
-        self.sampling_seed = sampling_seed
-        self.inference = inference
-        self.timeout_s = timeout_s
+        self.episode = episode
         self.launches: list[_Launch] = []
         self.errors: list[dict[str, str]] = []
         self.invocations: list[tuple[ToolCall, ...]] = []
@@ -338,23 +329,19 @@ class _Delegator:
             )
         position = self.position.child(index, call.id)
         child = protocol.spawn(agent)
-        return _Launch(
-            call=call,
-            invocation=invocation,
-            protocol=child,
+        env_seed, sampling_seed = (
+            None if seed is None else derive_seed(seed, "delegate", position.label)
+            for seed in (self.episode.env_seed, self.episode.sampling_seed)
+        )
+        episode = attrs.evolve(
+            self.episode,
             env=env,
-            delegator=_Delegator(
-                child,
-                position,
-                env_seed=None
-                if self.env_seed is None
-                else derive_seed(self.env_seed, "delegate", position.label),
-                sampling_seed=None
-                if self.sampling_seed is None
-                else derive_seed(self.sampling_seed, "delegate", position.label),
-                inference=self.inference,
-                timeout_s=self.timeout_s,
-            ),
+            max_steps=protocol.child_max_steps,
+            env_seed=env_seed,
+            sampling_seed=sampling_seed,
+        )
+        return _Launch(
+            call=call, invocation=invocation, protocol=child, delegator=_Delegator(child, position, episode)
         )
 
     async def _run_child(self, launch: _Launch) -> ToolResult:
@@ -362,20 +349,17 @@ class _Delegator:
         limit = self.protocol.child_timeout_s
         async with self._semaphore:
             try:
-                node = await asyncio.wait_for(
-                    launch.protocol.run_node(launch.delegator, launch.env, self.protocol.child_max_steps),
-                    limit,
-                )
+                node = await asyncio.wait_for(launch.protocol.run_node(launch.delegator), limit)
             except TimeoutError:
                 error = LudicTimeoutError(
                     f"child episode {position.label} (delegate call {launch.call.id!r}) did not finish "
                     f"within child_timeout_s={limit}"
                 )
                 node = launch.protocol.failed_node(
-                    launch.delegator, launch.env, EpisodeFailure.from_exception("timeout", error)
+                    launch.delegator, EpisodeFailure.from_exception("timeout", error)
                 )
             except Exception as exc:  # reported on the child's rollout and to the parent, never lost
-                node = launch.protocol.failed_node(launch.delegator, launch.env, failure_from(exc))
+                node = launch.protocol.failed_node(launch.delegator, failure_from(exc))
         launch.node = node
         failure = node.rollout.failure
         if failure is not None:
@@ -402,7 +386,7 @@ class _Delegator:
                 failure = attrs.evolve(
                     stopped, message=f"cancelled with its enclosing episode: {stopped.message}"
                 )
-                launch.node = launch.protocol.failed_node(launch.delegator, launch.env, failure)
+                launch.node = launch.protocol.failed_node(launch.delegator, failure)
             nodes.append(launch.node)
         return nodes
 
@@ -536,30 +520,13 @@ class DelegatingProtocol(InteractionProtocol):
             max_external_rounds=self.max_external_rounds,
         )
 
-    async def run(
-        self,
-        *,
-        env: LudicEnv[Any],
-        max_steps: int,
-        env_seed: int | None = None,
-        sampling_seed: int | None = None,
-        inference: InferenceSpec | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Rollout]:
+    async def play(self, episode: EpisodeRun) -> list[Rollout]:
         root = _Position(depth=0, path=(), call_id=None, budget=_ChildBudget(self.max_children))
-        delegator = _Delegator(
-            self,
-            root,
-            env_seed=env_seed,
-            sampling_seed=sampling_seed,
-            inference=inference,
-            timeout_s=timeout_s,
-        )
-        tree = await self.run_node(delegator, env, max_steps)
+        tree = await self.run_node(_Delegator(self, root, episode))
         self._assign_child_rewards(tree)
         return tree.flatten()
 
-    async def run_node(self, delegator: _Delegator, env: LudicEnv[Any], max_steps: int) -> _Node:
+    async def run_node(self, delegator: _Delegator) -> _Node:
         """Run this agent's episode (its children inside it) and return its part of the tree."""
         single = SingleAgentProtocol(
             self.agent,
@@ -567,21 +534,14 @@ class DelegatingProtocol(InteractionProtocol):
             external_tool_handler=delegator.handle,
             max_external_rounds=self.max_external_rounds,
         )
-        [rollout] = await single.run(
-            env=env,
-            max_steps=max_steps,
-            env_seed=delegator.env_seed,
-            sampling_seed=delegator.sampling_seed,
-            inference=delegator.inference,
-            timeout_s=delegator.timeout_s,
-        )
+        [rollout] = await single.play(delegator.episode)
         return self._node(delegator, rollout, cause=None)
 
-    def failed_node(self, delegator: _Delegator, env: LudicEnv[Any], failure: EpisodeFailure) -> _Node:
+    def failed_node(self, delegator: _Delegator, failure: EpisodeFailure) -> _Node:
         """The part of the tree of a child episode that did not return a rollout of its own."""
         meta: Info = {
             "protocol": self.name,
-            "env_name": env.name,
+            "env_name": delegator.episode.env.name,
             "episode_truncated": False,
             "truncation_reason": None,
             "ended_by": "failure",

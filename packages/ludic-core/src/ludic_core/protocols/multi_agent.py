@@ -9,10 +9,8 @@ from typing import Any
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, ProtocolError
 from ludic_core.harness import AgentActStep, AgentHarness, ExternalToolHandler
-from ludic_core.inference import InferenceSpec
 from ludic_core.protocols.acting import EpisodeStageError, act_with_external_tools, failure_from
-from ludic_core.protocols.base import InteractionProtocol
-from ludic_core.protocols.single_agent import _check_max_steps
+from ludic_core.protocols.base import EpisodeRun, InteractionProtocol
 from ludic_core.protocols.timeline import DEFAULT_PARSE_FAILURE_OBS, AgentTimeline
 from ludic_core.types import EpisodeFailure, Rollout, StepOutcome
 
@@ -63,17 +61,8 @@ class MultiAgentProtocol(InteractionProtocol):
             return handler.get(agent_id)
         return handler
 
-    async def run(
-        self,
-        *,
-        env: LudicEnv[Any],
-        max_steps: int,
-        env_seed: int | None = None,
-        sampling_seed: int | None = None,
-        inference: InferenceSpec | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Rollout]:
-        _check_max_steps(max_steps)
+    async def play(self, episode: EpisodeRun) -> list[Rollout]:
+        env = episode.env
         unknown = sorted(set(self.agents) - set(env.agent_ids))
         if unknown:
             raise ConfigError(
@@ -82,24 +71,16 @@ class MultiAgentProtocol(InteractionProtocol):
         timelines = {aid: AgentTimeline(agent_id=aid, turn_start_obs="") for aid in self.agents}
         failure: EpisodeFailure | None = None
         try:
-            await self._loop(env, timelines, max_steps, env_seed, sampling_seed, inference, timeout_s)
+            await self._loop(episode, timelines)
         except Exception as exc:  # reported on every rollout, never lost or re-raised
             failure = failure_from(exc)
         meta = {"protocol": self.name, "env_name": env.name, "agents": sorted(self.agents)}
         return [timelines[aid].to_rollout(meta, failure) for aid in self.agents]
 
-    async def _loop(
-        self,
-        env: LudicEnv[Any],
-        timelines: dict[str, AgentTimeline],
-        max_steps: int,
-        env_seed: int | None,
-        sampling_seed: int | None,
-        inference: InferenceSpec | None,
-        timeout_s: float | None,
-    ) -> None:
+    async def _loop(self, episode: EpisodeRun, timelines: dict[str, AgentTimeline]) -> None:
+        env = episode.env
         try:
-            initial = env.reset(seed=env_seed)
+            initial = env.reset(seed=episode.env_seed)
             suggested = env.suggested_sysprompt
         except Exception as exc:
             raise EpisodeStageError("env", exc) from exc
@@ -113,7 +94,7 @@ class MultiAgentProtocol(InteractionProtocol):
             except Exception as exc:
                 raise EpisodeStageError("agent", exc) from exc
 
-        for attempt in range(max_steps):
+        for attempt in range(episode.max_steps):
             active = list(env.active_agents)
             to_poll = [a for a in active if a in self.agents and not timelines[a].finished]
             if not to_poll:
@@ -123,7 +104,7 @@ class MultiAgentProtocol(InteractionProtocol):
                 self._deliver(env, {}, await self._env_step(env, {}), timelines)
                 continue
 
-            finals = await self._act_all(to_poll, timelines, attempt, sampling_seed, inference, timeout_s)
+            finals = await self._act_all(to_poll, timelines, attempt, episode)
             actions: dict[str, str] = {}
             stop_episode = False
             for aid, final in finals.items():
@@ -166,9 +147,7 @@ class MultiAgentProtocol(InteractionProtocol):
         agent_ids: list[str],
         timelines: dict[str, AgentTimeline],
         attempt: int,
-        sampling_seed: int | None,
-        inference: InferenceSpec | None,
-        timeout_s: float | None,
+        episode: EpisodeRun,
     ) -> dict[str, AgentActStep]:
         try:
             async with asyncio.TaskGroup() as group:
@@ -177,11 +156,9 @@ class MultiAgentProtocol(InteractionProtocol):
                         act_with_external_tools(
                             self.agents[aid],
                             timelines[aid],
+                            episode,
                             attempt=attempt,
                             external_tool_handler=self._handler_for(aid),
-                            inference=inference,
-                            sampling_seed=sampling_seed,
-                            timeout_s=timeout_s,
                             stop_on_parse_error=self.stop_on_parse_error,
                             max_external_rounds=self.max_external_rounds,
                         )

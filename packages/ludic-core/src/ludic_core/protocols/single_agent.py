@@ -4,21 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, ProtocolError
 from ludic_core.harness import AgentHarness, ExternalToolHandler
-from ludic_core.inference import InferenceSpec
 from ludic_core.protocols.acting import EpisodeStageError, act_with_external_tools, direct_step, failure_from
-from ludic_core.protocols.base import InteractionProtocol
+from ludic_core.protocols.base import EpisodeRun, InteractionProtocol
 from ludic_core.protocols.timeline import DEFAULT_PARSE_FAILURE_OBS, AgentTimeline
-from ludic_core.types import EpisodeFailure, Rollout, is_strict_int
+from ludic_core.types import EpisodeFailure, Rollout
 
 __all__ = ["SingleAgentProtocol"]
-
-
-def _check_max_steps(max_steps: int) -> None:
-    if not is_strict_int(max_steps) or max_steps < 1:
-        raise ConfigError(f"max_steps must be an int >= 1, got {max_steps!r}")
 
 
 class SingleAgentProtocol(InteractionProtocol):
@@ -53,17 +46,8 @@ class SingleAgentProtocol(InteractionProtocol):
         self.external_tool_handler = external_tool_handler
         self.max_external_rounds = max_external_rounds
 
-    async def run(
-        self,
-        *,
-        env: LudicEnv[Any],
-        max_steps: int,
-        env_seed: int | None = None,
-        sampling_seed: int | None = None,
-        inference: InferenceSpec | None = None,
-        timeout_s: float | None = None,
-    ) -> list[Rollout]:
-        _check_max_steps(max_steps)
+    async def play(self, episode: EpisodeRun) -> list[Rollout]:
+        env = episode.env
         meta = {"protocol": self.name, "env_name": env.name}
         agent_ids = list(env.agent_ids)
         if len(agent_ids) != 1:
@@ -74,26 +58,15 @@ class SingleAgentProtocol(InteractionProtocol):
         timeline = AgentTimeline(agent_id=agent_id, turn_start_obs="")
         failure: EpisodeFailure | None = None
         try:
-            await self._loop(
-                env, agent_id, timeline, max_steps, sampling_seed, env_seed, inference, timeout_s
-            )
+            await self._loop(episode, agent_id, timeline)
         except Exception as exc:  # reported on the rollout, never lost or re-raised
             failure = failure_from(exc)
         return [timeline.to_rollout(meta, failure)]
 
-    async def _loop(
-        self,
-        env: LudicEnv[Any],
-        agent_id: str,
-        timeline: AgentTimeline,
-        max_steps: int,
-        sampling_seed: int | None,
-        env_seed: int | None,
-        inference: InferenceSpec | None,
-        timeout_s: float | None,
-    ) -> None:
+    async def _loop(self, episode: EpisodeRun, agent_id: str, timeline: AgentTimeline) -> None:
+        env = episode.env
         try:
-            initial = env.reset(seed=env_seed)
+            initial = env.reset(seed=episode.env_seed)
             system_prompt = self.agent.default_system_prompt or env.suggested_sysprompt
         except Exception as exc:
             raise EpisodeStageError("env", exc) from exc
@@ -110,7 +83,7 @@ class SingleAgentProtocol(InteractionProtocol):
         timeline.turn_start_obs = obs
         step_now = direct_step(env)
 
-        for attempt in range(max_steps):
+        for attempt in range(episode.max_steps):
             if agent_id not in env.active_agents:
                 # The env stopped asking for actions without ending the episode for this agent.
                 timeline.mark_truncated("env", ended_by="inactive")
@@ -118,11 +91,9 @@ class SingleAgentProtocol(InteractionProtocol):
             final = await act_with_external_tools(
                 self.agent,
                 timeline,
+                episode,
                 attempt=attempt,
                 external_tool_handler=self.external_tool_handler,
-                inference=inference,
-                sampling_seed=sampling_seed,
-                timeout_s=timeout_s,
                 stop_on_parse_error=self.stop_on_parse_error,
                 max_external_rounds=self.max_external_rounds,
             )
