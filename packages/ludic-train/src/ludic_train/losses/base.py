@@ -51,6 +51,7 @@ __all__ = [
     "Stats",
     "TokenLoss",
     "TokenLogpContext",
+    "WeightedLoss",
     "require_key",
     "shared_token_context",
     "stats_to_host",
@@ -346,6 +347,18 @@ class SequenceLoss(LossSpec, abc.ABC):
         loss = per_sequence.mean()
         stats["loss"] = loss.detach()
         return loss, stats
+
+
+class WeightedLoss:
+    """Mixin of a loss whose sequence term is its item's weight (``batch["weight"]``, the advantage or
+    sample weight) times a finite factor, so items of weight 0 are inert."""
+
+    __slots__ = ()
+    weight_proportional: ClassVar[bool] = True
+
+    def item_weights(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> Tensor:
+        """The ``[B]`` item weights in the context's dtype."""
+        return require_key(batch, "weight", who=type(self).__name__).to(ctx.dtype)
 
 
 class TokenLoss(SequenceLoss):

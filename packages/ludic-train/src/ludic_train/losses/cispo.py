@@ -14,19 +14,17 @@ from torch import Tensor
 
 from ludic_core.algorithms import losses as specs
 from ludic_train.losses._ratio import token_log_ratio
-from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, advantage_stats, require_key
+from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, WeightedLoss, advantage_stats
 
 __all__ = ["CISPOLoss"]
 
 
 @attrs.frozen
-class CISPOLoss(TokenLoss, specs.CISPO):
+class CISPOLoss(WeightedLoss, TokenLoss, specs.CISPO):
     """Computes :class:`ludic_core.algorithms.CISPO` (its fields and defaults)."""
 
-    weight_proportional = True
-
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
-        advantages = require_key(batch, "weight", who="CISPOLoss").to(ctx.dtype)
+        advantages = self.item_weights(ctx, batch)
         with torch.no_grad():
             ratio = token_log_ratio(ctx, batch, who="CISPOLoss").exp()
             is_weight = ratio.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)

@@ -26,11 +26,16 @@ from ludic_train.losses.base import (
     Stats,
     TokenLogpContext,
     TokenLoss,
+    WeightedLoss,
     advantage_stats,
-    require_key,
 )
 
 __all__ = ["SequenceClippedSurrogateLoss", "TokenClippedSurrogateLoss"]
+
+
+def _surrogate(ratio: Tensor, advantages: Tensor, low: float, high: float) -> Tensor:
+    """PPO's pessimistic objective ``min(r·A, clip(r, 1−ε_lo, 1+ε_hi)·A)``."""
+    return torch.minimum(ratio * advantages, ratio.clamp(1.0 - low, 1.0 + high) * advantages)
 
 
 def _active_clip(ratio: Tensor, advantages: Tensor, low: float, high: float) -> Tensor:
@@ -38,20 +43,17 @@ def _active_clip(ratio: Tensor, advantages: Tensor, low: float, high: float) -> 
 
 
 @attrs.frozen
-class TokenClippedSurrogateLoss(TokenLoss, specs.ClippedSurrogate):
+class TokenClippedSurrogateLoss(WeightedLoss, TokenLoss, specs.ClippedSurrogate):
     """Computes :class:`ludic_core.algorithms.ClippedSurrogate` at ``level="token"`` (GRPO)."""
-
-    weight_proportional = True
 
     level: specs.SurrogateLevel = attrs.field(default="token", init=False)
 
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         who = type(self).__name__
-        advantages = require_key(batch, "weight", who=who).to(ctx.dtype)[:, None]
+        advantages = self.item_weights(ctx, batch)[:, None]
         log_ratio = token_log_ratio(ctx, batch, who=who)
         ratio = cap_ratio(log_ratio.exp(), self.ratio_clip)
-        clipped = ratio.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
-        objective = torch.minimum(ratio * advantages, clipped * advantages)
+        objective = _surrogate(ratio, advantages, self.clip_eps_low, self.clip_eps_high)
         with torch.no_grad():
             stats = advantage_stats(advantages.squeeze(1))
             stats["ratio_mean"] = ctx.masked_token_mean(ratio)
@@ -63,21 +65,18 @@ class TokenClippedSurrogateLoss(TokenLoss, specs.ClippedSurrogate):
 
 
 @attrs.frozen
-class SequenceClippedSurrogateLoss(SequenceLoss, specs.ClippedSurrogate):
+class SequenceClippedSurrogateLoss(WeightedLoss, SequenceLoss, specs.ClippedSurrogate):
     """Computes :class:`ludic_core.algorithms.ClippedSurrogate` at ``level="sequence"`` (GSPO)."""
-
-    weight_proportional = True
 
     level: specs.SurrogateLevel = attrs.field(default="sequence", init=False)
 
     def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
         who = type(self).__name__
-        advantages = require_key(batch, "weight", who=who).to(ctx.dtype)
+        advantages = self.item_weights(ctx, batch)
         logp = ctx.sequence_logp(length_normalize=self.length_normalize)
         old = ctx.reduce(actor_token_logp(ctx, batch, who=who), length_normalize=self.length_normalize)
         ratio = cap_ratio((logp - old).exp(), self.ratio_clip)
-        clipped = ratio.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
-        objective = torch.minimum(ratio * advantages, clipped * advantages)
+        objective = _surrogate(ratio, advantages, self.clip_eps_low, self.clip_eps_high)
         with torch.no_grad():
             stats = advantage_stats(advantages)
             stats["ratio_mean"] = ratio.mean()

@@ -21,22 +21,20 @@ from ludic_train.losses.base import (
     SequenceLoss,
     Stats,
     TokenLogpContext,
+    WeightedLoss,
     advantage_stats,
     population_std,
-    require_key,
 )
 
 __all__ = ["GMPOLoss"]
 
 
 @attrs.frozen
-class GMPOLoss(SequenceLoss, specs.GMPO):
+class GMPOLoss(WeightedLoss, SequenceLoss, specs.GMPO):
     """Computes :class:`ludic_core.algorithms.GMPO` (its fields and defaults)."""
 
-    weight_proportional = True
-
     def sequence_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
-        advantages = require_key(batch, "weight", who="GMPOLoss").to(ctx.dtype)
+        advantages = self.item_weights(ctx, batch)
         sign = torch.sign(advantages)[:, None]
         log_ratio = token_log_ratio(ctx, batch, who="GMPOLoss")
         signed = sign * log_ratio

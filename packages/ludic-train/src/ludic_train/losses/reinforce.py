@@ -18,19 +18,17 @@ import attrs
 from torch import Tensor
 
 from ludic_core.algorithms import losses as specs
-from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, advantage_stats, require_key
+from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, WeightedLoss, advantage_stats
 
 __all__ = ["ReinforceLoss"]
 
 
 @attrs.frozen
-class ReinforceLoss(TokenLoss, specs.Reinforce):
+class ReinforceLoss(WeightedLoss, TokenLoss, specs.Reinforce):
     """Per token ``−A_b · log π(a_t)``; summed per sequence (÷ ``n_b`` when ``length_normalize``)."""
 
-    weight_proportional = True
-
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
-        advantages = require_key(batch, "weight", who="ReinforceLoss").to(ctx.dtype)
+        advantages = self.item_weights(ctx, batch)
         stats = advantage_stats(advantages)
         stats["logp_mean"] = ctx.sequence_logp(length_normalize=self.length_normalize).mean().detach()
         return -advantages[:, None] * ctx.token_logp, stats

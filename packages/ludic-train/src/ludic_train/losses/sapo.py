@@ -19,22 +19,20 @@ from ludic_train.losses.base import (
     Stats,
     TokenLogpContext,
     TokenLoss,
+    WeightedLoss,
     advantage_stats,
     population_std,
-    require_key,
 )
 
 __all__ = ["SAPOLoss"]
 
 
 @attrs.frozen
-class SAPOLoss(TokenLoss, specs.SAPO):
+class SAPOLoss(WeightedLoss, TokenLoss, specs.SAPO):
     """Computes :class:`ludic_core.algorithms.SAPO` (its fields and defaults)."""
 
-    weight_proportional = True
-
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
-        advantages = require_key(batch, "weight", who="SAPOLoss").to(ctx.dtype)
+        advantages = self.item_weights(ctx, batch)
         ratio = token_log_ratio(ctx, batch, who="SAPOLoss").exp()
         tau_pos, tau_neg = advantages.new_tensor(self.tau_pos), advantages.new_tensor(self.tau_neg)
         tau = torch.where(advantages > 0, tau_pos, tau_neg)[:, None]

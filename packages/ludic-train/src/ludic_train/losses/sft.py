@@ -13,19 +13,17 @@ import torch
 from torch import Tensor
 
 from ludic_core.algorithms import losses as specs
-from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, require_key
+from ludic_train.losses.base import Stats, TokenLogpContext, TokenLoss, WeightedLoss
 
 __all__ = ["MaskedCrossEntropyLoss"]
 
 
 @attrs.frozen
-class MaskedCrossEntropyLoss(TokenLoss, specs.CrossEntropy):
+class MaskedCrossEntropyLoss(WeightedLoss, TokenLoss, specs.CrossEntropy):
     """Computes :class:`ludic_core.algorithms.CrossEntropy` (its fields and defaults)."""
 
-    weight_proportional = True
-
     def token_terms(self, ctx: TokenLogpContext, batch: Mapping[str, Tensor]) -> tuple[Tensor, Stats]:
-        weights = require_key(batch, "weight", who="MaskedCrossEntropyLoss").to(ctx.dtype)
+        weights = self.item_weights(ctx, batch)
         with torch.no_grad():
             nll_per_token = ctx.reduce(-ctx.token_logp, length_normalize=False) / ctx.token_counts
             stats = {
