@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError, DataError, ProtocolError
 from ludic_core.types import Info, StepOutcome
 from ludic_envs.codeexec.limits import SandboxLimits
 from ludic_envs.codeexec.pool import SandboxPool, default_pool
 from ludic_envs.codeexec.testcases import TestCase, TestReport, parse_tests
+from ludic_envs.row_env import DatasetRowEnv
 
 __all__ = ["CODE_SYSTEM_PROMPT", "CodeExecEnv", "strip_code_fence"]
 
@@ -29,12 +28,12 @@ def strip_code_fence(text: str) -> str:
     return blocks[-1] if blocks else text
 
 
-class CodeExecEnv(SingleAgentEnv):
+class CodeExecEnv(DatasetRowEnv):
     """One task per episode: the prompt, then one program, graded by running it against the tests.
 
     Rows hold the prompt under ``prompt_key`` and the tests under ``tests_key`` in any shape that
     :func:`~ludic_envs.codeexec.testcases.parse_tests` accepts (assert strings, ``{"input",
-    "output"}`` dicts, APPS ``{"inputs", "outputs"}``). Rows are picked as in ``DatasetQAEnv``.
+    "output"}`` dicts, APPS ``{"inputs", "outputs"}``). Rows are picked as :class:`~ludic_envs.row_env.DatasetRowEnv` says.
 
     ``reward_mode="fraction"`` pays the fraction of tests passed; ``"all_or_nothing"`` pays
     ``correct_reward`` only when all pass (and stops at the first failure). An empty program (after
@@ -60,16 +59,9 @@ class CodeExecEnv(SingleAgentEnv):
         seed: int | None = None,
         agent_id: str = "agent_0",
     ) -> None:
-        super().__init__(agent_id=agent_id)
-        if (sample is None) == (samples is None):
-            raise ConfigError("CodeExecEnv needs exactly one of sample= (one row) or samples= (many rows)")
-        if samples is not None and index is not None and not 0 <= index < len(samples):
-            raise ConfigError(f"index must be in [0, {len(samples)}), got {index!r}")
+        super().__init__(sample, samples, index, system_prompt=system_prompt, seed=seed, agent_id=agent_id)
         if reward_mode not in ("fraction", "all_or_nothing"):
             raise ConfigError(f"reward_mode must be 'fraction' or 'all_or_nothing', got {reward_mode!r}")
-        self._fixed_sample = sample
-        self._samples = samples
-        self._index = index
         self.prompt_key = prompt_key
         self.tests_key = tests_key
         self.reward_mode = reward_mode
@@ -81,35 +73,16 @@ class CodeExecEnv(SingleAgentEnv):
         else:
             self.limits = SandboxLimits(**limits)
         self._pool = pool
-        self._system_prompt = system_prompt
-        self._rng = random.Random(seed)
         self._sample: Mapping[str, Any] | None = None
         self._tests: list[TestCase] = []
         self._done = False
-
-    @property
-    def num_samples(self) -> int | None:
-        """How many rows the env draws from (row ``index`` picks one); None for a single ``sample``."""
-        return None if self._samples is None else len(self._samples)
-
-    @property
-    def suggested_sysprompt(self) -> str | None:
-        return self._system_prompt
 
     @property
     def pool(self) -> SandboxPool:
         return self._pool if self._pool is not None else default_pool()
 
     def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
-        if seed is not None:
-            self._rng = random.Random(seed)
-        index: int | None = None
-        if self._fixed_sample is not None:
-            sample = self._fixed_sample
-        else:
-            assert self._samples is not None
-            index = self._index if self._index is not None else self._rng.randrange(len(self._samples))
-            sample = self._samples[index]
+        sample, index = self.pick_row(seed)
         for key in (self.prompt_key, self.tests_key):
             if key not in sample:
                 raise DataError(f"code sample has no {key!r}; its keys are {sorted(sample)}")

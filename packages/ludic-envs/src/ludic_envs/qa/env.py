@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError, DataError, ProtocolError
 from ludic_core.types import Info, StepOutcome
 from ludic_envs.qa.equivalence import UngradedAnswerError
+from ludic_envs.row_env import DatasetRowEnv
 
 __all__ = ["AnswerParser", "DatasetQAEnv", "PromptBuilder", "TargetParser", "Verifier"]
 
@@ -40,12 +39,9 @@ def _finite(name: str, value: float) -> float:
     return value
 
 
-class DatasetQAEnv(SingleAgentEnv):
-    """Ask one question, grade one answer, end the episode.
-
-    The question comes from ``sample`` (one row), or from ``samples`` (any sequence of rows, e.g. a
-    ``datasets.Dataset``): row ``index`` if given, else a row drawn with the env's RNG, which
-    ``reset(seed=...)`` reseeds — so a seed picks the question reproducibly.
+class DatasetQAEnv(DatasetRowEnv):
+    """Ask one question, grade one answer, end the episode; the question's row is picked as
+    :class:`~ludic_envs.row_env.DatasetRowEnv` says.
 
     Grading: ``answer_parser`` extracts the answer from the action (None: no answer found, which is
     graded incorrect), ``target_parser`` extracts the reference from ``sample[answer_key]``, and
@@ -75,26 +71,13 @@ class DatasetQAEnv(SingleAgentEnv):
         seed: int | None = None,
         agent_id: str = "agent_0",
     ) -> None:
-        super().__init__(agent_id=agent_id)
-        if (sample is None) == (samples is None):
-            raise ConfigError("DatasetQAEnv needs exactly one of sample= (one row) or samples= (many rows)")
-        if sample is not None and index is not None:
-            raise ConfigError(f"index={index!r} only applies with samples=, not with a single sample=")
-        if samples is not None:
-            if len(samples) == 0:
-                raise ConfigError("samples= is empty; a QA env needs at least one row")
-            if index is not None and not 0 <= index < len(samples):
-                raise ConfigError(f"index must be in [0, {len(samples)}), got {index!r}")
-        self._fixed_sample = sample
-        self._samples = samples
-        self._index = index
+        super().__init__(sample, samples, index, system_prompt=system_prompt, seed=seed, agent_id=agent_id)
         self.prompt_key = prompt_key
         self.answer_key = answer_key
         self.prompt_builder = prompt_builder
         self.target_parser: TargetParser = target_parser or str.strip
         self.answer_parser: AnswerParser = answer_parser or _strip
         self.verifier: Verifier = verifier or _exact_match
-        self._system_prompt = system_prompt
         self.correct_reward = _finite("correct_reward", correct_reward)
         self.incorrect_reward = _finite("incorrect_reward", incorrect_reward)
         self.no_answer_reward = (
@@ -102,32 +85,15 @@ class DatasetQAEnv(SingleAgentEnv):
             if no_answer_reward is None
             else _finite("no_answer_reward", no_answer_reward)
         )
-        self._rng = random.Random(seed)
         self._sample: Mapping[str, Any] | None = None
         self._sample_index: int | None = None
         self._done = False
-
-    @property
-    def num_samples(self) -> int | None:
-        """How many rows the env draws from (row ``index`` picks one); None for a single ``sample``."""
-        return None if self._samples is None else len(self._samples)
-
-    @property
-    def suggested_sysprompt(self) -> str | None:
-        return self._system_prompt
 
     @property
     def sample(self) -> Mapping[str, Any]:
         if self._sample is None:
             raise ProtocolError(f"{self.name}: call reset() before reading the sample")
         return self._sample
-
-    def _pick(self) -> tuple[Mapping[str, Any], int | None]:
-        if self._fixed_sample is not None:
-            return self._fixed_sample, None
-        assert self._samples is not None
-        index = self._index if self._index is not None else self._rng.randrange(len(self._samples))
-        return self._samples[index], index
 
     def question_id(self, sample: Mapping[str, Any], index: int | None) -> str:
         for key in _ID_KEYS:
@@ -148,9 +114,7 @@ class DatasetQAEnv(SingleAgentEnv):
         return self.target_parser(str(sample[self.answer_key]))
 
     def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
-        if seed is not None:
-            self._rng = random.Random(seed)
-        self._sample, self._sample_index = self._pick()
+        self._sample, self._sample_index = self.pick_row(seed)
         self._done = False
         info: Info = {"question_id": self.question_id(self._sample, self._sample_index)}
         if self._sample_index is not None:

@@ -18,15 +18,15 @@ from ludic_envs.tictactoe.board import (
     index_of,
     other_mark,
 )
-from ludic_envs.tictactoe.game import TicTacToeGame
+from ludic_envs.tictactoe.game import GameEnvMixin, TicTacToeGame
 from ludic_envs.tictactoe.opponents import Opponent, make_opponent
-from ludic_envs.tictactoe.prompts import SYSTEM_PROMPT, board_prompt, ending_text
+from ludic_envs.tictactoe.prompts import board_prompt, ending_text
 from ludic_envs.tictactoe.rewards import TicTacToeRewards
 
 __all__ = ["TicTacToeEnv"]
 
 
-class TicTacToeEnv(SingleAgentEnv):
+class TicTacToeEnv(GameEnvMixin, SingleAgentEnv):
     """The agent plays one game against ``opponent``; one env step is one agent move plus the reply.
 
     Options (all JSON-friendly, so an ``EnvSpec`` can carry them):
@@ -68,16 +68,6 @@ class TicTacToeEnv(SingleAgentEnv):
         self._rng = random.Random(seed)
         self._game: TicTacToeGame | None = None
         self._mark: Mark = "X"
-
-    @property
-    def suggested_sysprompt(self) -> str:
-        return SYSTEM_PROMPT
-
-    @property
-    def game(self) -> TicTacToeGame:
-        if self._game is None:
-            raise ProtocolError(f"{self.name}: call reset() before using the game")
-        return self._game
 
     @property
     def agent_mark(self) -> Mark:

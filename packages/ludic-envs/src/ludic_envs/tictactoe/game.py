@@ -6,12 +6,13 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from ludic_core.errors import DataError
+from ludic_core.errors import DataError, ProtocolError
 from ludic_envs.tictactoe.board import Board, Mark, coordinate_of, other_mark
+from ludic_envs.tictactoe.prompts import SYSTEM_PROMPT
 from ludic_envs.tictactoe.rewards import TicTacToeRewards
 from ludic_envs.tictactoe.solver import optimal_moves, position_value
 
-__all__ = ["GameResult", "TicTacToeGame"]
+__all__ = ["GameEnvMixin", "GameResult", "TicTacToeGame"]
 
 GameResult: TypeAlias = Literal["win", "loss", "draw", "illegal_move", "opponent_forfeit"]
 
@@ -85,3 +86,20 @@ class TicTacToeGame:
             "mark": mark,
             "opponent_mark": other_mark(mark),
         }
+
+
+class GameEnvMixin:
+    """What both Tic-Tac-Toe envs expose the same way: the game of the current episode and the
+    system prompt."""
+
+    _game: TicTacToeGame | None
+
+    @property
+    def suggested_sysprompt(self) -> str:
+        return SYSTEM_PROMPT
+
+    @property
+    def game(self) -> TicTacToeGame:
+        if self._game is None:
+            raise ProtocolError(f"{type(self).__name__}: call reset() before using the game")
+        return self._game

@@ -17,8 +17,8 @@ from ludic_envs.tictactoe.board import (
     index_of,
     other_mark,
 )
-from ludic_envs.tictactoe.game import TicTacToeGame
-from ludic_envs.tictactoe.prompts import SYSTEM_PROMPT, board_prompt, ending_text
+from ludic_envs.tictactoe.game import GameEnvMixin, TicTacToeGame
+from ludic_envs.tictactoe.prompts import board_prompt, ending_text
 from ludic_envs.tictactoe.rewards import TicTacToeRewards
 
 __all__ = ["TicTacToeSelfPlayEnv"]
@@ -26,7 +26,7 @@ __all__ = ["TicTacToeSelfPlayEnv"]
 _MARK_OF: dict[str, Mark] = {"x": "X", "o": "O"}
 
 
-class TicTacToeSelfPlayEnv(LudicEnv[str]):
+class TicTacToeSelfPlayEnv(GameEnvMixin, LudicEnv[str]):
     """Agents ``"x"`` and ``"o"`` alternate; ``active_agents`` is the player to move (empty when over).
 
     Every step returns an outcome for both players, since the board changed for both: the mover gets
@@ -64,16 +64,6 @@ class TicTacToeSelfPlayEnv(LudicEnv[str]):
         if self._game is None or self._game.is_over():
             return []
         return [self._game.board.to_move.lower()]
-
-    @property
-    def suggested_sysprompt(self) -> str:
-        return SYSTEM_PROMPT
-
-    @property
-    def game(self) -> TicTacToeGame:
-        if self._game is None:
-            raise ProtocolError(f"{self.name}: call reset() before using the game")
-        return self._game
 
     def reset(self, *, seed: int | None = None) -> dict[str, tuple[str, Info]]:
         self._game = TicTacToeGame() if self.start_board is None else TicTacToeGame(board=self.start_board)
