@@ -17,10 +17,11 @@ Reducers: :class:`Reducer` (mean / sum / rate over samples or rollouts), :class:
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -211,52 +212,53 @@ def _check_k(k: object) -> None:
 
 
 @attrs.frozen
-class PassAtK:
+class _GroupMetric(abc.ABC):
+    """A metric of ``key`` over groups of at least ``k`` rollouts: the mean over groups of each
+    group's score, named ``<prefix>@<k>`` unless ``name`` is given."""
+
+    key: str | Callable[[Record], Any]
+    k: int
+    name: str = ""
+    prefix: ClassVar[str]
+
+    def __attrs_post_init__(self) -> None:
+        _check_k(self.k)
+        if not self.name:
+            object.__setattr__(self, "name", f"{self.prefix}@{self.k}")
+
+    def reduce(self, samples: Sequence[Record], rollouts: Sequence[Record]) -> float | None:
+        groups = _groups(rollouts, self.name, self.k)
+        if not groups:
+            return None
+        return math.fsum(self.group_score(members) for members in groups) / len(groups)
+
+    @abc.abstractmethod
+    def group_score(self, members: list[Record]) -> float: ...
+
+
+@attrs.frozen
+class PassAtK(_GroupMetric):
     """Unbiased pass@k (Chen et al., 2021) averaged over groups: for a group of ``n`` rollouts of which
     ``c`` succeed (``key`` truthy), ``1 - C(n - c, k) / C(n, k)``. Failed and unparsed rollouts are
     failures, never skipped."""
 
-    key: str | Callable[[Record], Any]
-    k: int
-    name: str = ""
+    prefix: ClassVar[str] = "pass"
 
-    def __attrs_post_init__(self) -> None:
-        _check_k(self.k)
-        if not self.name:
-            object.__setattr__(self, "name", f"pass@{self.k}")
-
-    def reduce(self, samples: Sequence[Record], rollouts: Sequence[Record]) -> float | None:
-        groups = _groups(rollouts, self.name, self.k)
-        if not groups:
-            return None
-        scores = []
-        for members in groups:
-            n = len(members)
-            c = sum(1 for r in members if _value(r, self.key, self.name))
-            scores.append(1.0 - math.comb(n - c, self.k) / math.comb(n, self.k))
-        return math.fsum(scores) / len(scores)
+    def group_score(self, members: list[Record]) -> float:
+        n = len(members)
+        c = sum(1 for r in members if _value(r, self.key, self.name))
+        return 1.0 - math.comb(n - c, self.k) / math.comb(n, self.k)
 
 
 @attrs.frozen
-class MeanAtK:
+class MeanAtK(_GroupMetric):
     """mean@k: the expected mean of ``key`` over k rollouts of a group, averaged over groups. With
     ``n >= k`` rollouts per group the unbiased estimate is the group's mean over all ``n``."""
 
-    key: str | Callable[[Record], Any]
-    k: int
-    name: str = ""
+    prefix: ClassVar[str] = "mean"
 
-    def __attrs_post_init__(self) -> None:
-        _check_k(self.k)
-        if not self.name:
-            object.__setattr__(self, "name", f"mean@{self.k}")
-
-    def reduce(self, samples: Sequence[Record], rollouts: Sequence[Record]) -> float | None:
-        groups = _groups(rollouts, self.name, self.k)
-        if not groups:
-            return None
-        means = [math.fsum(_value(r, self.key, self.name) for r in g) / len(g) for g in groups]
-        return math.fsum(means) / len(means)
+    def group_score(self, members: list[Record]) -> float:
+        return math.fsum(_value(r, self.key, self.name) for r in members) / len(members)
 
 
 def standard_reducers() -> list[MetricReducer]:

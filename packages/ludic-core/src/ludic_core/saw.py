@@ -44,6 +44,12 @@ def _check_binary(_instance: Any, attribute: attrs.Attribute[Any], value: tuple[
     raise DataError(f"{attribute.name} must hold only 0/1; got {bad[1]!r} at position {bad[0]}")
 
 
+def _check_schema_version(data: Mapping[str, Any], what: str) -> None:
+    version = data.get("schema_version", SAW_SCHEMA_VERSION)
+    if version != SAW_SCHEMA_VERSION:
+        raise DataError(f"{what} schema_version {version!r} is not supported (expected {SAW_SCHEMA_VERSION})")
+
+
 def _check_legacy_attention(data: Mapping[str, Any]) -> None:
     # Files written while items still carried an (always all-ones) attention mask read as before; a
     # padded one would put pad tokens into training, so it is refused rather than silently kept.
@@ -132,11 +138,7 @@ class SAWItem:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SAWItem:
-        version = data.get("schema_version", SAW_SCHEMA_VERSION)
-        if version != SAW_SCHEMA_VERSION:
-            raise DataError(
-                f"SAWItem schema_version {version!r} is not supported (expected {SAW_SCHEMA_VERSION})"
-            )
+        _check_schema_version(data, "SAWItem")
         missing = [k for k in ("input_ids", "action_mask", "weight") if k not in data]
         if missing:
             raise DataError(f"SAWItem data is missing {missing}")
@@ -177,11 +179,7 @@ class SAWBatch:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SAWBatch:
-        version = data.get("schema_version", SAW_SCHEMA_VERSION)
-        if version != SAW_SCHEMA_VERSION:
-            raise DataError(
-                f"SAWBatch schema_version {version!r} is not supported (expected {SAW_SCHEMA_VERSION})"
-            )
+        _check_schema_version(data, "SAWBatch")
         items: Sequence[Mapping[str, Any]] = data.get("items") or []
         return cls(items=[SAWItem.from_dict(i) for i in items], meta=dict(data.get("meta") or {}))
 
