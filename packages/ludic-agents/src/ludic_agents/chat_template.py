@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ludic_agents.tool_parsers import ToolCallParser, get_tool_parser
-from ludic_core.errors import ConfigError
+from ludic_core.retokenize import TokenizerTemplate
 from ludic_core.types import Message
 
 __all__ = ["ChatTemplate", "HFChatTemplate", "RenderedPrompt", "normalize_messages", "renders_tool_calls"]
@@ -96,14 +96,14 @@ def normalize_messages(messages: Sequence[Message]) -> list[Message]:
     return out
 
 
-class HFChatTemplate:
+class HFChatTemplate(TokenizerTemplate):
     """A chat template over a tokenizer with ``apply_chat_template`` (e.g. ``transformers``).
 
     * ``tool_parser``: a name (``"hermes"``, ``"qwen2.5"``, ``"qwen3"``, ``"qwen3_coder"``) or a
       :class:`~ludic_agents.tool_parsers.ToolCallParser`; ``None`` means the agent cannot use tools.
-    * ``template_kwargs``: passed to every ``apply_chat_template`` call (e.g.
-      ``{"enable_thinking": False}`` for Qwen3-style templates).
-    * ``chat_template``: a Jinja template that overrides the tokenizer's own.
+    * ``template_kwargs`` and ``chat_template``: as in :class:`~ludic_core.retokenize.TokenizerTemplate`.
+
+    Messages reach the template through :func:`normalize_messages`.
     """
 
     def __init__(
@@ -114,22 +114,8 @@ class HFChatTemplate:
         template_kwargs: Mapping[str, Any] | None = None,
         chat_template: str | None = None,
     ) -> None:
-        if not callable(getattr(tokenizer, "apply_chat_template", None)):
-            raise ConfigError(
-                f"HFChatTemplate needs a tokenizer with apply_chat_template, got {type(tokenizer).__name__}"
-            )
-        if chat_template is None and not getattr(tokenizer, "chat_template", None):
-            raise ConfigError(
-                f"tokenizer {type(tokenizer).__name__} has no chat_template; pass chat_template="
-            )
-        reserved = {"tools", "add_generation_prompt", "tokenize", "chat_template", "conversation"}
-        clash = sorted(reserved & set(template_kwargs or {}))
-        if clash:
-            raise ConfigError(f"template_kwargs may not set {clash}; they are controlled by the agent")
-        self.tokenizer = tokenizer
+        super().__init__(tokenizer, template_kwargs=template_kwargs, chat_template=chat_template)
         self._tool_parser = None if tool_parser is None else get_tool_parser(tool_parser)
-        self.template_kwargs = dict(template_kwargs or {})
-        self.chat_template = chat_template
 
     @property
     def tool_parser(self) -> ToolCallParser | None:
@@ -142,28 +128,8 @@ class HFChatTemplate:
             return ()
         return tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
 
-    def render_text(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-    ) -> str:
-        kwargs = dict(self.template_kwargs)
-        if self.chat_template is not None:
-            kwargs["chat_template"] = self.chat_template
-        text = self.tokenizer.apply_chat_template(
-            normalize_messages(messages),
-            tools=list(tools) if tools else None,
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-            **kwargs,
-        )
-        if not isinstance(text, str):
-            raise ConfigError(
-                f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str"
-            )
-        return text
+    def template_messages(self, messages: Sequence[Message]) -> list[Message]:
+        return normalize_messages(messages)
 
     def render(
         self,
@@ -174,11 +140,6 @@ class HFChatTemplate:
     ) -> RenderedPrompt:
         text = self.render_text(messages, tools=tools, add_generation_prompt=add_generation_prompt)
         return RenderedPrompt(text=text, token_ids=self.encode(text))
-
-    def encode(self, text: str) -> tuple[int, ...]:
-        # Same as apply_chat_template(tokenize=True): the rendered text already holds every special
-        # token, so nothing (BOS) may be added around it.
-        return tuple(int(i) for i in self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=False))

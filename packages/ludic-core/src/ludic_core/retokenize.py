@@ -43,18 +43,42 @@ class MessageTemplate(Protocol):
 
 
 class TokenizerTemplate:
-    """A tokenizer's own chat template as a :class:`MessageTemplate`: any tokenizer with
+    """A tokenizer's chat template as a :class:`MessageTemplate`: any tokenizer with
     ``apply_chat_template`` and ``encode`` (a ``transformers`` one), no import of its library here.
-    Agents that use tools want ``ludic_agents.HFChatTemplate``, which adds tool-call handling."""
+    Agents that use tools want ``ludic_agents.HFChatTemplate``, which adds tool-call handling.
 
-    def __init__(self, tokenizer: Any) -> None:
-        if not callable(getattr(tokenizer, "apply_chat_template", None)) or not getattr(
-            tokenizer, "chat_template", None
-        ):
+    * ``template_kwargs``: passed to every ``apply_chat_template`` call (e.g.
+      ``{"enable_thinking": False}`` for Qwen3-style templates).
+    * ``chat_template``: a Jinja template that overrides the tokenizer's own.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        template_kwargs: Mapping[str, Any] | None = None,
+        chat_template: str | None = None,
+    ) -> None:
+        who = type(self).__name__
+        if not callable(getattr(tokenizer, "apply_chat_template", None)):
             raise ConfigError(
-                f"TokenizerTemplate needs a tokenizer with a chat template, got {type(tokenizer).__name__}"
+                f"{who} needs a tokenizer with apply_chat_template, got {type(tokenizer).__name__}"
             )
+        if chat_template is None and not getattr(tokenizer, "chat_template", None):
+            raise ConfigError(
+                f"tokenizer {type(tokenizer).__name__} has no chat_template; pass chat_template="
+            )
+        reserved = {"tools", "add_generation_prompt", "tokenize", "chat_template", "conversation"}
+        clash = sorted(reserved & set(template_kwargs or {}))
+        if clash:
+            raise ConfigError(f"template_kwargs may not set {clash}; they are controlled by {who}")
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
+        self.chat_template = chat_template
+
+    def template_messages(self, messages: Sequence[Message]) -> list[Message]:
+        """The messages as the template reads them."""
+        return [dict(m) for m in messages]
 
     def render_text(
         self,
@@ -63,11 +87,15 @@ class TokenizerTemplate:
         tools: Sequence[Mapping[str, Any]] | None = None,
         add_generation_prompt: bool = True,
     ) -> str:
+        kwargs = dict(self.template_kwargs)
+        if self.chat_template is not None:
+            kwargs["chat_template"] = self.chat_template
         text = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
+            self.template_messages(messages),
             tools=list(tools) if tools else None,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
+            **kwargs,
         )
         if not isinstance(text, str):
             raise ConfigError(
