@@ -20,7 +20,7 @@ from ludic_agents import (
 )
 from ludic_agents.testing import ScriptedCompletion, ScriptedTokenClient
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
-from ludic_core.harness import AgentHarness
+from ludic_core.harness import ActOptions, AgentHarness
 from ludic_core.inference import InferenceSpec, SamplingParams
 from ludic_core.parsing import ParseResult
 from ludic_core.seeding import derive_seed
@@ -52,7 +52,7 @@ def make(cls: type[Agent], tok: Any, script: Any, **kwargs: Any) -> tuple[Any, S
 async def test_agent_single_call_parses_and_traces(qwen_tok: Any) -> None:
     agent, client = make(Agent, qwen_tok, ["<answer>A1</answer>"])
     assert isinstance(agent, AgentHarness)
-    result = await agent.act(sampling_seed=11)
+    result = await agent.act(ActOptions(sampling_seed=11))
     (step,) = result.steps
     assert step.action_target == "env" and step.parse_result == ParseResult("A1", 0.1, None)
     assert step.action == "<answer>A1</answer>"  # EOS dropped from the text, kept in the trace
@@ -107,7 +107,7 @@ async def test_call_timeout(qwen_tok: Any) -> None:
         await agent.act()
     agent2, _ = make(Agent, qwen_tok, ["<answer>x</answer>"], latency_s=2.0)
     with pytest.raises(LudicTimeoutError):
-        await agent2.act(timeout_s=0.05)
+        await agent2.act(ActOptions(timeout_s=0.05))
 
 
 async def test_turns_start_fresh_after_each_observation(qwen_tok: Any) -> None:
@@ -170,7 +170,7 @@ async def test_tool_agent_internal_loop_then_answer(qwen_tok: Any) -> None:
     agent, client = make(
         ToolAgent, qwen_tok, [_call("double", '{"x": 21}'), "<answer>42</answer>"], tools=[double]
     )
-    steps = (await agent.act(sampling_seed=1)).steps
+    steps = (await agent.act(ActOptions(sampling_seed=1))).steps
     assert [s.action_target for s in steps] == ["internal", "env"]
     assert steps[0].parse_result is None and steps[0].tool_results is not None
     assert steps[0].tool_results[0].content == "42"
@@ -239,11 +239,11 @@ async def test_react_budget_restarts_after_external_tools_tool_agent_budget_does
     script = [_call("double", '{"x": 1}'), _call("web"), *[_call("double", '{"x": 2}')] * 3]
     budget = {"max_react_steps": 3} if cls is ReActAgent else {"max_calls_per_turn": 3}
     agent, client = make(cls, qwen_tok, script, tools=[double], external_tools=[web], **budget)
-    first = (await agent.act(sampling_seed=5)).steps
+    first = (await agent.act(ActOptions(sampling_seed=5))).steps
     assert [s.action_target for s in first] == ["internal", "external"]
     assert first[-1].tool_calls is not None
     agent.on_tool_results([ToolResult(first[-1].tool_calls[0].id, "web", "found")])
-    second = (await agent.act(sampling_seed=5)).steps
+    second = (await agent.act(ActOptions(sampling_seed=5))).steps
     # The final-answer instruction marks the last allowed call.
     final_prompted = ["final_call_prompt" in s.info for s in second]
     if cls is ReActAgent:

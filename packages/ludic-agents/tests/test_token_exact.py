@@ -13,6 +13,7 @@ import pytest
 from ludic_agents import HFChatTemplate, ReActAgent, TurnPrompt, xml_tag_parser
 from ludic_agents.testing import ScriptedCompletion, ScriptedTokenClient
 from ludic_core.credit import MonteCarloReturn
+from ludic_core.harness import ActOptions
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.saw_builder import build_saw_items
@@ -72,7 +73,7 @@ async def test_react_multi_call_turn_extends_token_for_token(real_tok: Any) -> N
     agent, client = _react(real_tok, list(SCRIPT))
     agent.reset(system_prompt="Use the tools.")
     agent.on_env_reset("Guess the number.", {})
-    result = await agent.act(sampling_seed=5)
+    result = await agent.act(ActOptions(sampling_seed=5))
     steps = result.steps
     assert [s.action_target for s in steps] == ["internal", "internal", "env"]
     assert steps[-1].parse_result is not None and steps[-1].parse_result.action == "7"

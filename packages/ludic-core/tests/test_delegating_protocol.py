@@ -15,7 +15,7 @@ from ludic_core.credit import GroupNormalizedReturn, group_key
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError, TransportError
-from ludic_core.harness import AgentActResult
+from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult
 from ludic_core.inference import InferenceSpec, TokenCompletionRequest
 from ludic_core.parsing import ParseResult
 from ludic_core.protocols import DelegatingProtocol, SubtaskEnv
@@ -216,8 +216,8 @@ async def test_a_delegate_call_past_max_depth_gets_an_error_result() -> None:
 class FanOutAgent(ScriptedAgent):
     """Turns a reply ``FANOUT <task> <task> ...`` into one external act with a delegate call per task."""
 
-    async def act(self, **kwargs: Any) -> AgentActResult:
-        result = await super().act(**kwargs)
+    async def act(self, options: ActOptions = DEFAULT_ACT_OPTIONS) -> AgentActResult:
+        result = await super().act(options)
         step = result.final_step
         if not step.action.startswith("FANOUT "):
             return result

@@ -18,7 +18,7 @@ from ludic_core.algorithms import AlgorithmSpec
 from ludic_core.batch_sources import RolloutBatchSource
 from ludic_core.engine import RolloutEngine
 from ludic_core.env import SingleAgentEnv
-from ludic_core.harness import AgentActResult
+from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.parsing import ParseResult
 from ludic_core.protocols.single_agent import SingleAgentProtocol
@@ -50,8 +50,8 @@ class CompletionIsActionAgent(ScriptedAgent):
     """ScriptedAgent that accepts a completion cut by ``max_tokens`` as the action: a random tiny model
     almost never samples eos, and the toy reward should not hinge on it."""
 
-    async def act(self, **kwargs: Any) -> AgentActResult:
-        result = await super().act(**kwargs)
+    async def act(self, options: ActOptions = DEFAULT_ACT_OPTIONS) -> AgentActResult:
+        result = await super().act(options)
         final = result.final_step
         if final.info.get("incomplete_completion"):
             info = {k: v for k, v in final.info.items() if k != "incomplete_completion"}

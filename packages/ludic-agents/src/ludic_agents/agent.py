@@ -16,7 +16,7 @@ from ludic_agents.context import ContextStrategy, FullDialog
 from ludic_agents.extension import TurnPrompt
 from ludic_core.call_timeout import call_timeout
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
-from ludic_core.harness import AgentActResult, AgentActStep
+from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, AgentActStep
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
 from ludic_core.logs import get_logger
 from ludic_core.parsing import Parser, ParseResult
@@ -53,8 +53,8 @@ class Agent:
     * ``reject_incomplete_completions``: a completion cut by ``max_tokens`` (``finish_reason ==
       "length"``) is a parse failure with ``incomplete_completion_penalty`` and
       ``incomplete_completion_feedback``, and ``info["incomplete_completion"] = True``.
-    * ``call_timeout_s``: bound for each model call; when ``act`` is also given a ``timeout_s`` (the
-      rollout engine always passes its own), the tighter of the two applies.
+    * ``call_timeout_s``: bound for each model call; when ``act``'s options also give a ``timeout_s``
+      (the rollout engine always passes its own), the tighter of the two applies.
     """
 
     def __init__(
@@ -134,16 +134,10 @@ class Agent:
         self.context.add_tool_results(results)
         self._pending.extend(r.to_message() for r in results)
 
-    async def act(
-        self,
-        *,
-        inference: InferenceSpec | None = None,
-        sampling_seed: int | None = None,
-        timeout_s: float | None = None,
-    ) -> AgentActResult:
+    async def act(self, options: ActOptions = DEFAULT_ACT_OPTIONS) -> AgentActResult:
         prompt_ids, prompt_messages, render_info = self._next_prompt(tools=None)
         loop_index = self._turn_calls
-        response = await self._complete(prompt_ids, inference, sampling_seed, timeout_s, loop_index)
+        response = await self._complete(prompt_ids, options, loop_index)
         text = self.completion_text(response)
         self._commit_completion(response, {"role": "assistant", "content": text})
         parse_result, parse_info = self.parse_env_output(text, response.finish_reason)
@@ -212,15 +206,13 @@ class Agent:
     async def _complete(
         self,
         prompt_ids: Sequence[int],
-        inference: InferenceSpec | None,
-        sampling_seed: int | None,
-        timeout_s: float | None,
+        options: ActOptions,
         loop_index: int,
     ) -> ChatResponse:
-        spec = inference if inference is not None else self.inference
-        seed = None if sampling_seed is None else derive_seed(sampling_seed, loop_index)
+        spec = options.inference if options.inference is not None else self.inference
+        seed = None if options.sampling_seed is None else derive_seed(options.sampling_seed, loop_index)
         request = TokenCompletionRequest.from_spec(prompt_ids, spec, seed=seed, model=self.model)
-        bounds = [t for t in (timeout_s, self.call_timeout_s) if t is not None]
+        bounds = [t for t in (options.timeout_s, self.call_timeout_s) if t is not None]
         timeout = min(bounds) if bounds else None
         self._turn_calls += 1
         try:

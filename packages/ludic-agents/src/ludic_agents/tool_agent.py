@@ -34,8 +34,7 @@ from ludic_agents.agent import Agent, _check_number
 from ludic_agents.chat_template import renders_tool_calls
 from ludic_agents.tools import Tool, run_tool_call
 from ludic_core.errors import ConfigError
-from ludic_core.harness import AgentActResult, AgentActStep
-from ludic_core.inference import InferenceSpec
+from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, AgentActStep
 from ludic_core.parsing import ParseResult
 from ludic_core.types import ChatResponse, Info, Message, ToolCall, ToolResult
 
@@ -125,13 +124,7 @@ class ToolAgent(Agent):
         """Prompt-only messages added before the turn's last allowed call (none for ToolAgent)."""
         return []
 
-    async def act(
-        self,
-        *,
-        inference: InferenceSpec | None = None,
-        sampling_seed: int | None = None,
-        timeout_s: float | None = None,
-    ) -> AgentActResult:
+    async def act(self, options: ActOptions = DEFAULT_ACT_OPTIONS) -> AgentActResult:
         steps: list[AgentActStep] = []
         schemas = self.tool_schemas or None
         # loop_index numbers the calls of the whole turn (seeds, traces); the budget counts from here
@@ -142,7 +135,7 @@ class ToolAgent(Agent):
             last = loop_index - budget_start >= self.max_calls_per_turn - 1
             extra = self.final_call_messages() if last else []
             prompt_ids, prompt_messages, render_info = self._next_prompt(tools=schemas, extra=extra)
-            response = await self._complete(prompt_ids, inference, sampling_seed, timeout_s, loop_index)
+            response = await self._complete(prompt_ids, options, loop_index)
             text = self.completion_text(response)
             info: Info = {**self._call_info(response), **render_info}
             if extra:
@@ -189,31 +182,21 @@ class ToolAgent(Agent):
             tool_info = {**info, "tool_errors": sum(1 for ok in succeeded if not ok)}
             if external:
                 self._awaiting_external = {c.id for c in external}
-                steps.append(
-                    AgentActStep(
-                        trace=response.to_trace(),
-                        prompt_messages=prompt_messages,
-                        action=text,
-                        action_target="external",
-                        loop_index=loop_index,
-                        tool_calls=external,
-                        tool_results=results,
-                        info={**tool_info, "internal_tool_calls": [c.to_dict() for c in internal]},
-                    )
-                )
-                return AgentActResult(steps=steps)
+                tool_info["internal_tool_calls"] = [c.to_dict() for c in internal]
             steps.append(
                 AgentActStep(
                     trace=response.to_trace(),
                     prompt_messages=prompt_messages,
                     action=text,
-                    action_target="internal",
+                    action_target="external" if external else "internal",
                     loop_index=loop_index,
-                    tool_calls=calls,
+                    tool_calls=external or calls,
                     tool_results=results,
                     info=tool_info,
                 )
             )
+            if external:
+                return AgentActResult(steps=steps)
 
     def _env_step(
         self,

@@ -38,7 +38,28 @@ from ludic_core.types import (
     _tool_results,
 )
 
-__all__ = ["AgentActResult", "AgentActStep", "AgentHarness", "ExternalToolHandler"]
+__all__ = [
+    "DEFAULT_ACT_OPTIONS",
+    "ActOptions",
+    "AgentActResult",
+    "AgentActStep",
+    "AgentHarness",
+    "ExternalToolHandler",
+]
+
+
+@attrs.frozen
+class ActOptions:
+    """How one :meth:`AgentHarness.act` makes its model calls: every call samples with ``inference``
+    (None: the agent's own spec), ``sampling_seed`` seeds them (None: unseeded) and ``timeout_s``
+    bounds each one."""
+
+    inference: InferenceSpec | None = None
+    sampling_seed: int | None = None
+    timeout_s: float | None = None
+
+
+DEFAULT_ACT_OPTIONS = ActOptions()
 
 
 @attrs.frozen
@@ -163,15 +184,9 @@ class AgentHarness(Protocol):
 
     def on_env_reset(self, obs: str, info: Info) -> None: ...
 
-    async def act(
-        self,
-        *,
-        inference: InferenceSpec | None = None,
-        sampling_seed: int | None = None,
-        timeout_s: float | None = None,
-    ) -> AgentActResult:
-        """One decision. With ``inference`` given, every model call samples with it; each trace carries
-        the temperature its client reported sampling at."""
+    async def act(self, options: ActOptions = DEFAULT_ACT_OPTIONS) -> AgentActResult:
+        """One decision, its model calls made as ``options`` says; each trace carries the temperature
+        its client reported sampling at."""
         ...
 
     def on_after_step(self, obs: str, info: Info) -> None:

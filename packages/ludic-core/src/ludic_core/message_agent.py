@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ludic_core.call_timeout import call_timeout
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
-from ludic_core.harness import AgentActResult, AgentActStep
+from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, AgentActStep
 from ludic_core.inference import InferenceSpec
 from ludic_core.message_client import TOKEN_LEVEL_KEY, MessageClient
 from ludic_core.parsing import Parser, ParseResult
@@ -74,22 +74,18 @@ class MessageAgent:
     def on_tool_results(self, results: Sequence[ToolResult]) -> None:
         raise ProtocolError("MessageAgent makes no tool calls, so it cannot take tool results")
 
-    async def act(
-        self,
-        *,
-        inference: InferenceSpec | None = None,
-        sampling_seed: int | None = None,
-        timeout_s: float | None = None,
-    ) -> AgentActResult:
-        spec = inference or self.inference
+    async def act(self, options: ActOptions = DEFAULT_ACT_OPTIONS) -> AgentActResult:
+        spec = options.inference or self.inference
         prompt_messages = list(self.messages)
         try:
-            with call_timeout(timeout_s):  # no extra task and no loop timer per call
+            with call_timeout(options.timeout_s):  # no extra task and no loop timer per call
                 completion = await self.client.complete_messages(
-                    prompt_messages, spec.sampling, seed=sampling_seed
+                    prompt_messages, spec.sampling, seed=options.sampling_seed
                 )
         except TimeoutError as exc:
-            raise LudicTimeoutError(f"model call did not answer within timeout_s={timeout_s}") from exc
+            raise LudicTimeoutError(
+                f"model call did not answer within timeout_s={options.timeout_s}"
+            ) from exc
         self.messages.append({"role": "assistant", "content": completion.text})
         info: Info = {TOKEN_LEVEL_KEY: False, "finish_reason": completion.finish_reason}
         if completion.model is not None:

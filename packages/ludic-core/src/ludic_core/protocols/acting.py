@@ -12,7 +12,7 @@ from typing import Any
 
 from ludic_core.env import LudicEnv, SingleAgentEnv, timed_sync_step
 from ludic_core.errors import LudicTimeoutError, ProtocolError, TransportError
-from ludic_core.harness import AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
+from ludic_core.harness import ActOptions, AgentActResult, AgentActStep, AgentHarness, ExternalToolHandler
 from ludic_core.protocols.base import EpisodeRun
 from ludic_core.protocols.timeline import AgentTimeline
 from ludic_core.types import EpisodeFailure, StepOutcome, ToolResult
@@ -110,9 +110,7 @@ async def act_with_external_tools(
         # The agent is awaited here, not through a helper coroutine: one coroutine less per model call.
         seed = timeline.call_seed(episode.sampling_seed, attempt, rounds)
         try:
-            result = await agent.act(
-                inference=episode.inference, sampling_seed=seed, timeout_s=episode.timeout_s
-            )
+            result = await agent.act(ActOptions(episode.inference, seed, episode.timeout_s))
         except Exception as exc:
             raise EpisodeStageError("agent", exc) from exc
         if not isinstance(result, AgentActResult):

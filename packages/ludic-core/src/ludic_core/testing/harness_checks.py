@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ludic_core.errors import ConformanceError
-from ludic_core.harness import AgentActResult, AgentHarness
+from ludic_core.harness import ActOptions, AgentActResult, AgentHarness
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams, VersionedClient
 from ludic_core.publisher import PolicyPublisher
 from ludic_core.types import TokenTrace
@@ -52,9 +52,7 @@ async def _act(
     problems: list[str],
 ) -> AgentActResult | None:
     try:
-        result = await asyncio.wait_for(
-            agent.act(inference=inference, sampling_seed=seed, timeout_s=timeout_s), timeout_s * 2
-        )
+        result = await asyncio.wait_for(agent.act(ActOptions(inference, seed, timeout_s)), timeout_s * 2)
     except TimeoutError:
         problems.append(f"{label}: act did not return within {timeout_s * 2:g}s (twice its timeout_s)")
         return None

@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 
 from ludic_core.call_timeout import call_timeout
 from ludic_core.errors import LudicTimeoutError, ProtocolError
-from ludic_core.harness import AgentActResult, AgentActStep
+from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, AgentActStep
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode
@@ -96,24 +96,20 @@ class ScriptedAgent:
             return ToolCall(id=f"call_{len(self.messages)}", name=parts[1], arguments=args)
         return None
 
-    async def act(
-        self,
-        *,
-        inference: InferenceSpec | None = None,
-        sampling_seed: int | None = None,
-        timeout_s: float | None = None,
-    ) -> AgentActResult:
-        spec = inference or self.inference
+    async def act(self, options: ActOptions = DEFAULT_ACT_OPTIONS) -> AgentActResult:
+        spec = options.inference or self.inference
         prompt_text = render_text_dialog(self.messages)
         request = TokenCompletionRequest.from_spec(
-            self.encode(prompt_text), spec, seed=sampling_seed, prompt_text=prompt_text
+            self.encode(prompt_text), spec, seed=options.sampling_seed, prompt_text=prompt_text
         )
         try:
             # Not wait_for (an extra task per call) nor asyncio.timeout (a loop timer per call).
-            with call_timeout(timeout_s):
+            with call_timeout(options.timeout_s):
                 response = await self.client.complete_tokens(request)
         except TimeoutError as exc:
-            raise LudicTimeoutError(f"model call did not answer within timeout_s={timeout_s}") from exc
+            raise LudicTimeoutError(
+                f"model call did not answer within timeout_s={options.timeout_s}"
+            ) from exc
         if not isinstance(response, ChatResponse):
             raise ProtocolError(
                 f"{type(self.client).__name__}.complete_tokens returned {type(response).__name__}, "
