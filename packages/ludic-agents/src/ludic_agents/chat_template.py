@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ludic_agents.tool_parsers import ToolCallParser, get_tool_parser
-from ludic_core.retokenize import TokenizerTemplate
+from ludic_core.retokenize import MessageTemplate, TokenizerTemplate
 from ludic_core.types import Message
 
 __all__ = ["ChatTemplate", "HFChatTemplate", "RenderedPrompt", "normalize_messages", "renders_tool_calls"]
@@ -37,8 +37,9 @@ class RenderedPrompt:
 
 
 @runtime_checkable
-class ChatTemplate(Protocol):
-    """What an agent needs from a model's chat format."""
+class ChatTemplate(MessageTemplate, Protocol):
+    """What an agent needs from a model's chat format: a :class:`~ludic_core.retokenize.MessageTemplate`
+    (``render_text``, ``encode``) that also parses tool calls, knows its end tokens and decodes."""
 
     @property
     def tool_parser(self) -> ToolCallParser | None: ...
@@ -46,18 +47,6 @@ class ChatTemplate(Protocol):
     @property
     def eos_token_ids(self) -> tuple[int, ...]:
         """Tokens that end a completion (stripped from the message text the agent stores)."""
-        ...
-
-    def render_text(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-    ) -> str: ...
-
-    def encode(self, text: str) -> tuple[int, ...]:
-        """Token ids of ``text`` with special-token strings recognised and nothing added around it."""
         ...
 
     def decode(self, token_ids: Sequence[int]) -> str:

@@ -140,6 +140,17 @@ def _unterminated(text: str, spans: list[tuple[int, int]]) -> tuple[int, int] | 
     return (idx, len(text)) if idx != -1 else None
 
 
+def _tool_call_result(
+    text: str, calls: list[ToolCall], errors: list[str], spans: list[tuple[int, int]]
+) -> ToolParseResult:
+    """The parse of ``text``'s ``<tool_call>`` blocks (at ``spans``), an unterminated last block an error."""
+    dangling = _unterminated(text, spans)
+    if dangling is not None:
+        errors.append(f"an unterminated <tool_call> block: {text[dangling[0] :][:200]!r}")
+        spans.append(dangling)
+    return ToolParseResult(tool_calls=tuple(calls), content=_strip_blocks(text, spans), errors=tuple(errors))
+
+
 class HermesToolParser:
     """``<tool_call>{json}</tool_call>`` blocks (Hermes-2-Pro, Qwen2.5, Qwen3)."""
 
@@ -169,13 +180,7 @@ class HermesToolParser:
             # runner can report exactly what was wrong with it.
             raw_args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
             calls.append(ToolCall(id=f"call_{len(calls)}", name=obj["name"], arguments=raw_args))
-        dangling = _unterminated(text, spans)
-        if dangling is not None:
-            errors.append(f"an unterminated <tool_call> block: {text[dangling[0] :][:200]!r}")
-            spans.append(dangling)
-        return ToolParseResult(
-            tool_calls=tuple(calls), content=_strip_blocks(text, spans), errors=tuple(errors)
-        )
+        return _tool_call_result(text, calls, errors, spans)
 
 
 def _param_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
@@ -231,13 +236,7 @@ class Qwen3CoderToolParser:
                     id=f"call_{len(calls)}", name=name, arguments=json.dumps(arguments, ensure_ascii=False)
                 )
             )
-        dangling = _unterminated(text, spans)
-        if dangling is not None:
-            errors.append(f"an unterminated <tool_call> block: {text[dangling[0] :][:200]!r}")
-            spans.append(dangling)
-        return ToolParseResult(
-            tool_calls=tuple(calls), content=_strip_blocks(text, spans), errors=tuple(errors)
-        )
+        return _tool_call_result(text, calls, errors, spans)
 
 
 _PARSERS: dict[str, type[HermesToolParser] | type[Qwen3CoderToolParser]] = {

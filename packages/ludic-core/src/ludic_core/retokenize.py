@@ -39,7 +39,9 @@ class MessageTemplate(Protocol):
         add_generation_prompt: bool = True,
     ) -> str: ...
 
-    def encode(self, text: str) -> tuple[int, ...]: ...
+    def encode(self, text: str) -> tuple[int, ...]:
+        """Token ids of ``text`` with special-token strings recognised and nothing added around it."""
+        ...
 
 
 class TokenizerTemplate:
