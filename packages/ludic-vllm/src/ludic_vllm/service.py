@@ -187,15 +187,19 @@ class UpdateService:
 
     async def _apply(
         self,
+        body: Mapping[str, Any],
         *,
         what: str,
-        update_id: str,
-        version: int,
-        pause_mode: str,
-        force: bool,
         load: Callable[[], Awaitable[Any]],
         check: Callable[[], None] = lambda: None,
+        update_id: str | None = None,
     ) -> dict[str, Any]:
+        """Apply the update ``body`` asks for (``update_id`` unless given, ``version``, ``pause_mode``,
+        ``force``): ``load`` the weights with generation paused, then make ``version`` live."""
+        update_id = update_id or _req(body, "update_id", str, what)
+        version = _version(body, what)
+        pause_mode = _pause_mode(body, what)
+        force = bool(body.get("force", False))
         dup = self._duplicate(update_id)
         if dup is not None:
             return dup
@@ -249,8 +253,8 @@ class UpdateService:
     async def update(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """Broadcast update: the trainer sends the tensors over the open transport while this runs."""
         what = "/ludic/update"
-        update_id = _req(body, "update_id", str, what)
-        version = _version(body, what)
+        _req(body, "update_id", str, what)  # the request's own fields are named before its manifest is judged
+        _version(body, what)
         manifest = Manifest.from_json(_req(body, "manifest", list, what))
         checksum = _req(body, "manifest_checksum", str, what)
         if checksum != manifest.checksum:
@@ -260,7 +264,7 @@ class UpdateService:
         bucket_bytes = body.get("bucket_bytes", DEFAULT_BUCKET_BYTES)
         if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ConfigError(f"{what}: bucket_bytes must be an int >= 1, got {bucket_bytes!r}")
-        pause_mode = _pause_mode(body, what)
+        _pause_mode(body, what)
         timeout_s = _timeout(body, what, self.rpc_timeout_s)
 
         def check() -> None:
@@ -277,15 +281,7 @@ class UpdateService:
                 self.transport = None
                 raise
 
-        return await self._apply(
-            what=what,
-            update_id=update_id,
-            version=version,
-            pause_mode=pause_mode,
-            force=bool(body.get("force", False)),
-            load=load,
-            check=check,
-        )
+        return await self._apply(body, what=what, load=load, check=check)
 
     def _allowed_path(self, path: str, what: str) -> str:
         """``path`` resolved (symlinks included), if it and every file a load reads in it lie inside
@@ -333,23 +329,14 @@ class UpdateService:
         return await self._update_from_dir(body, path, what)
 
     async def _update_from_dir(self, body: Mapping[str, Any], path: str, what: str) -> dict[str, Any]:
-        update_id = _req(body, "update_id", str, what)
-        version = _version(body, what)
-        pause_mode = _pause_mode(body, what)
+        _pause_mode(body, what)
         if not await asyncio.to_thread(os.path.exists, path):
             raise DataError(f"{what}: path {path!r} does not exist on the server's host")
 
         async def load() -> Any:
             return await self._rpc("ludic_load_path", (path,), self.rpc_timeout_s, what)
 
-        return await self._apply(
-            what=what,
-            update_id=update_id,
-            version=version,
-            pause_mode=pause_mode,
-            force=bool(body.get("force", False)),
-            load=load,
-        )
+        return await self._apply(body, what=what, load=load)
 
     async def update_from_bytes(self, payload: bytes, params: Mapping[str, str]) -> dict[str, Any]:
         what = "/ludic/update_from_bytes"
@@ -401,14 +388,7 @@ class UpdateService:
             return {"adapter": name}
 
         update_id = body.get("update_id") or f"lora:{name}:{body['version']}"
-        return await self._apply(
-            what=what,
-            update_id=str(update_id),
-            version=_version(body, what),
-            pause_mode=_pause_mode(body, what),
-            force=bool(body.get("force", False)),
-            load=load,
-        )
+        return await self._apply(body, what=what, load=load, update_id=str(update_id))
 
     # -- generation control -----------------------------------------------------------------------
 
