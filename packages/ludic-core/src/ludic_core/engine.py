@@ -366,9 +366,8 @@ class RolloutEngine:
                         first_index + i, requests[i], *factories[i], run_settings
                     )
                 else:
-                    episode = await pool.run_episode(first_index + i, requests[i], run_settings)
-                    # The caller's own request object, not the copy that travelled.
-                    episode = attrs.evolve(episode, request=requests[i])
+                    fields = await pool.run_episode(first_index + i, requests[i], run_settings)
+                    episode = EpisodeResult(first_index + i, requests[i], *fields)  # the caller's request
                 results[i] = episode
                 if self.rollout_log is not None:
                     await asyncio.to_thread(self.rollout_log.write, episode.rollouts)

@@ -1,25 +1,81 @@
 """The body of a rollout worker process (see :mod:`ludic_core.rollout_workers`).
 
 The worker builds its engine once, says ``("ready", base_seed, deterministic_ids)``, then runs every
-episode it receives as a task of its own event loop, answering ``("done", id, EpisodeResult)`` or
-``("error", id, *error_fields)``. It stops when the caller closes its pipe (or dies): it cancels what
-still runs and closes its engine. SIGINT is ignored: a Ctrl-C reaches the whole process group, and the
-caller, which catches it, stops the workers itself.
+episode it receives as a task of its own event loop, answering ``("done", id, (env_seed,
+sampling_seed, rollouts, failure, duration_s))`` (the caller adds its own request) or ``("error", id,
+*error_fields)``. It stops when the caller closes its pipe (or dies): it cancels what still runs and
+closes its engine. SIGINT is ignored: a Ctrl-C reaches the whole process group, and the caller, which
+catches it, stops the workers itself.
+
+Both ends pickle with :func:`dumps`: attrs' own pickling builds a dict of every field of every step
+and sets the fields back one ``setattr`` at a time, about half the cost of an episode's trip; the
+records here travel as the tuple of their slots (read in C) and are rebuilt through the slots' own
+setters, as the classes' trusted constructors do (their values passed the checks where they were made).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copyreg
+import functools
+import io
+import operator
 import pickle
 import signal
+import threading
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ludic_core.errors import ConfigError
+import attrs
 
-__all__ = ["error_fields", "serve"]
+from ludic_core.errors import ConfigError
+from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic_core.types import (
+    AgentStep,
+    EnvironmentStep,
+    EpisodeFailure,
+    Rollout,
+    TokenTrace,
+    ToolCall,
+    ToolResult,
+)
+
+__all__ = ["dumps", "error_fields", "serve"]
+
+
+@functools.cache
+def _slots(cls: type) -> tuple[Any, tuple[Any, ...]]:
+    names = [field.name for field in attrs.fields(cls)]
+    return operator.attrgetter(*names), tuple(cls.__dict__[name].__set__ for name in names)
+
+
+def _rebuild(cls: type, values: tuple[Any, ...]) -> Any:
+    record = object.__new__(cls)
+    for set_slot, value in zip(_slots(cls)[1], values, strict=True):
+        set_slot(record, value)
+    return record
+
+
+def _reduce(record: Any) -> tuple[Any, ...]:
+    return _rebuild, (type(record), _slots(type(record))[0](record))
+
+
+_RECORDS = (AgentStep, EnvironmentStep, TokenTrace, Rollout, EpisodeFailure, ToolCall, ToolResult)
+_DISPATCH = {
+    **copyreg.dispatch_table,
+    **dict.fromkeys((*_RECORDS, RolloutRequest, EnvSpec, ProtocolSpec), _reduce),
+}
+
+
+def dumps(message: Any) -> bytes:
+    """``message`` pickled with the records of an episode as tuples of their slots (module docstring)."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = _DISPATCH
+    pickler.dump(message)
+    return buffer.getvalue()
 
 
 def error_fields(exc: BaseException) -> tuple[bytes | None, str, str, str]:
@@ -58,11 +114,17 @@ async def _build_engine(build: bytes, stack: contextlib.AsyncExitStack) -> Any:
     return made
 
 
-def _receive(from_caller: Connection) -> Any:
-    try:
-        return from_caller.recv()
-    except (EOFError, OSError):
-        return None
+def _forward(from_caller: Connection, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue[Any]) -> None:
+    """Thread body: hand each message to the loop, then ``None`` at EOF. A thread, so that the caller's
+    writes never wait for a loop held by a blocking env step."""
+    while True:
+        try:
+            message = pickle.loads(from_caller.recv_bytes())
+        except (EOFError, OSError):
+            message = None
+        loop.call_soon_threadsafe(inbox.put_nowait, message)
+        if message is None:
+            return
 
 
 async def _serve(build: bytes, from_caller: Connection, to_caller: Connection) -> None:
@@ -70,9 +132,9 @@ async def _serve(build: bytes, from_caller: Connection, to_caller: Connection) -
         try:
             engine = await _build_engine(build, stack)
         except Exception as exc:
-            to_caller.send(("start_failed", *error_fields(exc)))
+            to_caller.send_bytes(dumps(("start_failed", *error_fields(exc))))
             return
-        to_caller.send(("ready", engine.base_seed, engine.deterministic_ids))
+        to_caller.send_bytes(dumps(("ready", engine.base_seed, engine.deterministic_ids)))
 
         def reply(episode_id: int, task: asyncio.Task[Any]) -> None:
             if task.cancelled():
@@ -81,18 +143,23 @@ async def _serve(build: bytes, from_caller: Connection, to_caller: Connection) -
             try:
                 if error is None:
                     try:
-                        to_caller.send(("done", episode_id, task.result()))
+                        r = task.result()
+                        fields = (r.env_seed, r.sampling_seed, r.rollouts, r.failure, r.duration_s)
+                        to_caller.send_bytes(dumps(("done", episode_id, fields)))
                         return
                     except OSError:
                         raise
                     except Exception as exc:  # a result that does not pickle
                         error = exc
-                to_caller.send(("error", episode_id, *error_fields(error)))
+                to_caller.send_bytes(dumps(("error", episode_id, *error_fields(error))))
             except OSError:
                 pass  # the caller has gone; the closed pipe ends the receive loop too
 
         running: set[asyncio.Task[Any]] = set()
-        while (message := await asyncio.to_thread(_receive, from_caller)) is not None:
+        inbox: asyncio.Queue[Any] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=_forward, args=(from_caller, loop, inbox), daemon=True).start()
+        while (message := await inbox.get()) is not None:
             _, episode_id, episode_index, request, run_settings = message
             task = asyncio.ensure_future(engine._run_request(episode_index, request, run_settings))
             running.add(task)

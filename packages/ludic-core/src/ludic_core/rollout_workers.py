@@ -14,7 +14,8 @@ CUDA can deadlock), so they import everything afresh and receive, pickled:
 * how to build their engine: the engine's ``worker_engine`` callable, or else its own factories and
   seed settings. Module-level functions, classes and ``functools.partial`` of them pickle; lambdas and
   closures do not, and are refused with the name of the factory;
-* each request, and each episode's result on the way back.
+* each request, and each episode's result on the way back, pickled compactly
+  (:func:`~ludic_core.rollout_worker_main.dumps`).
 
 A client holding an open connection or an in-process model cannot travel: give the engine a picklable
 ``worker_engine`` (``functools.partial(make_engine, base_url, model)``) that builds the client in the
@@ -41,6 +42,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import multiprocessing
+import multiprocessing.connection
 import pickle
 import threading
 import time
@@ -54,6 +56,7 @@ import attrs
 
 from ludic_core.errors import ConfigError, LudicError, LudicTimeoutError
 from ludic_core.logs import get_logger
+from ludic_core.rollout_worker_main import dumps
 
 __all__ = [
     "DEFAULT_START_TIMEOUT_S",
@@ -137,7 +140,7 @@ def _read(worker: _Worker) -> None:
     failure: BaseException | None = None
     while failure is None:
         try:
-            message = worker.from_worker.recv()
+            message = pickle.loads(worker.from_worker.recv_bytes())
         except (EOFError, OSError):
             break
         except Exception as exc:  # an unpicklable result
@@ -157,9 +160,11 @@ def _read(worker: _Worker) -> None:
                 else:
                     _settle(future, None, remote_error(message[2:], worker.name))
     if failure is None:
-        worker.process.join(timeout=_STOP_TIMEOUT_S)
-        failure = RolloutWorkerError(f"{worker.name} exited (exit code {worker.process.exitcode})")
+        multiprocessing.connection.wait([worker.process.sentinel], _STOP_TIMEOUT_S)  # reaps nothing
     with worker.lock:
+        if failure is None:
+            _join(worker, _STOP_TIMEOUT_S)
+            failure = RolloutWorkerError(f"{worker.name} exited (exit code {worker.process.exitcode})")
         worker.failure = failure
         waiting = [worker.ready, *worker.pending.values()]
         worker.pending.clear()
@@ -169,6 +174,14 @@ def _read(worker: _Worker) -> None:
     worker.from_worker.close()
 
 
+def _join(worker: _Worker, timeout_s: float) -> bool:
+    """Whether ``worker`` has exited, waiting up to ``timeout_s``; under ``worker.lock``. One thread
+    at a time: a process joined from two threads at once can look alive forever to the one whose
+    ``waitpid`` lost the race (the reader's join on EOF against :func:`_stop`'s)."""
+    worker.process.join(timeout=timeout_s)
+    return worker.process.exitcode is not None
+
+
 def _stop(workers: Sequence[_Worker]) -> None:
     """Stop every worker: closing its pipe asks it to finish (it closes its engine), then terminate,
     then kill, each bounded. Never raises; safe to call twice."""
@@ -176,15 +189,15 @@ def _stop(workers: Sequence[_Worker]) -> None:
         worker.to_worker.close()
     deadline = time.monotonic() + _STOP_TIMEOUT_S
     for worker in workers:
-        worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
-    for worker in workers:
-        for end in (worker.process.terminate, worker.process.kill):
-            if worker.process.is_alive():
+        with worker.lock:
+            if _join(worker, max(0.0, deadline - time.monotonic())):
+                continue
+            for end in (worker.process.terminate, worker.process.kill):
                 end()
-                worker.process.join(timeout=_STOP_TIMEOUT_S)
-    for worker in workers:
-        if worker.process.is_alive():
-            log.warning("rollout_workers.not_stopped", worker=worker.name)
+                if _join(worker, _STOP_TIMEOUT_S):
+                    break
+            else:
+                log.warning("rollout_workers.not_stopped", worker=worker.name)
 
 
 class RolloutWorkerPool:
@@ -220,7 +233,7 @@ class RolloutWorkerPool:
     @property
     def alive(self) -> bool:
         return bool(self._workers) and all(
-            worker.failure is None and worker.process.is_alive() for worker in self._workers
+            worker.failure is None and worker.process.exitcode is None for worker in self._workers
         )
 
     async def start(self, *, base_seed: int, deterministic_ids: bool) -> None:
@@ -265,14 +278,12 @@ class RolloutWorkerPool:
         log.debug("rollout_workers.started", workers=self.size, pids=self.pids)
 
     async def run_episode(self, episode_index: int, request: Any, run_settings: dict[str, Any]) -> Any:
-        """Run one episode in the least busy worker; its :class:`~ludic_core.engine.EpisodeResult`."""
+        """Run one episode in the least busy worker; the fields of its
+        :class:`~ludic_core.engine.EpisodeResult` after ``episode_index`` and ``request``."""
         worker = min(self._workers, key=lambda w: len(w.pending))
         episode_id = next(self._ids)
         try:
-            message = pickle.dumps(
-                ("episode", episode_id, episode_index, request, run_settings),
-                protocol=pickle.HIGHEST_PROTOCOL,
-            )
+            message = dumps(("episode", episode_id, episode_index, request, run_settings))
         except Exception as exc:
             raise ConfigError(
                 f"the request of episode {episode_index} (env {request.env.kind!r}, protocol "
