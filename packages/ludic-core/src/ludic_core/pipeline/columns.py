@@ -74,7 +74,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the redis extra installs them
     raise missing_extra("ludic-core", "redis", exc.name or "numpy") from exc
 
-__all__ = ["check_finite_meta", "pack_items", "unpack_items"]
+__all__ = ["check_finite_meta", "pack_items", "packed_or_none", "unpack_items"]
 
 # Token id width in bytes -> struct code (and numpy dtype) of a little-endian unsigned int that wide.
 _ID_CODES = {1: "B", 2: "H", 4: "I"}
@@ -185,7 +185,9 @@ def _pack_ids(items: Sequence[SAWItem], packed: list[PackedArrays | None]) -> tu
     ids = _joined([_ids_of(index, item, packed[index]) for index, item in enumerate(items)])
     largest = int(ids.max())
     width = next(w for w, limit in ((1, 2**8), (2, 2**16), (4, 2**32)) if largest < limit)
-    return width, ids.astype(_ID_DTYPES[width], copy=False).tobytes()
+    narrow = ids.astype(_ID_DTYPES[width], copy=False)
+    # Already that width (a 4-byte vocabulary): the joined bytes themselves, not a second copy.
+    return width, narrow.base if narrow is ids and type(ids.base) is bytes else narrow.tobytes()
 
 
 def _tuple_logps(index: int, item: SAWItem, field: str, values: Sequence[float]) -> bytes:
@@ -289,24 +291,30 @@ def _non_finite_path(value: Any) -> str | None:
 _PACKED_NON_FINITE = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
 
 
-def _surely_finite(value: Any) -> bool:
-    """Whether no NaN/inf sits anywhere in ``value``, found by packing it with msgpack and searching
-    the bytes once, in C, instead of walking every value of every meta in Python.
+def packed_or_none(value: Any) -> bytes | None:
+    """``value`` packed with msgpack, or ``None`` when msgpack cannot pack it."""
+    try:
+        return bytes(msgpack.packb(value, use_bin_type=True))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _surely_finite(value: Any, packed: bytes | None = None) -> bool:
+    """Whether no NaN/inf sits anywhere in ``value``, found by searching its msgpack bytes (``packed``,
+    packed here when not given) once, in C, instead of walking every value of every meta in Python.
 
     ``False`` only says that :func:`_non_finite_path` must look: the pattern can also match inside
     other bytes (a bin value, an int's or a finite float's own bytes; never UTF-8 text), and a value
     msgpack cannot pack is left to the walk.
     """
-    try:
-        packed = msgpack.packb(value, use_bin_type=True)
-    except (TypeError, ValueError, OverflowError):
-        return False
-    return _PACKED_NON_FINITE.search(packed) is None
+    packed = packed_or_none(value) if packed is None else packed
+    return packed is not None and _PACKED_NON_FINITE.search(packed) is None
 
 
-def check_finite_meta(meta: Any, name: str) -> None:
-    """NaN/inf anywhere in a meta: refused, as the JSON wire refused them (averages would turn NaN)."""
-    if _surely_finite(meta):
+def check_finite_meta(meta: Any, name: str, packed: bytes | None = None) -> None:
+    """NaN/inf anywhere in a meta: refused, as the JSON wire refused them (averages would turn NaN).
+    ``packed``: the meta's msgpack bytes, when the caller has packed it already."""
+    if _surely_finite(meta, packed):
         return
     path = _non_finite_path(meta)
     if path is not None:
@@ -408,7 +416,7 @@ def _columns_from_map(data: object) -> ItemColumns:
             f"SAWItem schema_version {version!r} is not supported (expected {SAW_SCHEMA_VERSION})"
         )
     lengths = _field(data, "lengths", list)
-    if not all(_is_int(n) and n >= 1 for n in lengths):
+    if not set(map(type, lengths)) <= {int} or min(lengths, default=1) < 1:
         raise DataError(
             f"items column 'lengths' must hold ints >= 1 (input_ids is never empty), got {lengths!r:.80}"
         )

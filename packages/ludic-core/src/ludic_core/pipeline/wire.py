@@ -34,6 +34,7 @@ shows only bytes now).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -43,7 +44,7 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import DataError, missing_extra
-from ludic_core.pipeline.columns import check_finite_meta, pack_items, unpack_items
+from ludic_core.pipeline.columns import check_finite_meta, pack_items, packed_or_none, unpack_items
 from ludic_core.saw import SAWItem
 
 __all__ = [
@@ -142,12 +143,12 @@ class BatchMessage:
         if not isinstance(self.meta, dict):
             raise DataError(f"BatchMessage.meta must be a dict, got {type(self.meta).__name__}")
 
-    @property
+    @functools.cached_property  # read by the header, the checks of a decoded message and the stats
     def policy_version(self) -> int:
         """The oldest version among the items: what staleness control must assume for the batch."""
         return min(int(item.meta["policy_version"]) for item in self.items)
 
-    @property
+    @functools.cached_property
     def num_rollouts(self) -> int:
         return count_rollouts(self.items)
 
@@ -188,8 +189,7 @@ def _msgpack() -> ModuleType:
 def encode_message(message: BatchMessage, limits: WireLimits = DEFAULT_WIRE_LIMITS) -> bytes:
     """The msgpack bytes of ``message``; raises :class:`DataError` naming the item, field and value of
     anything a reader would refuse (so an actor never pushes a message the learner dead-letters)."""
-    check_finite_meta(message.meta, "batch meta")
-    _check_meta_size(message.meta, limits)
+    _check_meta(message.meta, limits)
     data = {
         "format": WIRE_FORMAT,
         "wire_version": WIRE_VERSION,
@@ -218,12 +218,13 @@ def encode_message(message: BatchMessage, limits: WireLimits = DEFAULT_WIRE_LIMI
     return raw
 
 
-def _check_meta_size(meta: dict[str, Any], limits: WireLimits) -> None:
-    try:
-        size = len(_msgpack().packb(meta, use_bin_type=True))
-    except (TypeError, ValueError, OverflowError):
-        return  # not packable: the whole message's packing names that
-    _check_size("the batch meta", size, limits.max_meta_bytes, "max_meta_bytes")
+def _check_meta(meta: dict[str, Any], limits: WireLimits) -> None:
+    """The batch meta finite and within ``max_meta_bytes``, from one packing of it (one that fails is
+    left to the whole message's packing to name)."""
+    packed = packed_or_none(meta)
+    check_finite_meta(meta, "batch meta", packed)
+    if packed is not None:
+        _check_size("the batch meta", len(packed), limits.max_meta_bytes, "max_meta_bytes")
 
 
 def _json_wire_version(raw: bytes) -> object:
@@ -259,8 +260,7 @@ def _from_map(data: dict[str, Any], limits: WireLimits) -> BatchMessage:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise DataError(f"the batch meta must be a map, got {type(meta).__name__}")
-    check_finite_meta(meta, "batch meta")
-    _check_meta_size(meta, limits)
+    _check_meta(meta, limits)
     message = BatchMessage(
         items=tuple(unpack_items(_header(data, "items"))),
         actor_id=_header(data, "actor_id"),
