@@ -475,7 +475,7 @@ class RolloutEngine:
     async def _run_request(
         self, episode_index: int, request: RolloutRequest, settings: dict[str, Any]
     ) -> EpisodeResult:
-        """One episode sent to this engine in a worker process (:mod:`ludic_core.rollout_worker_main`)."""
+        """One episode sent to this engine in a worker process (:mod:`ludic_core.rollout_workers`)."""
         env_factory = _resolve(
             request.env.kind, request.env.factory, self.env_factories, ENVS, request.env.kwargs
         )
