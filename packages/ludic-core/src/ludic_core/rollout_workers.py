@@ -427,21 +427,17 @@ async def _serve(build: bytes, from_caller: Connection, to_caller: Connection) -
         def reply(episode_id: int, task: asyncio.Task[Any]) -> None:
             if task.cancelled():
                 return
-            error = task.exception()
-            try:
-                if error is None:
-                    try:
-                        e = task.result()
-                        fields = (e.env_seed, e.sampling_seed, e.rollouts, e.failure, e.duration_s)
-                        to_caller.send_bytes(dumps(("done", episode_id, fields)))
-                        return
-                    except OSError:
-                        raise
-                    except Exception as exc:  # a result that does not pickle
-                        error = exc
-                to_caller.send_bytes(dumps(("error", episode_id, *error_fields(error))))
-            except OSError:
-                pass  # the caller has gone; the closed pipe ends the receive loop too
+            if (error := task.exception()) is None:
+                e = task.result()
+                fields = (e.env_seed, e.sampling_seed, e.rollouts, e.failure, e.duration_s)
+                try:
+                    message = dumps(("done", episode_id, fields))
+                except Exception as exc:  # a result that does not pickle
+                    error = exc
+            if error is not None:
+                message = dumps(("error", episode_id, *error_fields(error)))
+            with contextlib.suppress(OSError):  # the caller has gone; its closed pipe ends the loop too
+                to_caller.send_bytes(message)
 
         running: set[asyncio.Task[Any]] = set()
         inbox: asyncio.Queue[Any] = asyncio.Queue()

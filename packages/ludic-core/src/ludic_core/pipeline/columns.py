@@ -23,33 +23,20 @@ vocabularies past 65,536 (Qwen's 151k, Llama-3's 128k), 2 for Llama-2's or Mistr
 tokenizers. **Masks** are a few contiguous spans (prompt, completion, the next turn's observation ...),
 so run lengths cost a few bytes per item.
 
-**Logprobs are float32.** The trainer collates them into float32 tensors (``ludic_train.collate``),
-so rounding them to float32 on the wire changes no tensor it trains on, bit for bit; and a sampler
-computes them in at most float32 anyway (vLLM's and the local client's log-softmax run in float32), so
-the Python floats an item holds are float32 values already. A float64 logprob from elsewhere is
-rounded by at most 6e-8 relative. It halves the logprob bytes (1.6 instead of 3.2 bytes per token
-when 40% of the tokens are actions, 3.2 instead of 6.4 with teacher logprobs).
+**Logprobs are float32**: the trainer collates them into float32 tensors, so the wire changes no
+tensor it trains on, and samplers compute them in float32 anyway (a float64 logprob from elsewhere
+moves by at most 6e-8 relative); it halves their bytes.
 
-**Checks.** :func:`unpack_items` checks every column before building an item: lengths and run sums
-consistent, buffer sizes exact, logprobs finite and <= ``LOGP_TOLERANCE`` (as the trainer's guards
-require), weights finite, temperatures ``None`` or finite >= 0, metas maps with no NaN/inf anywhere. Integer ids, 0/1 masks and
-float logprobs hold by construction (they are read from unsigned buffers, run lengths and float32
-buffers), so an item is built without re-running ``SAWItem``'s per-element validators, which cost
-~200 µs per 1k-token item, several times the rest of decoding; and it keeps its arrays packed until
-they are read (:class:`~ludic_core.packed_saw.PackedSAWItem`), so decoding creates no Python
-object per token. Every check runs before the first item is built: a learner never holds an item of a
-message it refuses. :func:`pack_items` runs the same checks, so an actor never pushes what a learner
-would refuse. Errors name the item, the field and the value. The per-item checks (meta a map, runs,
-weight, temperature) run as a few passes in C over whole columns; only when one fails does a loop
-over the items find and name the defect.
-
-**Packed items.** The SAW builder's items keep their arrays packed from the start
-(:meth:`~ludic_core.packed_saw.PackedSAWItem.from_arrays`: an ``array("I")`` of ids, the mask's runs,
-float64 ``array("d")`` logprobs), and so do decoded items. :func:`pack_items` takes such an item's
-runs as they are and joins its buffers into the columns with numpy (ids narrowed, logprobs rounded
-to float32 as ``struct`` rounds them), so encoding reads no Python object per token; the column
-checks then run as for any item. Items of tuples are packed through ``array``, ``bytearray`` and
-``struct``; either way a message's bytes are the same.
+**Checks.** :func:`unpack_items` checks every column before it builds an item (a learner never holds
+an item of a message it refuses), and :func:`pack_items` runs the same checks (an actor never pushes
+what a learner would refuse): lengths and run sums consistent, buffer sizes exact, logprobs finite
+and <= ``LOGP_TOLERANCE``, weights finite, temperatures ``None`` or finite >= 0, metas maps with no
+NaN/inf anywhere. They run as a few passes in C or numpy over whole columns; only when one fails does
+a loop over the items name the item, the field and the value. Ids, 0/1 masks and float logprobs hold
+by construction (unsigned buffers, run lengths, float32 buffers), so items skip ``SAWItem``'s
+per-element validators and keep their arrays packed until read
+(:class:`~ludic_core.packed_saw.PackedSAWItem`, also what the SAW builder makes: its buffers are
+joined into the columns with numpy, without a Python object per token).
 """
 
 from __future__ import annotations

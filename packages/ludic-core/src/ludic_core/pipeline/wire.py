@@ -16,20 +16,15 @@ is a msgpack map::
         "items": {...},  # the items as packed columns: see ludic_core.pipeline.columns
     }
 
-Token ids travel as packed little-endian unsigned ints (1, 2 or 4 bytes, the narrowest that holds the
-message's largest id), logprobs as float32, masks as run lengths, each item's meta as a small msgpack
-map: about 6 bytes per token for 1k-token items with 40% action tokens and a 151k vocabulary (the JSON
-of wire version 1 took 18.7). Version 1 messages (JSON) are refused with an error that says so.
+The items travel as packed columns (:mod:`ludic_core.pipeline.columns`): about 6 bytes per token for
+1k-token items with 40% action tokens and a 151k vocabulary (the JSON of wire version 1, refused with
+an error that says so, took 18.7).
 
-msgpack, never pickle: the learner must not execute whatever bytes land on a shared queue, and
-msgpack only ever builds maps, lists, strings, numbers and bytes. A well-kept library does the job:
-``msgpack`` is small, has no dependencies and ships wheels for the usual platforms, and numpy (in
-the same extra) checks the packed arrays without a Python loop. Floats outside the
-logprob columns (weights, temperatures, timestamps, meta) stay float64 and round-trip exactly; NaN/inf
-are refused, in the batch meta and in every item's meta. Sizes are bounded (:class:`WireLimits`): a
-message over ``max_message_bytes`` is refused before it is parsed, a batch meta over
-``max_meta_bytes`` (packed) after. ``python -m ludic_core.pipeline.dump`` prints queued messages as JSON (``redis-cli``
-shows only bytes now).
+msgpack, never pickle: the learner must not execute whatever bytes land on a shared queue, and msgpack
+only ever builds maps, lists, strings, numbers and bytes (numpy, in the same extra, checks the packed
+arrays). Floats outside the logprob columns stay float64 and round-trip exactly; NaN/inf are refused,
+in the batch meta and in every item's meta. Sizes are bounded (:class:`WireLimits`). ``python -m
+ludic_core.pipeline.dump`` prints queued messages as JSON.
 """
 
 from __future__ import annotations
