@@ -339,14 +339,15 @@ def _slots(cls: type) -> tuple[Any, tuple[Any, ...]]:
 
 
 def _rebuild(cls: type, values: tuple[Any, ...]) -> Any:
-    record = object.__new__(cls)
+    record: Any = object.__new__(cls)
     for set_slot, value in zip(_slots(cls)[1], values, strict=True):
         set_slot(record, value)
     return record
 
 
 def _reduce(record: Any) -> tuple[Any, ...]:
-    return _rebuild, (type(record), _slots(type(record))[0](record))
+    cls: type = type(record)
+    return _rebuild, (cls, _slots(cls)[0](record))
 
 
 # What an episode's result and a request are made of.

@@ -173,8 +173,8 @@ def _pack_ids(items: Sequence[SAWItem], packed: list[PackedArrays | None]) -> tu
     largest = int(ids.max())
     width = next(w for w, limit in ((1, 2**8), (2, 2**16), (4, 2**32)) if largest < limit)
     narrow = ids.astype(_ID_DTYPES[width], copy=False)
-    # Already that width (a 4-byte vocabulary): the joined bytes themselves, not a second copy.
-    return width, narrow.base if narrow is ids and type(ids.base) is bytes else narrow.tobytes()
+    joined: object = ids.base  # already that width (a 4-byte vocabulary): these bytes, not a second copy
+    return width, joined if narrow is ids and isinstance(joined, bytes) else narrow.tobytes()
 
 
 def _tuple_logps(index: int, item: SAWItem, field: str, values: Sequence[float]) -> bytes:
