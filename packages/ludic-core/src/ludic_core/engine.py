@@ -33,11 +33,8 @@ episode that has not started. The episodes a worker runs share its context: a co
 episode sets must be reset by it (as ``with`` blocks and ``ContextVar.reset`` do), or the worker's next
 episode sees it.
 
-Workers. ``settings.workers > 1`` runs the episodes in that many spawned processes, each with its own
-engine, built from this one's factories or from ``worker_engine``; this engine still numbers, seeds,
-orders, logs and reports them, so the result does not depend on the number of workers (see
-:mod:`ludic_core.rollout_workers`). The workers stay up between calls with the same count, and stop on
-an error, a cancellation or :meth:`RolloutEngine.close`.
+Workers. ``settings.workers > 1`` runs the episodes in spawned processes (:mod:`ludic_core.rollout_workers`),
+which stay up between calls with the same count and stop on an error, a cancellation or :meth:`close`.
 
 Timeouts. Every wait is bounded by default: each model call by ``timeout_s`` (default
 :data:`DEFAULT_MODEL_CALL_TIMEOUT_S`) and each episode by ``episode_timeout_s`` (default

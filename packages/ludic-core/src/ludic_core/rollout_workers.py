@@ -9,19 +9,15 @@ policy. So a call returns the same episodes in the same order whatever N, and ``
 process at all.
 
 What travels. Workers are *spawned*, not forked (a forked copy of a process running threads, torch or
-CUDA can deadlock), so they import everything afresh and receive, pickled:
-
-* how to build their engine: the engine's ``worker_engine`` callable, or else its own factories and
-  seed settings. Module-level functions, classes and ``functools.partial`` of them pickle; lambdas and
-  closures do not, and are refused with the name of the factory;
-* each request, and each episode's result on the way back (:func:`dumps`: records travel as the tuple
-  of their slots, rebuilt through the slots' setters, at half the cost of attrs' pickling).
-
-The worker (:func:`serve`) says ``("ready", base_seed, deterministic_ids)`` once its engine is built,
-runs each episode it receives as a task of its loop and answers ``("done", id, fields)`` (the
-caller's :class:`~ludic_core.engine.EpisodeResult` after its index and request) or ``("error", id,
-*error_fields)``. It stops when the caller closes its pipe (or dies): it cancels what still runs and
-closes its engine.
+CUDA can deadlock), so they import everything afresh and receive, pickled: how to build their engine
+(the engine's ``worker_engine`` callable, or else its own factories and seed settings: module-level
+functions, classes and ``functools.partial`` of them pickle; lambdas and closures are refused with the
+name of the factory), then each request. A worker (:func:`serve`) answers ``("ready", base_seed,
+deterministic_ids)`` once its engine is built, then ``("done", id, fields)`` (the caller's
+:class:`~ludic_core.engine.EpisodeResult` after its index and request) or ``("error", id,
+*error_fields)`` for each episode, which runs as a task of its loop; records travel as the tuple of
+their slots (:func:`dumps`, half the cost of attrs' pickling). It stops when the caller closes its
+pipe (or dies): it cancels what still runs and closes its engine.
 
 A client holding an open connection or an in-process model cannot travel: give the engine a picklable
 ``worker_engine`` (``functools.partial(make_engine, base_url, model)``) that builds the client in the
@@ -32,14 +28,13 @@ stops). The ``ludic`` command's ``openai`` and ``vllm`` backends build their cli
 Waits and failures. Each worker has ``start_timeout_s`` to build its engine and each episode
 ``episode_timeout_s`` (plus as much again, at most :data:`RESULT_GRACE_S`, for the trip) to come
 back: a worker whose loop is held by a blocking env step cannot fire its own timeout, so the caller's
-raises :class:`~ludic_core.errors.LudicTimeoutError`. An error raised in a worker (building its engine,
-a :class:`~ludic_core.errors.ConfigError` from a factory) is raised again in the caller with the
-worker's traceback as its cause; a worker that dies raises :class:`RolloutWorkerError` with its exit
-code. The engine stops every worker on any error, on cancellation and on ``KeyboardInterrupt`` (the
-workers ignore SIGINT and leave the stopping to the caller). Spawned workers import the caller's
-``__main__``: a script must start its run under ``if __name__ == "__main__":``. They do not inherit the
-caller's ``logging`` handlers (warnings still reach stderr); what the caller logs about each episode
-(the rollout log, failures) is unchanged.
+raises :class:`~ludic_core.errors.LudicTimeoutError`. An error raised in a worker is raised again in
+the caller with the worker's traceback as its cause; a worker that dies raises
+:class:`RolloutWorkerError` with its exit code. The engine stops every worker on any error, on
+cancellation and on ``KeyboardInterrupt`` (workers ignore SIGINT and leave the stopping to the
+caller). Spawned workers import the caller's ``__main__``: a script must start its run under ``if
+__name__ == "__main__":``. They do not inherit the caller's ``logging`` handlers (warnings still reach
+stderr); what the caller logs about each episode (the rollout log, failures) is unchanged.
 """
 
 from __future__ import annotations
@@ -141,13 +136,8 @@ class _Worker:
 
 def _settle(future: concurrent.futures.Future[Any], value: Any, error: BaseException | None) -> None:
     # The caller may have given up on the future (its wait timed out, its task was cancelled).
-    try:
-        if error is None:
-            future.set_result(value)
-        else:
-            future.set_exception(error)
-    except concurrent.futures.InvalidStateError:
-        pass
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        future.set_result(value) if error is None else future.set_exception(error)
 
 
 def _read(worker: _Worker) -> None:
@@ -190,9 +180,8 @@ def _read(worker: _Worker) -> None:
 
 
 def _join(worker: _Worker, timeout_s: float) -> bool:
-    """Whether ``worker`` has exited, waiting up to ``timeout_s``; under ``worker.lock``. One thread
-    at a time: a process joined from two threads at once can look alive forever to the one whose
-    ``waitpid`` lost the race (the reader's join on EOF against :func:`_stop`'s)."""
+    """Whether ``worker`` has exited, waiting up to ``timeout_s``; under ``worker.lock``: a process joined
+    by two threads at once (the reader's on EOF, :func:`_stop`'s) looks alive forever to the loser."""
     worker.process.join(timeout=timeout_s)
     return worker.process.exitcode is not None
 

@@ -286,30 +286,24 @@ def packed_or_none(value: Any) -> bytes | None:
         return None
 
 
-def _surely_finite(value: Any, packed: bytes | None = None) -> bool:
-    """Whether no NaN/inf sits anywhere in ``value``, found by searching its msgpack bytes (``packed``,
-    packed here when not given) once, in C, instead of walking every value of every meta in Python.
-
-    ``False`` only says that :func:`_non_finite_path` must look: the pattern can also match inside
-    other bytes (a bin value, an int's or a finite float's own bytes; never UTF-8 text), and a value
-    msgpack cannot pack is left to the walk.
-    """
+def _maybe_non_finite(value: Any, packed: bytes | None = None) -> bool:
+    """Whether a NaN/inf may sit in ``value``: one search of its msgpack bytes (``packed``, else packed
+    here), in C, instead of a walk over every value. ``True`` only says that :func:`_non_finite_path`
+    must look: the pattern can also match inside other bytes (a bin value, an int's or a finite float's
+    own bytes; never UTF-8 text), and a value msgpack cannot pack is left to the walk."""
     packed = packed_or_none(value) if packed is None else packed
-    return packed is not None and _PACKED_NON_FINITE.search(packed) is None
+    return packed is None or _PACKED_NON_FINITE.search(packed) is not None
 
 
 def check_finite_meta(meta: Any, name: str, packed: bytes | None = None) -> None:
-    """NaN/inf anywhere in a meta: refused, as the JSON wire refused them (averages would turn NaN).
-    ``packed``: the meta's msgpack bytes, when the caller has packed it already."""
-    if _surely_finite(meta, packed):
-        return
-    path = _non_finite_path(meta)
-    if path is not None:
+    """NaN/inf anywhere in a meta (``packed``: its msgpack bytes, if the caller has them): refused, as
+    the JSON wire refused them (averages would turn NaN)."""
+    if _maybe_non_finite(meta, packed) and (path := _non_finite_path(meta)) is not None:
         raise DataError(f"{name}{path} is not finite")
 
 
 def _check_finite_metas(metas: list[Any]) -> None:
-    if not _surely_finite(metas) and _non_finite_path(metas) is not None:  # then name the item
+    if _maybe_non_finite(metas) and _non_finite_path(metas) is not None:  # then name the item
         for index, meta in enumerate(metas):
             check_finite_meta(meta, f"{_label(index, meta)}: meta")
 
