@@ -619,7 +619,7 @@ DOCUMENTED_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("train-gsm8k-smoke", ("train", "gsm8k-grpo", "examples/gsm8k/grpo_smoke.toml", "run_dir={run}")),
     (
         "train-tictactoe-tinker-smoke",
-        ("train", "tictactoe-grpo-tinker", "examples/tic_tac_toe/grpo_tinker_smoke.toml", "run_dir={run}"),
+        ("train", "tictactoe-grpo", "examples/tic_tac_toe/grpo_tinker_smoke.toml", "run_dir={run}"),
     ),
 )
 
@@ -672,8 +672,8 @@ def vllm(session: nox.Session) -> None:
     """ludic-vllm's `vllm`-marked tests and the docs' `vllm` blocks, against real vLLM servers on CPU."""
     _prepare(session)
     session.env.update(VLLM_ENV)
-    # ludic-envs (with `datasets` for GSM8K), ludic-agents and peft: the `ludic train tictactoe-grpo-vllm`
-    # and `gsm8k-grpo-vllm` smoke runs (test_vllm_recipe.py).
+    # ludic-envs (with `datasets` for GSM8K), ludic-agents and peft: the `ludic train tictactoe-grpo backend.kind=vllm`
+    # and `gsm8k-grpo backend.kind=vllm` smoke runs (test_vllm_recipe.py).
     _install_local(
         session,
         (
@@ -694,7 +694,7 @@ def vllm(session: nox.Session) -> None:
     session.run(
         "python", "-c", "import torch, vllm; print('torch', torch.__version__, 'vllm', vllm.__version__)"
     )
-    # The docs' `ludic train tictactoe-grpo-vllm` smoke run (one vLLM CPU server on the tiny model and the
+    # The docs' `ludic train tictactoe-grpo backend.kind=vllm` smoke run (one vLLM CPU server on the tiny model and the
     # run sampling from it), alone under the memory check; the rest of the suite keeps up to three
     # servers alive at once (the two-server torchrun test), which no documented command does.
     documented = "test_vllm_recipe_samples_from_the_server_and_publishes_every_step"

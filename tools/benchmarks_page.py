@@ -34,7 +34,7 @@ Every `bench/*.py` prints one JSON object with its machine, load average, comman
 the 4 GiB the docs promise for every command) and keeps each result here. The GPU check,
 `python tools/gpu_check.py --save-result` on a machine with a CUDA GPU and vLLM's CUDA build, runs the
 `gpu`-marked tests, the trainer and local-sampler benchmarks on CUDA, the weight-sync benchmark and three
-steps of `ludic train tictactoe-grpo-vllm` in at most 8 minutes, and keeps its summary (step time,
+steps of `ludic train tictactoe-grpo backend.kind=vllm` in at most 8 minutes, and keeps its summary (step time,
 trained and sampled tokens/s, weight-push time) as `bench/results/gpu_check.json`;
 `python tools/gpu_check.py --dry-run` runs every step at a CPU-sized stand-in (the `examples` session
 does, so the check cannot rot).

@@ -10,7 +10,7 @@ Steps, each a command of its own with its own time limit (a failing step is reco
 2. ``trainer`` — ``bench/bench_trainer_logits.py`` on CUDA: a training step of SmolLM2's widths.
 3. ``local-sampler`` — ``bench/bench_local_client.py`` on CUDA: the in-process sampler's tokens/s.
 4. ``weight-sync`` — ``bench/bench_weight_sync.py``: weight-push time against model size.
-5. ``rl-recipe`` — ``ludic train tictactoe-grpo-vllm`` for 3 steps on the tiny Llama, its own vLLM server
+5. ``rl-recipe`` — ``ludic train tictactoe-grpo backend.kind=vllm`` for 3 steps on the tiny Llama, its own vLLM server
    started by the run (``vllm.start_server``) and the trainer on CUDA: step time, trained and sampled
    tokens/s and the weight-push time, from the run's ``metrics.jsonl``.
 
@@ -113,7 +113,7 @@ def steps(work: Path) -> list[Step]:
     model = work / "tiny-llama"
     recipe = (
         "train",
-        "tictactoe-grpo-vllm",
+        "tictactoe-grpo",
         "examples/tic_tac_toe/grpo_vllm_smoke.toml",
         f"backend.model={model}",
         f"steps={RECIPE_STEPS}",

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ludic_core.cli.config import load_config, parse_override
-from ludic_core.cli.run_config import EvalConfig, RolloutsConfig
 from ludic_core.errors import ConfigError
+from ludic_core.run.configs import EvalConfig, RolloutsConfig
+from ludic_core.run.loading import load_config, parse_override
 
 
 def test_overrides_are_toml_values_and_nest() -> None:
@@ -174,9 +174,9 @@ def test_missing_backend_names_its_package_before_any_run_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # As in the light install, whether or not ludic-tinker (which contributes `tinker`) is installed here.
-    backends = importlib.import_module("ludic_core.cli.backends")
+    backends = importlib.import_module("ludic_core.run.backends")
     builtins_only = backends.Registry(
-        "backend", None, builtins={"openai": "ludic_core.cli.backends:OpenAIBackend"}
+        "backend", None, builtins={"openai": "ludic_core.run.backends:OpenAIBackend"}
     )
     monkeypatch.setattr(backends, "BACKENDS", builtins_only)
     monkeypatch.chdir(tmp_path)

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import attrs
 import pytest
 
-from ludic_core.cli.config import load_config
 from ludic_core.cli.main import main
-from ludic_core.cli.recipes import RECIPES, Recipe, get_recipe
 from ludic_core.errors import ConfigError
+from ludic_core.run.loading import load_config
+from ludic_core.run.recipes import RECIPES, Recipe, get_recipe
 
 
 @attrs.frozen(kw_only=True)
@@ -79,8 +79,8 @@ def test_runner_and_check_must_name_module_and_function() -> None:
 
 
 def test_each_rank_samples_whole_groups_and_the_ranks_together_sample_one_processs_step() -> None:
-    from ludic_core.cli.profiles import default_profile
-    from ludic_core.cli.rl_recipe import RLEpisodesConfig, train_requests
+    from ludic_core.run.profiles import default_profile
+    from ludic_core.run.rl import RLEpisodesConfig, train_requests
 
     config = RLEpisodesConfig(env="tictactoe", episodes=4, samples_per_prompt=3, seed=7)
     whole = train_requests(config, default_profile())(5)

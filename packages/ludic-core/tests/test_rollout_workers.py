@@ -222,8 +222,8 @@ def test_workers_must_be_a_positive_int() -> None:
 
 
 def test_a_backend_whose_client_lives_in_this_process_refuses_workers() -> None:
-    from ludic_core.cli.backends import ClientBackend
-    from ludic_core.cli.episodes import cli_worker_engine
+    from ludic_core.run.backends import ClientBackend
+    from ludic_core.run.episodes import cli_worker_engine
 
     class InProcessBackend(ClientBackend):
         def __init__(self) -> None:

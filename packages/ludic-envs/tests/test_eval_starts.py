@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from ludic_core.cli.episodes import build_requests, prompt_starts
-from ludic_core.cli.profiles import resolve_profile
 from ludic_core.inference import InferenceSpec
+from ludic_core.run.episodes import build_requests, prompt_starts
+from ludic_core.run.profiles import resolve_profile
 from ludic_envs.eval_profiles import qa_profile, tictactoe_profile
 from ludic_envs.eval_starts import opening_positions, row_starts, tictactoe_starts
 from ludic_envs.qa import DatasetQAEnv

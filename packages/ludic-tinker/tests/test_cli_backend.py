@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from ludic_command import ludic
 
-from ludic_core.cli.run_config import BackendConfig
 from ludic_core.credit import MonteCarloReturn
 from ludic_core.errors import ConfigError
 from ludic_core.rollout_log import read_rollouts
+from ludic_core.run.configs import BackendConfig
 from ludic_core.saw_builder import build_saw_items
 from ludic_tinker.testing import FAKE_API_KEY, FAKE_BASE_MODEL, FakeTinkerService
 

@@ -1,4 +1,4 @@
-"""``ludic train gsm8k-grpo-tinker`` on the GSM8K rows beside the project: the smoke config
+"""``ludic train gsm8k-grpo backend.kind=tinker`` on the GSM8K rows beside the project: the smoke config
 (``examples/gsm8k/grpo_tinker_smoke.toml``, the recipe's own fake service) and the full-size config
 (``examples/gsm8k/grpo_tinker.toml``, cut to two small steps) against the loopback fake service this
 test process serves, so the test can see what reached it. Subprocesses with the real SDK."""
@@ -42,7 +42,7 @@ def test_smoke_config_trains_against_the_recipes_fake_service(
 ) -> None:
     smoke = EXAMPLES / "gsm8k" / "grpo_tinker_smoke.toml"
     done = ludic(
-        "train", "gsm8k-grpo-tinker", str(smoke), *ROWS, "run_dir=run", service=fake_service, cwd=tmp_path
+        "train", "gsm8k-grpo", str(smoke), *ROWS, "run_dir=run", service=fake_service, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
     assert fake_service.forward_backward_calls == [], "tinker.fake_service starts a fake of its own"
@@ -65,7 +65,7 @@ def test_full_size_config_trains_on_the_service(
 
     config = EXAMPLES / "gsm8k" / "grpo_tinker.toml"
     done = ludic(
-        "train", "gsm8k-grpo-tinker", str(config), *SMALL, *ROWS, f"algorithm={algorithm}", "sampling.max_tokens=8",
+        "train", "gsm8k-grpo", str(config), *SMALL, *ROWS, f"algorithm={algorithm}", "sampling.max_tokens=8",
         f"tinker.base_model={FAKE_BASE_MODEL}", "tinker.lora_rank=4", "run_dir=run",
         service=fake_service, cwd=tmp_path,
     )  # fmt: skip

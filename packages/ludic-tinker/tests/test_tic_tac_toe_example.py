@@ -1,4 +1,4 @@
-"""``examples/tic_tac_toe/grpo_tinker.toml`` (``ludic train tictactoe-grpo-tinker``) against the loopback
+"""``examples/tic_tac_toe/grpo_tinker.toml`` (``ludic train tictactoe-grpo backend.kind=tinker``) against the loopback
 fake Tinker service this test process serves: the example's full-size settings, cut to two small steps
 by overrides, reach the service as written. The command runs as a subprocess with the real SDK; the
 service's URL and key reach it as the SDK takes them (``TINKER_BASE_URL``, ``TINKER_API_KEY``)."""
@@ -21,7 +21,7 @@ pytest.importorskip("ludic_train")  # `ludic train`
 def test_full_size_config_trains_on_the_service(fake_service: FakeTinkerService, tmp_path: Path) -> None:
     config = EXAMPLES / "tic_tac_toe" / "grpo_tinker.toml"
     done = ludic(
-        "train", "tictactoe-grpo-tinker", str(config), *SMALL, f"tinker.base_model={FAKE_BASE_MODEL}",
+        "train", "tictactoe-grpo", str(config), *SMALL, f"tinker.base_model={FAKE_BASE_MODEL}",
         "tinker.lora_rank=4", "run_dir=run", service=fake_service, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

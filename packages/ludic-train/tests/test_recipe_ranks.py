@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ludic_core.errors import ConfigError
-from ludic_train.recipes.components import Ranks, launched_ranks
+from ludic_core.run.ranks import Ranks, launched_ranks
 
 
 def test_a_plain_run_is_rank_0_of_1_and_torchrun_sets_the_rest() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ludic_core.cli.config import load_config
 from ludic_core.errors import ConfigError
+from ludic_core.run.loading import load_config
 from ludic_train.recipes.config import LoraSettings, RLRunConfig
 
 HOSTILE = [

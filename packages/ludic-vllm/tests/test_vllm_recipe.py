@@ -1,4 +1,4 @@
-"""``ludic train tictactoe-grpo-vllm examples/tic_tac_toe/grpo_vllm_smoke.toml`` against the session's
+"""``ludic train tictactoe-grpo backend.kind=vllm examples/tic_tac_toe/grpo_vllm_smoke.toml`` against the session's
 real vLLM (CPU) server.
 
 The installed ``ludic`` command runs the smoke config unmodified but for where the server and its model
@@ -37,7 +37,7 @@ TEMPLATE = ROOT / "examples" / "tic_tac_toe" / "plain_chat_template.jinja"
 
 
 def _ludic_train(
-    cwd: Path, *overrides: str, recipe: str = "tictactoe-grpo-vllm", smoke: Path = SMOKE
+    cwd: Path, *overrides: str, recipe: str = "tictactoe-grpo", smoke: Path = SMOKE
 ) -> subprocess.CompletedProcess[str]:
     """``ludic train <recipe> <smoke config> <overrides>``, as a user types it."""
     script = Path(sys.executable).parent / "ludic"
@@ -138,7 +138,7 @@ def test_vllm_recipe_under_torchrun_trains_data_parallel_against_two_servers(
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
         "--master-addr", "127.0.0.1", f"--master-port={port}", "-m", "ludic_core.cli",
-        "train", "tictactoe-grpo-vllm", str(SMOKE), f"chat_template={TEMPLATE}",
+        "train", "tictactoe-grpo", str(SMOKE), f"chat_template={TEMPLATE}",
         f"backend.model={vllm_server.model_dir}", f"vllm.urls={json.dumps(servers)}", f"run_dir={run_dir}",
     ]  # fmt: skip
     done = subprocess.run(
@@ -225,7 +225,7 @@ GSM8K_DATA = Path(os.environ.get("LUDIC_DATA_DIR", ROOT.parent / "shared" / "dat
     reason=f"no GSM8K data at {GSM8K_DATA}: set LUDIC_DATA_DIR to the folder holding gsm8k/train.jsonl",
 )
 def test_gsm8k_vllm_recipe_trains_on_the_real_rows(vllm_server: Any, tmp_path: Path) -> None:
-    """``ludic train gsm8k-grpo-vllm examples/gsm8k/grpo_vllm_smoke.toml``: one step on real GSM8K rows
+    """``ludic train gsm8k-grpo backend.kind=vllm examples/gsm8k/grpo_vllm_smoke.toml``: one step on real GSM8K rows
     sampled by the server, then an evaluation on the test split at the published version."""
     pytest.importorskip("peft")
     pytest.importorskip("datasets")
@@ -241,7 +241,7 @@ def test_gsm8k_vllm_recipe_trains_on_the_real_rows(vllm_server: Any, tmp_path: P
         f"vllm.urls={vllm_server.url}",
         f"run_dir={run_dir}",
         *data,
-        recipe="gsm8k-grpo-vllm",
+        recipe="gsm8k-grpo",
         smoke=ROOT / "examples" / "gsm8k" / "grpo_vllm_smoke.toml",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -1,5 +1,5 @@
 """Eval profiles of the envs in this package, for ``ludic eval`` and ``ludic rollouts``
-(:class:`ludic_core.cli.profiles.EvalProfile`, registered by env name in the entry-point group
+(:class:`ludic_core.run.profiles.EvalProfile`, registered by env name in the entry-point group
 ``"ludic.eval_profiles"``).
 
 * Tic-Tac-Toe: the reply must be one cell (``B2``, or ``<move>B2</move>``); outcomes win / draw / loss,
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 
-from ludic_core.cli.profiles import EvalProfile
 from ludic_core.evaluation import Record
 from ludic_core.parsing import ParseResult
+from ludic_core.run.profiles import EvalProfile
 from ludic_envs.eval_starts import row_starts, tictactoe_starts
 
 __all__ = ["cell_parser", "code_profile", "qa_profile", "tictactoe_profile"]

@@ -1,5 +1,5 @@
 """Where each evaluated prompt starts, for the eval profiles of this package
-(:data:`ludic_core.cli.profiles.Starts`): under greedy sampling a prompt the model has seen before
+(:data:`ludic_core.run.profiles.Starts`): under greedy sampling a prompt the model has seen before
 is answered the same way, so ``n`` prompts measure ``n`` things only if each one starts somewhere else.
 
 * Tic-Tac-Toe (:func:`tictactoe_starts`): the agent plays X and O in turn, each prompt from its own

@@ -6,7 +6,7 @@
 
 The registered ``"chat"`` agent (ludic-agents' ``Agent`` on the model's chat template) renders each
 prompt and :class:`~ludic_tinker.TinkerChatClient` samples it, so rollouts carry token ids and behaviour
-logprobs (trainable, like the ``local`` backend's). What each :class:`~ludic_core.cli.run_config.BackendConfig`
+logprobs (trainable, like the ``local`` backend's). What each :class:`~ludic_core.run.configs.BackendConfig`
 field means here:
 
 * ``model`` — a Tinker base model name, or the ``tinker://`` path of saved sampler weights
@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import tinker
 
-from ludic_core.cli.backends import chat_agent_factory, require_chat_agent
 from ludic_core.errors import ConfigError
 from ludic_core.harness import AgentHarness
 from ludic_core.parsing import Parser
+from ludic_core.run.backends import chat_agent_factory, require_chat_agent
 from ludic_tinker._sdk import call_for_client_blocking
 from ludic_tinker.client import TinkerChatClient
 from ludic_tinker.connect import TinkerTimeouts, connect
 
 if TYPE_CHECKING:
-    from ludic_core.cli.run_config import BackendConfig
+    from ludic_core.run.configs import BackendConfig
 
 __all__ = ["TinkerBackend", "fake_model_tokenizer"]
 

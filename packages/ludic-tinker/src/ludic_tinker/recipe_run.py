@@ -1,5 +1,5 @@
 """The runner of the Tinker RL recipe (:mod:`ludic_tinker.recipes`): the episodes are built as for every
-RL recipe (:mod:`ludic_core.cli.rl_recipe`), sampled through :class:`~ludic_tinker.TinkerChatClient`
+RL recipe (:mod:`ludic_core.run.rl`), sampled through :class:`~ludic_tinker.TinkerChatClient`
 and trained by :class:`~ludic_tinker.TinkerTrainer`, which hands new weights to the sampler every step."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import attrs
 
-from ludic_core.cli.rl_recipe import build_algorithm, check_envs_build, check_rl_episodes
 from ludic_core.errors import ConfigError
+from ludic_core.run.rl import build_algorithm, check_envs_build, check_rl_episodes
 from ludic_tinker.cli_backend import TinkerBackend, fake_model_tokenizer
 from ludic_tinker.recipes import TinkerRLRunConfig
 
@@ -24,8 +24,6 @@ __all__ = ["check_tinker_rl", "run_tinker_rl"]
 def check_tinker_rl(config: TinkerRLRunConfig) -> None:
     from ludic_tinker.losses import tinker_loss_for
 
-    if config.backend.kind != "tinker":
-        raise ConfigError(f"backend.kind = {config.backend.kind!r}: this recipe samples on Tinker ('tinker')")
     world_size = os.environ.get("WORLD_SIZE", "1")
     if world_size != "1":
         # Tinker trains remotely: every torchrun rank would run (and pay for) the same remote run.
@@ -88,14 +86,12 @@ def _service(config: TinkerRLRunConfig) -> Iterator[_Wiring]:
 async def _run(
     config: TinkerRLRunConfig, run_dir: Path, wiring: _Wiring, *, dry_run: bool, resume: bool
 ) -> dict[str, Any]:
-    from ludic_core.cli.eval_command import eval_reducers
-    from ludic_core.cli.profiles import resolve_profile
-    from ludic_core.cli.rl_recipe import eval_requests, rollout_source
-    from ludic_core.cli.run_config import EvalConfig
     from ludic_core.evaluation import run_eval
     from ludic_core.loggers.console import STEP_SUMMARY, PrintLogger
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
+    from ludic_core.run.profiles import eval_reducers, resolve_profile
+    from ludic_core.run.rl import eval_requests, rollout_source
     from ludic_tinker import (
         TinkerChatClient,
         TinkerTrainer,
@@ -181,7 +177,7 @@ async def _run(
             **envs,
         }
     evals = eval_requests(config, profile)
-    reducers = eval_reducers(profile, EvalConfig(env=config.env))
+    reducers = eval_reducers(profile)
 
     async def evaluate() -> None:
         if trainer.sampler_version != trainer.step:

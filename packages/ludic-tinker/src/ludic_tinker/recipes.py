@@ -1,14 +1,14 @@
-"""The Tinker recipes of ``ludic train``: ``tictactoe-grpo-tinker`` and ``gsm8k-grpo-tinker``
-(entry-point group ``ludic.recipes``). Both run :func:`~ludic_tinker.recipe_run.run_tinker_rl`; they
-differ only in their defaults (the env's, shared with the local recipes, and the sampling budget).
+"""The ``tinker`` sampler of ``ludic train`` (entry-point group ``ludic.samplers``): an RL recipe with
+``backend.kind=tinker`` samples and trains on the Tinker service
+(:func:`~ludic_tinker.recipe_run.run_tinker_rl`).
 
-The RL table is ludic-core's :class:`~ludic_core.cli.rl_recipe.RLEpisodesConfig`, the same as the
-local recipe's (env, sampling, prompts x group per step, steps, algorithm, evaluation), so a run
-switches backend by switching recipe; the ``[tinker]`` table says where and what Tinker trains:
+The RL table is ludic-core's :class:`~ludic_core.run.rl.RLEpisodesConfig`, the same as the local
+backend's (env, sampling, prompts x group per step, steps, algorithm, evaluation), so a run switches
+backend by switching ``backend.kind``; the ``[tinker]`` table says where and what Tinker trains:
 
-    ludic train tictactoe-grpo-tinker tinker.base_model=Qwen/Qwen3-4B-Instruct-2507 steps=20
-    ludic train tictactoe-grpo-tinker tinker.fake_service=true --dry-run   # offline, no key
-    ludic train gsm8k-grpo-tinker algorithm=gspo                           # GSPO (SDK 0.34 or newer)
+    ludic train tictactoe-grpo backend.kind=tinker tinker.base_model=Qwen/Qwen3-4B-Instruct-2507 steps=20
+    ludic train tictactoe-grpo backend.kind=tinker tinker.fake_service=true --dry-run   # offline, no key
+    ludic train gsm8k-grpo backend.kind=tinker algorithm=gspo             # GSPO (SDK 0.34 or newer)
 
 ``[tinker.adam]`` is :class:`~ludic_tinker.AdamConfig` and ``[tinker.timeouts]``
 :class:`~ludic_tinker.TinkerTimeouts`, as the library takes them.
@@ -16,17 +16,15 @@ switches backend by switching recipe; the ``[tinker]`` table says where and what
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
-from ludic_core.cli.recipes import Recipe
-from ludic_core.cli.rl_recipe import GSM8K_RL_DEFAULTS, TICTACTOE_RL_DEFAULTS, RLEpisodesConfig
 from ludic_core.errors import ConfigError
+from ludic_core.run.rl import RLEpisodesConfig
+from ludic_core.run.samplers import SamplerKind
 from ludic_tinker.connect import TinkerTimeouts
 from ludic_tinker.trainer import AdamConfig
 
-__all__ = ["TinkerRLRunConfig", "TinkerSettings", "gsm8k_grpo_tinker", "tictactoe_grpo_tinker"]
+__all__ = ["TinkerRLRunConfig", "TinkerSettings", "tinker_sampler"]
 
 
 def _optional_positive(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
@@ -63,30 +61,10 @@ class TinkerRLRunConfig(RLEpisodesConfig):
     tinker: TinkerSettings = attrs.field(factory=TinkerSettings)
 
 
-def _tinker_recipe(summary: str, defaults: dict[str, Any]) -> Recipe:
-    return Recipe(
-        summary=summary,
+def tinker_sampler() -> SamplerKind:
+    return SamplerKind(
+        summary="the Tinker service samples and trains (no local GPU; tinker.fake_service for a dry run)",
         config_class=TinkerRLRunConfig,
         runner="ludic_tinker.recipe_run:run_tinker_rl",
-        check="ludic_tinker.recipe_run:check_tinker_rl",
-        defaults={**defaults, "backend": {"kind": "tinker"}},
-    )
-
-
-def tictactoe_grpo_tinker() -> Recipe:
-    return _tinker_recipe(
-        "GRPO + LoRA on Tic-Tac-Toe on the Tinker service (no local GPU; tinker.fake_service for a dry run)",
-        {**TICTACTOE_RL_DEFAULTS, "tinker": {"eval_every": 10}},
-    )
-
-
-def gsm8k_grpo_tinker() -> Recipe:
-    return _tinker_recipe(
-        "GRPO + LoRA on GSM8K on the Tinker service (algorithm=gspo for GSPO; tinker.fake_service for a dry run)",
-        {
-            **GSM8K_RL_DEFAULTS,
-            "sampling": {"max_tokens": 512},
-            "eval_episodes": 200,
-            "tinker": {"eval_every": 10},
-        },
+        checks=("ludic_tinker.recipe_run:check_tinker_rl",),
     )

@@ -21,12 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ludic_core.cli.backends import ClientBackend, require_chat_agent
 from ludic_core.errors import ConfigError
+from ludic_core.run.backends import ClientBackend, require_chat_agent
 from ludic_train.local_client import LocalPolicyClient
 
 if TYPE_CHECKING:
-    from ludic_core.cli.run_config import BackendConfig
+    from ludic_core.run.configs import BackendConfig
 
 __all__ = ["LocalBackend", "load_local_model"]
 

@@ -1,6 +1,7 @@
 """``ludic train <recipe> [run.toml ...] [key=value ...] [--dry-run] [--resume RUN_DIR]``.
 
-The recipe (``ludic recipes`` lists them) names a run config class and its defaults; TOML files and
+The recipe (``ludic recipes`` lists them) names its defaults and, through ``backend.kind`` (a registered
+sampler, :mod:`ludic_core.run.samplers`), a run config class; TOML files and
 ``key=value`` overrides go on top, and the whole config is validated (unknown keys, types, the recipe's
 own checks) before any model is loaded. ``--dry-run`` prints the resolved config, builds every component
 (model, tokenizer, engine, algorithm, trainer) and stops without training or writing a run directory.
@@ -29,10 +30,10 @@ from typing import Any
 import attrs
 
 from ludic_core.cli.command import Command
-from ludic_core.cli.config import load_config, to_json
-from ludic_core.cli.recipes import Recipe, get_recipe, recipe_path
-from ludic_core.cli.run_dir import create_run_dir
 from ludic_core.errors import ConfigError
+from ludic_core.run.loading import layered_value, load_config, to_json
+from ludic_core.run.recipes import Recipe, get_recipe, recipe_path
+from ludic_core.run.run_dir import create_run_dir
 
 __all__ = ["COMMAND", "resolve"]
 
@@ -73,6 +74,14 @@ def _recipe_of_run(run_dir: Path) -> str:
     return name
 
 
+def _for_backend(recipe: Recipe, files: list[str], overrides: list[str]) -> Recipe:
+    """``recipe`` as run by the sampler its ``backend.kind`` names (the last layer that sets it wins)."""
+    kind = layered_value(("backend", "kind"), defaults=recipe.defaults, files=files, overrides=overrides)
+    if kind is not None and not isinstance(kind, str):
+        raise ConfigError(f"backend.kind = {kind!r}: expected the name of a registered sampler (a str)")
+    return recipe.for_backend(kind or "local")
+
+
 def resolve(args: argparse.Namespace) -> tuple[str, Recipe, Any]:
     """The recipe's name, the recipe and the validated config the arguments ask for."""
     files, overrides = _split(list(args.rest))
@@ -87,17 +96,16 @@ def resolve(args: argparse.Namespace) -> tuple[str, Recipe, Any]:
                 files.insert(0, args.recipe)
             else:
                 raise ConfigError(f"--resume {str(run_dir)!r} is a {name!r} run, not {args.recipe!r}")
-        recipe = get_recipe(name)
-        config: Any = load_config(
-            recipe.config_class, files=[run_dir / "config.json", *files], overrides=overrides
-        )
+        files.insert(0, str(run_dir / "config.json"))
+        recipe = _for_backend(get_recipe(name), files, overrides)
+        config: Any = load_config(recipe.config_class, files=files, overrides=overrides)
         if Path(config.run_dir) != run_dir:
             config = attrs.evolve(config, run_dir=str(run_dir))
     else:
         if args.recipe is None:
             raise ConfigError("which recipe? `ludic train <recipe>` (`ludic recipes` lists them)")
         name = args.recipe
-        recipe = get_recipe(name)
+        recipe = _for_backend(get_recipe(name), files, overrides)
         config = load_config(recipe.config_class, defaults=recipe.defaults, files=files, overrides=overrides)
     recipe.validate(config)
     return name, recipe, config

@@ -13,8 +13,8 @@ The client side is importable from the package root::
 
 The server extension stays in its submodules, :mod:`ludic_vllm.serve`, :mod:`ludic_vllm.routes`,
 :mod:`ludic_vllm.worker` (``ludic-vllm serve``; needs the ``server`` extra). Every submodule keeps its
-names importable where they were. With ludic-train installed, :mod:`ludic_vllm.recipes` registers the
-``ludic train`` recipes ``tictactoe-grpo-vllm`` and ``gsm8k-grpo-vllm`` (:mod:`ludic_vllm.rl_recipe`).
+names importable where they were. :mod:`ludic_vllm.sampler` registers the sampler ``vllm`` of the
+``ludic train`` RL recipes (``ludic train tictactoe-grpo backend.kind=vllm``).
 
 The root resolves its names lazily, on first use: ``import ludic_vllm`` imports neither aiohttp nor vLLM.
 """

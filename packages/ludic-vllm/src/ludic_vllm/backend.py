@@ -12,8 +12,8 @@ trainer's model that is stopped when the backend is closed::
     ...
     await backend.aclose()
 
-The ``[vllm]`` table of ludic-vllm's ``ludic train *-vllm`` recipes is this config (see
-:mod:`ludic_vllm.rl_recipe`), so the library never depends on how an application reads its settings.
+The ``[vllm]`` table of ``ludic train <rl-recipe> backend.kind=vllm`` is this config (see
+:mod:`ludic_vllm.sampler`), so the library never depends on how an application reads its settings.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 import attrs
 
-from ludic_core.cli.run_config import server_urls
 from ludic_core.client_pool import ClientPool
 from ludic_core.errors import ConfigError
 from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
+from ludic_core.run.configs import server_urls
 from ludic_core.validation import positive_number
 from ludic_vllm.client import VLLMClient
 from ludic_vllm.launch import VLLMServer

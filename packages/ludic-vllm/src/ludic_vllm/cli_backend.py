@@ -19,10 +19,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ludic_core.cli.backends import ClientBackend, TokenizedClient, require_chat_agent
-from ludic_core.cli.run_config import BackendConfig
 from ludic_core.client_pool import ClientPool
 from ludic_core.errors import ConfigError, missing_extra
+from ludic_core.run.backends import ClientBackend, TokenizedClient, require_chat_agent
+from ludic_core.run.configs import BackendConfig
 from ludic_vllm._http import RetryPolicy
 from ludic_vllm.client import VLLMClient
 

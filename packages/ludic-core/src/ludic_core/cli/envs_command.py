@@ -7,9 +7,9 @@ import argparse
 import inspect
 
 from ludic_core.cli.command import Command
-from ludic_core.cli.profiles import EVAL_PROFILES
 from ludic_core.errors import RegistryError
 from ludic_core.registry import ENVS
+from ludic_core.run.profiles import EVAL_PROFILES
 
 __all__ = ["COMMAND", "describe_env", "run"]
 

@@ -19,43 +19,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ludic_core.cli.backends import check_backend, make_backend
 from ludic_core.cli.command import Command
-from ludic_core.cli.config import load_config
-from ludic_core.cli.episodes import (
-    add_run_arguments,
-    build_episodes,
-    check_env_builds,
-    episodes_logged_in,
-    first_request,
-    flags_of,
-)
-from ludic_core.cli.profiles import EvalProfile, resolve_profile
 from ludic_core.cli.progress import Progress
-from ludic_core.cli.run_config import EvalConfig
-from ludic_core.cli.run_dir import create_run_dir
+from ludic_core.cli.run_arguments import add_run_arguments, flags_of
 from ludic_core.cli.table import print_table
-from ludic_core.evaluation import MeanAtK, MetricReducer, PassAtK, Reducer, run_eval
+from ludic_core.evaluation import run_eval
+from ludic_core.run.backends import check_backend, make_backend
+from ludic_core.run.configs import EvalConfig
+from ludic_core.run.episodes import build_episodes, check_env_builds, episodes_logged_in, first_request
+from ludic_core.run.loading import load_config
+from ludic_core.run.profiles import eval_reducers, resolve_profile
+from ludic_core.run.run_dir import create_run_dir
 
-__all__ = ["COMMAND", "eval_reducers", "run"]
-
-
-def eval_reducers(profile: EvalProfile, config: EvalConfig) -> list[MetricReducer]:
-    reducers: list[MetricReducer] = [
-        Reducer(f"{label}_rate", _is(profile, label), "rate", "rollouts") for label in profile.outcomes
-    ]
-    if profile.success is not None:
-        success = profile.success
-        reducers.append(Reducer("accuracy", lambda record: bool(success(record)), "rate", "rollouts"))
-        if config.samples_per_prompt > 1:
-            reducers.extend(PassAtK(success, k) for k in config.pass_k)
-            reducers.append(MeanAtK(success, config.samples_per_prompt, name="mean_accuracy_per_prompt"))
-    reducers.append(Reducer("reward_mean", "total_reward", "mean", "rollouts"))
-    return reducers
-
-
-def _is(profile: EvalProfile, label: str) -> Any:
-    return lambda record: profile.label(record) == label
+__all__ = ["COMMAND", "run"]
 
 
 async def _evaluate(config: EvalConfig, run_dir: Path) -> dict[str, Any]:
@@ -67,7 +43,7 @@ async def _evaluate(config: EvalConfig, run_dir: Path) -> dict[str, Any]:
             result = await run_eval(
                 engine,
                 requests,
-                eval_reducers(profile, config),
+                eval_reducers(profile, samples_per_prompt=config.samples_per_prompt, pass_k=config.pass_k),
                 config.rollout,
                 progress=lambda _done, _total: bar.advance(),
             )

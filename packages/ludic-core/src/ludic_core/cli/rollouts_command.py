@@ -28,28 +28,22 @@ from typing import Any
 
 import attrs
 
-from ludic_core.cli.backends import check_backend, make_backend
 from ludic_core.cli.command import Command
-from ludic_core.cli.config import load_config
-from ludic_core.cli.episodes import (
-    add_run_arguments,
-    build_episodes,
-    check_env_builds,
-    episodes_logged_in,
-    first_request,
-    flags_of,
-)
-from ludic_core.cli.keep import parse_keep
-from ludic_core.cli.profiles import resolve_profile
 from ludic_core.cli.progress import Progress
-from ludic_core.cli.run_config import RolloutsConfig
-from ludic_core.cli.run_dir import choose_run_dir, create_run_dir
+from ludic_core.cli.run_arguments import add_run_arguments, flags_of
 from ludic_core.cli.table import print_table
 from ludic_core.engine import EpisodeResult
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.evaluation import rollout_record
 from ludic_core.jsonl import read_jsonl
 from ludic_core.rollout_log import RolloutLog
+from ludic_core.run.backends import check_backend, make_backend
+from ludic_core.run.configs import RolloutsConfig
+from ludic_core.run.episodes import build_episodes, check_env_builds, episodes_logged_in, first_request
+from ludic_core.run.keep import parse_keep
+from ludic_core.run.loading import load_config
+from ludic_core.run.profiles import resolve_profile
+from ludic_core.run.run_dir import choose_run_dir, create_run_dir
 
 __all__ = ["COMMAND", "DEFAULT_OUTPUT", "done_request_ids", "run"]
 

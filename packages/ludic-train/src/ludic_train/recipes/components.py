@@ -6,14 +6,14 @@ and the data-parallel launch they run in.
 with ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` set. :func:`data_parallel` then joins them in one
 process group (gloo for CPU tensors, NCCL for CUDA ones), :func:`build_model` shards the model across
 them, rank 0 alone writes the run directory and the logs, and checkpoints are gathered collectively
-(rank 0 writes). Each recipe splits its data by rank (:func:`launched_ranks`).
+(rank 0 writes). Each recipe splits its data by rank (:func:`~ludic_core.run.ranks.launched_ranks`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,19 +21,18 @@ import attrs
 
 from ludic_core.errors import ConfigError
 from ludic_core.loggers.base import TrainingLogger
+from ludic_core.run.ranks import Ranks, launched_ranks
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.cli_backend import load_local_model
 from ludic_train.config import TrainerConfig
 from ludic_train.recipes.config import FROM_TOKENIZER, LoraSettings, RunSettings
 
 __all__ = [
-    "Ranks",
     "build_checkpointer",
     "build_logger",
     "build_model",
     "check_ranks_agree",
     "data_parallel",
-    "launched_ranks",
     "on_main_rank",
     "rank_device",
     "run_keeping",
@@ -46,44 +45,6 @@ PROCESS_GROUP_TIMEOUT_ENV = "LUDIC_DIST_TIMEOUT_S"
 """Seconds a rank waits in a collective for the others (default 1800): it must outlast the longest
 thing one rank does alone, e.g. a pipeline learner waiting for actor batches, or rank 0 writing a
 checkpoint."""
-
-
-@attrs.frozen
-class Ranks:
-    """This process's place in a ``torchrun`` launch; a plain run is rank 0 of 1."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def launched_ranks(environ: Mapping[str, str] | None = None) -> Ranks:
-    """The ranks ``torchrun`` set in the environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``)."""
-    env = os.environ if environ is None else environ
-    values: dict[str, int] = {}
-    for name, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)):
-        raw = env.get(name)
-        try:
-            values[name] = default if raw is None else int(raw)
-        except ValueError:
-            raise ConfigError(
-                f"environment variable {name}={raw!r}: expected an int (torchrun sets it)"
-            ) from None
-    ranks = Ranks(values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"])
-    if ranks.world_size < 1 or not 0 <= ranks.rank < ranks.world_size or ranks.local_rank < 0:
-        raise ConfigError(
-            f"RANK={ranks.rank}, WORLD_SIZE={ranks.world_size}, LOCAL_RANK={ranks.local_rank}: expected "
-            "0 <= RANK < WORLD_SIZE (set by torchrun)"
-        )
-    return ranks
 
 
 def _process_group_timeout_s() -> float:

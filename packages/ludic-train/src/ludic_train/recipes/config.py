@@ -4,7 +4,7 @@ validated before anything heavy is imported).
 Each setting has one owner, reused rather than re-declared:
 
 * the episodes an RL step samples (env, backend and model, sampling, prompts per step, group size,
-  episode limits) are :class:`~ludic_core.cli.run_config.EpisodesConfig`, the same table as
+  episode limits) are :class:`~ludic_core.run.configs.EpisodesConfig`, the same table as
   ``ludic eval`` and ``ludic rollouts``: ``episodes`` is the prompts per step and
   ``samples_per_prompt`` the group size;
 * the optimiser and micro-batching are :class:`~ludic_train.config.TrainerConfig` (the ``[trainer]``
@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 import attrs
 
-from ludic_core.cli.rl_recipe import RLEpisodesConfig
-from ludic_core.cli.run_config import at_least
 from ludic_core.errors import ConfigError
+from ludic_core.run.configs import at_least
+from ludic_core.run.rl import RLEpisodesConfig
 from ludic_core.validation import boolean, number_in, positive_number
 from ludic_train.config import FROM_TOKENIZER, TrainerConfig
 
@@ -75,7 +75,7 @@ class RLRunConfig(RLEpisodesConfig):
     """On-policy RL on an env with the local Trainer (``ludic train tictactoe-grpo``, ``gsm8k-grpo`` …).
 
     The RL table (env, model, sampling, prompts x group per step, ``steps``, ``algorithm``, evaluation)
-    is :class:`~ludic_core.cli.rl_recipe.RLEpisodesConfig`; the model being trained samples its own
+    is :class:`~ludic_core.run.rl.RLEpisodesConfig`; the model being trained samples its own
     episodes through the ``local`` backend. Every ``trainer.eval_every_steps`` steps (and at the start
     with ``trainer.eval_at_start``) the evaluation episodes are scored with the env's outcome rates.
     """

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ludic_core.algorithms.spec import AlgorithmSpec
-from ludic_core.cli.rl_recipe import registered_algorithm
 from ludic_core.errors import ConfigError
+from ludic_core.run.ranks import launched_ranks
+from ludic_core.run.rl import registered_algorithm
 from ludic_train.recipes.config import OfflineRLRunConfig, OfflineRunConfig
 
 __all__ = ["build_offline_algorithm", "check_offline", "check_offline_rl", "run_offline_rl", "train_offline"]
@@ -32,7 +33,6 @@ __all__ = ["build_offline_algorithm", "check_offline", "check_offline_rl", "run_
 def check_offline(config: OfflineRunConfig) -> None:
     """What every offline recipe refuses before loading a model: a batch that does not split over
     the torchrun ranks, a data file that does not exist."""
-    from ludic_train.recipes.components import launched_ranks
 
     world_size = launched_ranks().world_size
     if config.batch_size % world_size:
@@ -72,7 +72,7 @@ async def train_offline(
     """Train ``algorithm`` for ``epochs`` passes over ``source`` (an offline batch source of this rank's
     share), keep the run (checkpoints, logs, the final export) and return the summary, or in a dry
     run the components built."""
-    from ludic_train.recipes.components import check_ranks_agree, launched_ranks, run_keeping, trainer_config
+    from ludic_train.recipes.components import check_ranks_agree, run_keeping, trainer_config
     from ludic_train.trainer import Trainer
 
     if source.items_per_epoch == 0:
@@ -120,7 +120,7 @@ async def _run_offline_rl(
     config: OfflineRLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool
 ) -> dict[str, Any]:
     from ludic_core.batch_sources import OfflineBatchSource
-    from ludic_train.recipes.components import build_model, launched_ranks
+    from ludic_train.recipes.components import build_model
 
     ranks = launched_ranks()
     algorithm = build_offline_algorithm(config)

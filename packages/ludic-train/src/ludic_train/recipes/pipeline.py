@@ -29,8 +29,9 @@ from typing import Any
 
 import attrs
 
-from ludic_core.cli.rl_recipe import build_algorithm, check_envs_build, rollout_source
 from ludic_core.errors import ConfigError
+from ludic_core.run.ranks import launched_ranks
+from ludic_core.run.rl import build_algorithm, check_envs_build, rollout_source
 from ludic_train.recipes.config import PipelineRunConfig
 from ludic_train.recipes.rl import check_rl
 
@@ -46,8 +47,8 @@ def check_pipeline(config: PipelineRunConfig) -> None:
 
 
 async def _actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool) -> dict[str, Any]:
-    from ludic_core.cli.profiles import resolve_profile
     from ludic_core.pipeline import RedisPipelineActor
+    from ludic_core.run.profiles import resolve_profile
     from ludic_train.cli_backend import LocalBackend, load_local_model
     from ludic_train.local_client import LocalPolicyClient
     from ludic_train.recipes.weight_files import DirectoryWeights
@@ -110,7 +111,6 @@ async def _learner(
     from ludic_train.recipes.components import (
         build_model,
         check_ranks_agree,
-        launched_ranks,
         on_main_rank,
         run_keeping,
         trainer_config,
@@ -199,7 +199,6 @@ def _clear_queue(redis_url: str, queue_key: str) -> None:
 
 def run_actor(config: PipelineRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
     """An actor has no state to resume: ``--resume`` starts it again with the run's config."""
-    from ludic_train.recipes.components import launched_ranks
 
     if launched_ranks().distributed:
         raise ConfigError(

@@ -1,9 +1,9 @@
 """The on-policy RL recipes (``tictactoe-grpo``, ``gsm8k-grpo``, ``gsm8k-gspo``): the Trainer updates a
-local model with a registered algorithm preset on episodes sampled through a :class:`~.sampling.Sampler`
-(same env profile, same ``"chat"`` agent as ``ludic eval``). By default the model samples its own
-episodes in-process (:func:`~.sampling.open_local_sampler`); ludic-vllm's recipes pass an opener that
-samples from a vLLM server instead. The requests, the algorithm and the evaluation episodes come from
-:mod:`ludic_core.cli.rl_recipe`, as for every backend's RL recipe.
+local model with a registered algorithm preset on episodes sampled through the
+:class:`~ludic_core.run.samplers.Sampler` that ``backend.kind`` names (same env profile, same ``"chat"``
+agent as ``ludic eval``): ``local`` samples in-process (:func:`~.sampling.open_local_sampler`), a kind
+that extends it (ludic-vllm's ``vllm``) elsewhere. The requests, the algorithm and the evaluation
+episodes come from :mod:`ludic_core.run.rl`, as for every backend's RL recipe.
 
 A sampler outside the process (the vLLM servers) lets the recipe run data-parallel under ``torchrun``:
 the model is sharded with FSDP2, each rank samples its share of every step's prompts (whole GRPO groups)
@@ -18,50 +18,37 @@ from pathlib import Path
 from typing import Any
 
 from ludic_core.algorithms.spec import AlgorithmSpec
-from ludic_core.cli.profiles import resolve_profile
-from ludic_core.cli.rl_recipe import (
+from ludic_core.errors import ConfigError
+from ludic_core.run.profiles import eval_reducers, resolve_profile
+from ludic_core.run.ranks import launched_ranks
+from ludic_core.run.rl import (
     build_algorithm,
     check_envs_build,
     check_rl_episodes,
     eval_requests,
     rollout_source,
 )
-from ludic_core.cli.run_config import EvalConfig
-from ludic_core.errors import ConfigError
+from ludic_core.run.samplers import Sampler, SamplerOpener, get_sampler
 from ludic_train.recipes.config import RLRunConfig
-from ludic_train.recipes.sampling import Sampler, SamplerOpener, open_local_sampler
 
-__all__ = ["check_rl", "check_rl_training", "run_rl"]
+__all__ = ["check_rl", "run_rl"]
 
 
 def check_rl(config: RLRunConfig) -> None:
-    """Everything refusable without a model: the backend, the env, the algorithm and its options."""
-    from ludic_train.recipes.components import launched_ranks
+    """Everything refusable without a model: the sampler, the model, the env, the algorithm and its
+    options, the evaluation schedule, a step that does not split over the torchrun ranks."""
     from ludic_train.recipes.config import PipelineRunConfig
 
-    if launched_ranks().distributed and not isinstance(config, PipelineRunConfig):
+    in_process = config.backend.kind == "local" and not isinstance(config, PipelineRunConfig)
+    if launched_ranks().distributed and in_process:
         # Sampling from a sharded model is a collective per forward pass, and each rank's episodes
         # take a different number of them, so the ranks would wait on each other forever.
         raise ConfigError(
-            "this recipe samples its episodes from the model it trains, in this process, which a model "
-            "sharded over torchrun ranks cannot do; for data-parallel RL sample elsewhere: the *-vllm "
-            "recipes of ludic-vllm (vLLM servers sample), or `ludic train pipeline-learner` under torchrun "
+            "backend.kind = 'local' samples the episodes from the model being trained, in this process, "
+            "which a model sharded over torchrun ranks cannot do; for data-parallel RL sample elsewhere: "
+            "backend.kind = 'vllm' (vLLM servers sample), or `ludic train pipeline-learner` under torchrun "
             "with `ludic train pipeline-actor` processes (docs/multi-node.md)"
         )
-    if config.backend.kind != "local":
-        raise ConfigError(
-            f"backend.kind = {config.backend.kind!r}: this recipe trains a model in this process, so it samples "
-            "from it with the 'local' backend (a vLLM server samples in the *-vllm recipes of ludic-vllm; "
-            "Tinker trains remotely: `ludic recipes` lists them)"
-        )
-    check_rl_training(config)
-
-
-def check_rl_training(config: RLRunConfig) -> None:
-    """What every sampler's RL recipe refuses without a model: the model, the env, the algorithm and
-    its options, the evaluation schedule, a step that does not split over the torchrun ranks."""
-    from ludic_train.recipes.components import launched_ranks
-
     if not config.backend.model:
         raise ConfigError("backend.model: missing (a model directory, 'smollm2' or 'tiny')")
     world_size = launched_ranks().world_size
@@ -92,7 +79,12 @@ async def _run(
         lora=config.lora,
         chat_template=config.chat_template,
     )
-    sampler = await open_sampler(config, model, tokenizer, run_dir=run_dir, dry_run=dry_run)
+    def export(directory: Path) -> None:
+        from ludic_train.weights import export_pretrained
+
+        export_pretrained(model, directory, tokenizer=tokenizer)
+
+    sampler = await open_sampler(config, model, tokenizer, run_dir=run_dir, dry_run=dry_run, export=export)
     try:
         summary = await _train(
             config, run_dir, model, tokenizer, algorithm, sampler, dry_run=dry_run, resume=resume
@@ -113,11 +105,9 @@ async def _train(
     dry_run: bool,
     resume: bool,
 ) -> dict[str, Any]:
-    from ludic_core.cli.eval_command import eval_reducers
     from ludic_core.evaluation import run_eval
     from ludic_train.recipes.components import (
         check_ranks_agree,
-        launched_ranks,
         run_keeping,
         trainer_config,
     )
@@ -138,7 +128,7 @@ async def _train(
     )
     engine = source.engine
     evals = eval_requests(config, profile)
-    reducers = eval_reducers(profile, EvalConfig(env=config.env))
+    reducers = eval_reducers(profile)
 
     async def evaluator(step: int) -> dict[str, Any]:
         result = await run_eval(engine, evals, reducers, config.rollout)
@@ -196,8 +186,6 @@ def _components(
 
 
 def _rank_share(config: RLRunConfig) -> str:
-    from ludic_train.recipes.components import launched_ranks
-
     ranks = launched_ranks()
     if not ranks.distributed:
         return ""
@@ -210,8 +198,11 @@ def run_rl(
     *,
     dry_run: bool,
     resume: bool,
-    open_sampler: SamplerOpener = open_local_sampler,
+    open_sampler: SamplerOpener | None = None,
 ) -> dict[str, Any]:
     """The recipe's runner: build the model and open its sampler, then train (or, ``dry_run``,
-    describe what was built). ``open_sampler`` is where episodes come from (default: in-process)."""
+    describe what was built). ``open_sampler``: where episodes come from (None: the sampler
+    ``backend.kind`` names)."""
+    if open_sampler is None:
+        open_sampler = get_sampler(config.backend.kind)[0].load_open()
     return asyncio.run(_run(config, run_dir, dry_run=dry_run, resume=resume, open_sampler=open_sampler))

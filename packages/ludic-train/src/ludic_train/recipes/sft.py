@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from ludic_core.run.ranks import launched_ranks
 from ludic_train.recipes.config import SFTRunConfig
 from ludic_train.recipes.offline import check_offline
 
@@ -22,7 +23,7 @@ def check_sft(config: SFTRunConfig) -> None:
 async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
     from ludic_core.algorithms.presets import sft
     from ludic_core.retokenize import TokenizerTemplate
-    from ludic_train.recipes.components import build_model, launched_ranks
+    from ludic_train.recipes.components import build_model
     from ludic_train.recipes.offline import train_offline
     from ludic_train.sft import sft_batch_source
 

@@ -1,5 +1,5 @@
 """The typed run configs of ``ludic eval`` and ``ludic rollouts``: attrs classes, read from TOML and
-``key=value`` overrides by :mod:`ludic_core.cli.config`, and written back whole into the run directory.
+``key=value`` overrides by :mod:`ludic_core.run.loading`, and written back whole into the run directory.
 
 Nested tables group what belongs together (``[backend]``, ``[sampling]``, and ``[rollout]``: the library's
 :class:`~ludic_core.rollout_settings.RolloutSettings`, so max_steps, concurrency, timeouts and the failure
@@ -10,7 +10,7 @@ policy mean what they mean everywhere else); an override names a nested field wi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
@@ -20,7 +20,6 @@ from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S, RolloutSet
 from ludic_core.validation import check_number, number_in
 
 __all__ = [
-    "BACKEND_KINDS",
     "BackendConfig",
     "EpisodesConfig",
     "EvalConfig",
@@ -30,7 +29,6 @@ __all__ = [
     "server_urls",
 ]
 
-BACKEND_KINDS = ("openai", "local", "vllm", "tinker")
 MAX_EPISODES_PER_BATCH = 1_000_000
 """The most episodes one batch (one eval, one training step) may ask for: a million requests take
 about a gigabyte before a single one runs."""
@@ -77,7 +75,9 @@ def server_urls(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str
 
 @attrs.frozen(kw_only=True)
 class BackendConfig:
-    """Where completions come from.
+    """Where completions come from: ``kind`` is a registered backend (``ludic eval`` and ``ludic
+    rollouts``: the entry-point group ``ludic.backends``; ``ludic train``: ``ludic.samplers``), checked
+    against its registry when the command starts; the installed packages bring:
 
     * ``openai``: any OpenAI-compatible servers at ``base_urls`` (vLLM, SGLang, a hosted API), ``model``
       being the served model's name; with several servers (each serving the same weights) every
@@ -93,7 +93,7 @@ class BackendConfig:
     * ``tinker``: a Tinker sampling client (ludic-tinker), ``model`` the base model or a checkpoint path.
     """
 
-    kind: Literal["openai", "local", "vllm", "tinker"] = "openai"
+    kind: str = "openai"
     model: str = ""
     base_urls: tuple[str, ...] = attrs.field(default=("http://localhost:8000/v1",), validator=server_urls)
     """One URL or a list (``base_urls = ["http://node-1:8000/v1", "http://node-2:8000/v1"]``)."""
@@ -166,7 +166,7 @@ class EvalConfig(EpisodesConfig):
 @attrs.frozen(kw_only=True)
 class RolloutsConfig(EpisodesConfig):
     """``ludic rollouts``: the episodes plus ``output`` (empty: ``<run_dir>/rollouts.jsonl``) and ``keep``
-    (which rollouts go to ``output``, see :mod:`ludic_core.cli.keep`). Rerun with the same ``output`` (or the same ``run_dir``) to resume: requests already done
+    (which rollouts go to ``output``, see :mod:`ludic_core.run.keep`). Rerun with the same ``output`` (or the same ``run_dir``) to resume: requests already done
     are skipped."""
 
     output: str = ""

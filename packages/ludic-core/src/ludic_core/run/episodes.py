@@ -1,5 +1,4 @@
-"""What ``ludic eval`` and ``ludic rollouts`` share: the command-line flags of a run config, and the
-engine and requests of a run.
+"""The engine and requests of a run of episodes (``ludic eval``, ``ludic rollouts``, the RL recipes).
 
 Requests are a pure function of the config: prompt ``i`` gets its env seed from ``(seed, "env", i)``,
 its start from the env profile's ``starts`` (a Tic-Tac-Toe position and side, a dataset row: each prompt
@@ -12,27 +11,25 @@ group-normalised credit when the rollouts train later (``ludic train offline-rl`
 
 from __future__ import annotations
 
-import argparse
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ludic_core.cli.backends import Backend
-from ludic_core.cli.profiles import EvalProfile, resolve_profile
-from ludic_core.cli.run_config import BACKEND_KINDS, EpisodesConfig, SamplingConfig
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError, EpisodeError, LudicError
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.registry import ENVS
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic_core.run.backends import Backend
+from ludic_core.run.configs import EpisodesConfig, SamplingConfig
+from ludic_core.run.profiles import EvalProfile, resolve_profile
 from ludic_core.seeding import derive_seed
 
 __all__ = [
     "CLI_PROTOCOL",
-    "add_run_arguments",
     "build_engine",
     "build_episodes",
     "build_requests",
@@ -41,7 +38,6 @@ __all__ = [
     "config_starts",
     "episodes_logged_in",
     "first_request",
-    "flags_of",
     "inference_spec",
     "prompt_starts",
     "sampling_params",
@@ -49,73 +45,6 @@ __all__ = [
 
 CLI_PROTOCOL = "ludic_cli_agent"
 """The protocol name the CLI's engine registers (a single agent from the backend)."""
-
-# flag dest -> config path: only flags given on the command line reach the config.
-_FLAG_PATHS: dict[str, tuple[str, ...]] = {
-    "env": ("env",),
-    "model": ("backend", "model"),
-    "backend": ("backend", "kind"),
-    "base_url": ("backend", "base_urls"),
-    "episodes": ("episodes",),
-    "samples_per_prompt": ("samples_per_prompt",),
-    "seed": ("seed",),
-    "concurrency": ("rollout", "concurrency"),
-    "workers": ("rollout", "workers"),
-    "temperature": ("sampling", "temperature"),
-    "max_tokens": ("sampling", "max_tokens"),
-    "run_dir": ("run_dir",),
-}
-
-
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("env", nargs="?", help="a registered env (see `ludic envs`)")
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="key=value",
-        help="config overrides, e.g. sampling.temperature=0.7 env_kwargs.opponent=minimax",
-    )
-    parser.add_argument("--config", action="append", default=[], help="a TOML run config (repeatable)")
-    parser.add_argument(
-        "--backend",
-        choices=BACKEND_KINDS,
-        help="openai: any OpenAI-compatible server (vLLM, SGLang, hosted); vllm: the same (vLLM speaks the "
-        "OpenAI API; `ludic serve` starts one); local: in-process model (ludic-train); tinker (ludic-tinker)",
-    )
-    parser.add_argument("--model", help="served model name (openai), model dir or `tiny` (local)")
-    parser.add_argument(
-        "--base-url",
-        action="append",
-        help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1; repeat it for several servers "
-        "serving the same model (each request goes to the least busy one)",
-    )
-    parser.add_argument("-n", "--episodes", type=int, help="number of prompts (env seeds)")
-    parser.add_argument("-k", "--samples-per-prompt", type=int, help="samples per prompt (pass@k groups)")
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--concurrency", type=int, help="episodes in flight")
-    parser.add_argument(
-        "--workers", type=int, help="processes the episodes run in (default 1; more for CPU-bound envs)"
-    )
-    parser.add_argument("--temperature", type=float)
-    parser.add_argument("--max-tokens", type=int)
-    parser.add_argument(
-        "--run-dir", help="where config, versions and episodes go (default runs/<cmd>-<env>-<time>)"
-    )
-
-
-def flags_of(args: argparse.Namespace, extra: Mapping[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
-    """The flags given on the command line as a nested config dict."""
-    flags: dict[str, Any] = {}
-    for dest, path in {**_FLAG_PATHS, **(extra or {})}.items():
-        value = getattr(args, dest, None)
-        if value is None:
-            continue
-        node = flags
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return flags
-
 
 def sampling_params(config: SamplingConfig, profile: EvalProfile) -> SamplingParams:
     return SamplingParams(

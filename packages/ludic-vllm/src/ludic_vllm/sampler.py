@@ -1,8 +1,8 @@
-"""RL with the local Trainer on episodes sampled by a vLLM server (``ludic train tictactoe-grpo-vllm``,
-``gsm8k-grpo-vllm``).
+"""The ``vllm`` sampler (entry-point group ``ludic.samplers``): RL with the local Trainer on episodes
+sampled by vLLM servers (``ludic train tictactoe-grpo backend.kind=vllm``).
 
-The run is ludic-train's RL recipe (:func:`ludic_train.recipes.rl.run_rl`) with one seam swapped: the
-sampler. The Trainer trains ``backend.model`` in this process; the rollout engine samples every episode
+The kind extends ``local`` (ludic-train's RL runner) with one seam swapped: the sampler. The Trainer
+trains ``backend.model`` in this process; the rollout engine samples every episode
 from the vLLM servers of ``vllm.urls`` through the token-level :class:`~ludic_vllm.client.VLLMClient`
 (one per server in a :class:`~ludic_core.client_pool.ClientPool`, each request to the least busy;
 prompts rendered with the trainer's tokenizer, so rollouts carry token ids and behaviour logprobs), and
@@ -18,13 +18,11 @@ Settings, each with one owner:
 * ``[backend]`` is the model the Trainer trains: ``kind = "vllm"``, ``model`` and ``device``. Its
   server settings (``base_urls``, ``max_concurrency``, ``request_timeout_s``, ``api_key_env``,
   ``max_retries``) belong to the OpenAI-compatible backend of ``ludic eval`` and are refused here;
-* ``[vllm]`` is :class:`~ludic_vllm.backend.VLLMBackendConfig`: the servers (``urls``, one or a list,
+* ``[vllm]`` (the table this kind adds to the run config) is :class:`~ludic_vllm.backend.VLLMBackendConfig`: the servers (``urls``, one or a list,
   or ``start_server = true`` to start one ``ludic-vllm serve`` on an exported copy of the trainer's model
   with the extra ``server_args``), the weight ``transport`` (``gloo``/``nccl``/``files``/``upload``) and its
   ``weights_dir``, ``api_token``, ``max_concurrency`` (requests in flight) and ``timeout_s`` (each
   request, each publish, and the wait for the server to be ready).
-
-This module imports ludic-train; :mod:`ludic_vllm.recipes` imports it only when a recipe is asked for.
 """
 
 from __future__ import annotations
@@ -32,26 +30,20 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from ludic_core.cli.backends import ClientBackend, TokenizedClient
-from ludic_core.cli.run_config import BackendConfig
-from ludic_core.errors import ConfigError, MissingExtraError
+from ludic_core.errors import ConfigError
+from ludic_core.run.backends import ClientBackend, TokenizedClient
+from ludic_core.run.configs import BackendConfig
+from ludic_core.run.ranks import launched_ranks
+from ludic_core.run.samplers import Sampler, SamplerKind
 from ludic_vllm.backend import VLLMBackendConfig, make_publisher, make_sampling_client, open_vllm_backend
-from ludic_vllm.recipes import NEEDS_TRAINER
 
-try:
-    from ludic_train.recipes.components import launched_ranks
-    from ludic_train.recipes.config import RLRunConfig
-    from ludic_train.recipes.rl import check_rl_training, run_rl
-    from ludic_train.recipes.sampling import Sampler
-except ImportError as exc:  # ludic-vllm alone (the client, the server) does not install ludic-train
-    raise MissingExtraError(f"{NEEDS_TRAINER} ({exc})") from exc
-
-__all__ = ["VLLMRLRunConfig", "check_rl_vllm", "open_vllm_sampler", "run_rl_vllm"]
+__all__ = ["check_vllm_sampler", "open_vllm_sampler", "vllm_sampler"]
 
 _OWNED_BY_VLLM = {
     "base_urls": "vllm.urls (or vllm.start_server = true)",
@@ -65,22 +57,20 @@ SERVER_LOG = "vllm-server.log"
 """A started server's log, in the run directory."""
 
 
-@attrs.frozen(kw_only=True)
-class VLLMRLRunConfig(RLRunConfig):
-    """:class:`~ludic_train.recipes.config.RLRunConfig` plus the ``[vllm]`` table: where episodes are
-    sampled and how the Trainer's weights reach the server (see the module docstring)."""
+def vllm_sampler() -> SamplerKind:
+    return SamplerKind(
+        summary="the Trainer trains the model here; vLLM servers sample and get the weights every step",
+        extends="local",
+        open="ludic_vllm.sampler:open_vllm_sampler",
+        checks=("ludic_vllm.sampler:check_vllm_sampler",),
+        tables={"vllm": VLLMBackendConfig},
+    )
 
-    vllm: VLLMBackendConfig = attrs.field(factory=VLLMBackendConfig)
 
-
-def check_rl_vllm(config: VLLMRLRunConfig) -> None:
-    """Everything refusable before a model is built or a server contacted."""
+def check_vllm_sampler(config: Any) -> None:
+    """What the ``[vllm]`` table and ``[backend]`` refuse before a model is built or a server contacted
+    (the ``local`` kind's checks follow)."""
     backend = config.backend
-    if backend.kind != "vllm":
-        raise ConfigError(
-            f"backend.kind = {backend.kind!r}: the *-vllm recipes sample from a vLLM server (backend.kind "
-            "'vllm'); for in-process sampling run the recipe without -vllm"
-        )
     defaults = BackendConfig()
     for field in attrs.fields(BackendConfig):
         if field.name in ("kind", "model", "device"):
@@ -89,7 +79,7 @@ def check_rl_vllm(config: VLLMRLRunConfig) -> None:
         if value != getattr(defaults, field.name):
             owner = _OWNED_BY_VLLM.get(field.name, "the [vllm] table")
             raise ConfigError(
-                f"backend.{field.name} = {value!r}: in the *-vllm recipes [backend] is only the trained "
+                f"backend.{field.name} = {value!r}: with backend.kind = 'vllm' [backend] is only the trained "
                 f"model (kind, model, device); the server is configured by {owner}"
             )
     vllm = config.vllm
@@ -110,18 +100,21 @@ def check_rl_vllm(config: VLLMRLRunConfig) -> None:
             f"vllm.transport = 'nccl' with backend.device = {backend.device!r}: NCCL broadcasts from a "
             "CUDA device (use 'gloo', 'files' or 'upload' on CPU)"
         )
-    check_rl_training(config)
 
 
 async def open_vllm_sampler(
-    config: RLRunConfig, model: Any, tokenizer: Any, *, run_dir: Path, dry_run: bool
+    config: Any,
+    model: Any,
+    tokenizer: Any,
+    *,
+    run_dir: Path,
+    dry_run: bool,
+    export: Callable[[Path], None],
 ) -> Sampler:
     """The client over the servers of ``config.vllm`` and, on rank 0 (the only rank that publishes),
     the publisher to all of them; with ``start_server`` a server on an exported copy of the trainer's
     model. ``dry_run`` builds both without contacting the servers (and starts none), and says so."""
-    if not isinstance(config, VLLMRLRunConfig):
-        raise ConfigError(f"open_vllm_sampler needs a VLLMRLRunConfig, got {type(config).__name__}")
-    vllm = config.vllm
+    vllm: VLLMBackendConfig = config.vllm
     publishes = launched_ranks().main
     publishing = (
         f"weights over {vllm.transport}, version = trainer step"
@@ -147,10 +140,8 @@ async def open_vllm_sampler(
     if vllm.start_server:
         # The server must start from the trainer's weights and tokenizer (chat template included); the
         # first publish replaces them with the trainer's current ones anyway, version = its step.
-        from ludic_train.weights import export_pretrained
-
         export_dir = Path(tempfile.mkdtemp(prefix="ludic-served-model-"))
-        await asyncio.to_thread(export_pretrained, model, export_dir, tokenizer=tokenizer)
+        await asyncio.to_thread(export, export_dir)
     await asyncio.to_thread(run_dir.mkdir, parents=True, exist_ok=True)
     try:
         opened = await open_vllm_backend(
@@ -180,8 +171,3 @@ async def open_vllm_sampler(
         description=f"{type(opened.client).__name__} at {servers}; {publisher_name}{publishing}",
         close=close,
     )
-
-
-def run_rl_vllm(config: VLLMRLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
-    """The runner of the *-vllm recipes: ludic-train's RL runner with the vLLM sampler."""
-    return run_rl(config, run_dir, dry_run=dry_run, resume=resume, open_sampler=open_vllm_sampler)

@@ -25,8 +25,14 @@ import attrs
 
 from ludic_core.algorithms.spec import AlgorithmSpec
 from ludic_core.batch_sources import RolloutBatchSource
-from ludic_core.cli.backends import Backend
-from ludic_core.cli.episodes import (
+from ludic_core.credit import CreditAssigner
+from ludic_core.errors import ConfigError
+from ludic_core.inference import InferenceSpec, ReturnSpec
+from ludic_core.registry import ALGORITHMS, ENVS, make_algorithm
+from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic_core.run.backends import Backend
+from ludic_core.run.configs import EpisodesConfig, SamplingConfig, at_least
+from ludic_core.run.episodes import (
     CLI_PROTOCOL,
     build_engine,
     build_requests,
@@ -34,13 +40,7 @@ from ludic_core.cli.episodes import (
     prompt_starts,
     sampling_params,
 )
-from ludic_core.cli.profiles import EvalProfile, resolve_profile
-from ludic_core.cli.run_config import EpisodesConfig, SamplingConfig, at_least
-from ludic_core.credit import CreditAssigner
-from ludic_core.errors import ConfigError
-from ludic_core.inference import InferenceSpec, ReturnSpec
-from ludic_core.registry import ALGORITHMS, ENVS, make_algorithm
-from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+from ludic_core.run.profiles import EvalProfile, resolve_profile
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.suggestions import did_you_mean
@@ -196,7 +196,7 @@ def train_requests(
 
 def check_envs_build(config: RLEpisodesConfig, profile: EvalProfile) -> dict[str, str]:
     """Build and reset the env of the first training episode and of the first evaluation episode
-    (:func:`~ludic_core.cli.episodes.check_env_builds`). :func:`check_rl_episodes` calls it before a
+    (:func:`~ludic_core.run.episodes.check_env_builds`). :func:`check_rl_episodes` calls it before a
     run directory exists; a dry run prints what it returns."""
     return {
         "env": check_env_builds(train_requests(config, profile)(0)[0]),

@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ludic_core.cli.config import to_json
+from ludic_core.run.loading import to_json
 
 __all__ = ["choose_run_dir", "create_run_dir", "installed_versions"]
 

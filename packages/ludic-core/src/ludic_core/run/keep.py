@@ -19,9 +19,9 @@ import operator
 import re
 from collections.abc import Callable
 
-from ludic_core.cli.profiles import EvalProfile
 from ludic_core.errors import ConfigError
 from ludic_core.evaluation import Record
+from ludic_core.run.profiles import EvalProfile
 
 __all__ = ["KeepFilter", "parse_keep"]
 

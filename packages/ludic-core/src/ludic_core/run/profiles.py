@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import ConfigError
-from ludic_core.evaluation import Record
+from ludic_core.evaluation import MeanAtK, MetricReducer, PassAtK, Record, Reducer
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.registry import Registry
 
@@ -27,6 +27,7 @@ __all__ = [
     "EvalProfile",
     "Starts",
     "default_profile",
+    "eval_reducers",
     "reply_parser",
     "resolve_profile",
 ]
@@ -115,3 +116,25 @@ def resolve_profile(env: str) -> EvalProfile:
     if not isinstance(profile, EvalProfile):
         raise ConfigError(f"eval profile of env {env!r} is {type(profile).__name__}, not an EvalProfile")
     return profile
+
+
+def eval_reducers(
+    profile: EvalProfile, *, samples_per_prompt: int = 1, pass_k: tuple[int, ...] = (1,)
+) -> list[MetricReducer]:
+    """The eval table of ``profile``: each outcome's rate, accuracy (and pass@k over groups of
+    ``samples_per_prompt``) when it defines success, the mean reward."""
+    reducers: list[MetricReducer] = [
+        Reducer(f"{label}_rate", _is(profile, label), "rate", "rollouts") for label in profile.outcomes
+    ]
+    if profile.success is not None:
+        success = profile.success
+        reducers.append(Reducer("accuracy", lambda record: bool(success(record)), "rate", "rollouts"))
+        if samples_per_prompt > 1:
+            reducers.extend(PassAtK(success, k) for k in pass_k)
+            reducers.append(MeanAtK(success, samples_per_prompt, name="mean_accuracy_per_prompt"))
+    reducers.append(Reducer("reward_mean", "total_reward", "mean", "rollouts"))
+    return reducers
+
+
+def _is(profile: EvalProfile, label: str) -> Any:
+    return lambda record: profile.label(record) == label

@@ -5,7 +5,7 @@ A backend builds one fresh agent per episode around a shared client. ``openai`` 
 no torch, no tokenizer; message-level rollouts). Other packages contribute backends through the
 entry-point group ``"ludic.backends"``: ludic-train ``local`` (an in-process transformers model),
 ludic-vllm ``vllm`` (token ids and logprobs from a running vLLM server), ludic-tinker ``tinker``. A
-backend's factory takes the :class:`~ludic_core.cli.run_config.BackendConfig` and returns a
+backend's factory takes the :class:`~ludic_core.run.configs.BackendConfig` and returns a
 :class:`Backend`. Token-level backends build their agents as the registered ``"chat"`` agent
 (ludic-agents) over a :class:`TokenizedClient`: :class:`ClientBackend` does that for any client.
 """
@@ -18,7 +18,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ludic_core.cli.run_config import BackendConfig
 from ludic_core.client_pool import ClientPool
 from ludic_core.errors import ConfigError, RegistryError
 from ludic_core.harness import AgentHarness
@@ -27,6 +26,8 @@ from ludic_core.message_agent import MessageAgent
 from ludic_core.openai_client import OpenAIChatClient
 from ludic_core.parsing import Parser
 from ludic_core.registry import AGENTS, Registry, make_agent
+from ludic_core.run.configs import BackendConfig
+from ludic_core.suggestions import did_you_mean
 
 __all__ = [
     "BACKENDS",
@@ -169,7 +170,7 @@ class ClientBackend:
 BACKENDS: Registry[Any] = Registry(
     "backend",
     "ludic.backends",
-    builtins={"openai": "ludic_core.cli.backends:OpenAIBackend"},
+    builtins={"openai": "ludic_core.run.backends:OpenAIBackend"},
 )
 """Backend kind -> factory ``(BackendConfig) -> Backend``."""
 
@@ -184,10 +185,14 @@ def check_backend(config: BackendConfig) -> None:
         package = PROVIDED_BY.get(config.kind)
         if package is not None:
             raise ConfigError(
-                f"backend {config.kind!r} needs {package}: pip install {package} "
+                f"backend.kind = {config.kind!r} needs {package}: pip install {package} "
                 f"(or use --backend openai against an OpenAI-compatible server)"
             )
-        raise ConfigError(f"unknown backend {config.kind!r}; installed backends: {BACKENDS.names()}")
+        raise ConfigError(
+            f"backend.kind = {config.kind!r}: not a registered backend; "
+            f"{did_you_mean(config.kind, BACKENDS.names())}registered: {', '.join(BACKENDS.names())} "
+            "(entry-point group 'ludic.backends')"
+        )
 
 
 def make_backend(config: BackendConfig) -> Backend:

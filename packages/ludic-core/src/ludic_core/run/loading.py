@@ -32,7 +32,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 
 from ludic_core.errors import ConfigError
 
-__all__ = ["load_config", "make_converter", "parse_override", "to_json"]
+__all__ = ["layered_value", "load_config", "make_converter", "merged", "parse_override", "to_json"]
 
 C = TypeVar("C")
 
@@ -248,12 +248,12 @@ def load_config(
     changes the concurrency only, not the command's other rollout settings."""
     data: dict[str, Any] = nested_defaults(cls)
     # Where each layer came from, so a problem names the file (or flag, or override) that set its key.
-    # Deep copies: merging must never mutate the caller's defaults.
-    layers: list[tuple[str, Mapping[str, Any]]] = [("defaults", copy.deepcopy(dict(defaults or {})))]
+    # `merged` copies: loading must never mutate the caller's defaults.
+    layers: list[tuple[str, Mapping[str, Any]]] = [("defaults", dict(defaults or {}))]
     layers += [(f"config file {str(f)!r}", read_file(f)) for f in files]
     layers.append(("command-line flags", dict(flags or {})))
     for _source, layer in layers:
-        _merge(data, layer)
+        data = merged(data, layer)
     for text in overrides:
         path, value = parse_override(text)
         _set(data, path, value, text)  # an override replaces its key's value whole
@@ -289,12 +289,36 @@ def nested_defaults(cls: type) -> dict[str, Any]:
     return data
 
 
-def _merge(into: dict[str, Any], layer: Mapping[str, Any]) -> None:
-    for key, value in layer.items():
-        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = dict(value) if isinstance(value, Mapping) else value
+def merged(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested dicts ``layers`` merged, later wins (copies: no layer is changed)."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+                out[key] = merged(out[key], value)
+            else:
+                out[key] = copy.deepcopy(dict(value) if isinstance(value, Mapping) else value)
+    return out
+
+
+def layered_value(
+    path: Sequence[str],
+    *,
+    files: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+    defaults: Mapping[str, Any] | None = None,
+) -> Any:
+    """The value the layers of :func:`load_config` give ``path`` (None: no layer sets it), read before
+    the config class is known (``backend.kind`` chooses a recipe's)."""
+    value = None
+    for layer in [defaults or {}, *(read_file(f) for f in files)]:
+        if _holds(layer, path):
+            value = _value_at(layer, path)
+    for text in overrides:
+        key, raw = parse_override(text)
+        if key == list(path):
+            value = raw
+    return value
 
 
 def to_json(config: Any) -> dict[str, Any]:

@@ -1,0 +1,105 @@
+"""Training recipes: what ``ludic train <recipe>`` runs, and ``ludic recipes`` lists.
+
+Packages register recipes by name in the entry-point group ``"ludic.recipes"``. A recipe's name says
+what is trained, not where: ``backend.kind`` picks the registered sampler kind
+(:mod:`ludic_core.run.samplers`) that brings the run config class, the runner and its checks, unless
+the recipe fixes them itself (SFT, offline RL). A :class:`Recipe` is light data: runners and checks are
+``"module:function"`` paths imported only when the recipe runs, so listing recipes imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ludic_core.errors import ConfigError
+from ludic_core.registry import Registry
+from ludic_core.run.loading import merged
+from ludic_core.run.samplers import _import_path, get_sampler, import_path
+from ludic_core.suggestions import did_you_mean
+
+__all__ = ["RECIPES", "RENAMED", "Recipe", "RecipeRun", "get_recipe", "recipe_path"]
+
+RecipeRun = Callable[..., Mapping[str, Any]]
+"""``run(config, run_dir: Path, *, dry_run: bool, resume: bool) -> summary``: a dry run builds every
+component and returns one line per component; a run trains and returns what it reached."""
+
+RENAMED = {
+    f"{recipe}-{kind}": (recipe, kind)
+    for recipe in ("tictactoe-grpo", "gsm8k-grpo")
+    for kind in ("vllm", "tinker")
+}
+"""Recipe names that named the backend, and the recipe and ``backend.kind`` they are now."""
+
+
+@attrs.frozen(kw_only=True)
+class Recipe:
+    """``summary``: one line for ``ludic recipes``; ``defaults``: this recipe's values for its run
+    config (a nested dict under the TOML file and the overrides); ``config_class``, ``runner``
+    (``"module:function"`` of a :data:`RecipeRun`) and ``checks`` (``"module:function"``s taking the
+    config and raising :class:`~ludic_core.errors.ConfigError` for what can be refused before anything
+    heavy is built): None and empty, those of the sampler ``backend.kind`` names
+    (:meth:`for_backend`), with ``backend_defaults[kind]`` (else those of the kind it extends) on top
+    of ``defaults``."""
+
+    summary: str
+    config_class: type | None = None
+    runner: str | None = attrs.field(default=None, validator=_import_path)
+    checks: tuple[str, ...] = attrs.field(default=(), validator=_import_path)
+    defaults: Mapping[str, Any] = attrs.field(factory=dict)
+    backend_defaults: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+
+    def for_backend(self, kind: str) -> Recipe:
+        """This recipe as run by sampler ``kind`` (itself when it fixes its config class)."""
+        if self.config_class is not None:
+            return self
+        sampler, runs_on = get_sampler(kind)
+        own = self.backend_defaults.get(kind, self.backend_defaults.get(sampler.extends or kind, {}))
+        return Recipe(
+            summary=self.summary,
+            config_class=runs_on.config_class,
+            runner=runs_on.runner,
+            checks=runs_on.checks,
+            defaults=merged(self.defaults, runs_on.defaults, sampler.defaults, own, {"backend": {"kind": kind}}),
+        )
+
+    def load_runner(self) -> RecipeRun:
+        if self.runner is None:
+            raise ConfigError(f"recipe {self.summary!r}: resolve its backend first (Recipe.for_backend)")
+        run: RecipeRun = import_path(self.runner)
+        return run
+
+    def validate(self, config: Any) -> None:
+        """Run ``checks`` on ``config`` (cheap: no model, no data)."""
+        for check in self.checks:
+            import_path(check)(config)
+
+
+RECIPES: Registry[Any] = Registry("recipe", "ludic.recipes")
+"""Recipe name -> a callable taking no arguments and returning its :class:`Recipe`."""
+
+
+def get_recipe(name: str) -> Recipe:
+    """The registered recipe ``name``; an unknown one lists the installed recipes."""
+    if name in RENAMED and name not in RECIPES:
+        recipe, kind = RENAMED[name]
+        raise ConfigError(f"recipe {name!r} was renamed: use `ludic train {recipe} backend.kind={kind}`")
+    if name not in RECIPES:
+        names = RECIPES.names()
+        raise ConfigError(
+            f"unknown recipe {name!r}; {did_you_mean(name, names)}"
+            f"installed recipes: {', '.join(names) if names else 'none'} "
+            "(`ludic recipes` lists them; ludic-train provides recipes)"
+        )
+    recipe = RECIPES.build(name)
+    if not isinstance(recipe, Recipe):
+        raise ConfigError(f"recipe {name!r} is registered as {type(recipe).__name__}, not a Recipe")
+    return recipe
+
+
+def recipe_path(run_dir: str | Path) -> Path:
+    """Where a run directory records which recipe made it (read by ``ludic train --resume``)."""
+    return Path(run_dir) / "recipe.json"

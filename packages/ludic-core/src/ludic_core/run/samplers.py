@@ -1,0 +1,146 @@
+"""Where a training recipe's episodes are sampled: the seam between a trainer and its sampler, and
+the registry of sampler kinds that ``backend.kind`` names.
+
+Packages register kinds in the entry-point group ``"ludic.samplers"`` (name -> a callable returning a
+:class:`SamplerKind`): ludic-train ``local`` (the trained model samples in-process), ludic-vllm ``vllm``
+(vLLM servers sample and get the weights every step), ludic-tinker ``tinker`` (the Tinker service
+samples and trains). A kind either runs a recipe itself (its run config class, runner and checks) or
+``extends`` another kind's runner: the extended run config gains the kind's own ``tables`` and the
+runner opens the kind's sampler (``open``, a :class:`SamplerOpener`) around the model it trains.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+
+from ludic_core.errors import ConfigError
+from ludic_core.publisher import PolicyPublisher
+from ludic_core.registry import Registry
+from ludic_core.run.backends import PROVIDED_BY, Backend
+from ludic_core.suggestions import did_you_mean
+
+__all__ = ["SAMPLERS", "Sampler", "SamplerKind", "SamplerOpener", "get_sampler", "import_path"]
+
+
+async def _nothing_to_close() -> None:
+    return None
+
+
+@attrs.frozen(kw_only=True)
+class Sampler:
+    """An opened sampler. ``backend``: the token-level backend the engine's agents sample through;
+    ``publisher``: where the trainer publishes (the trainer closes it), None on the torchrun ranks
+    other than 0 (rank 0 alone sends the weights); ``description``: one line for ``--dry-run``, saying
+    what was built and what was not contacted; ``close``: release what the opener started (a server,
+    an exported model), after the backend is closed."""
+
+    backend: Backend
+    publisher: PolicyPublisher | None
+    description: str
+    close: Callable[[], Awaitable[None]] = _nothing_to_close
+
+    async def aclose(self) -> None:
+        try:
+            await self.backend.aclose()
+        finally:
+            await self.close()
+
+
+class SamplerOpener(Protocol):
+    """``(config, model, tokenizer, run_dir=, dry_run=, export=) -> Sampler``; ``export(directory)``
+    writes the trained model (merged) with its tokenizer as a pretrained directory, for a sampler that
+    starts from the trainer's weights; with ``dry_run`` the opener builds and validates what it can
+    without starting or contacting anything that may wait."""
+
+    def __call__(
+        self,
+        config: Any,
+        model: Any,
+        tokenizer: Any,
+        *,
+        run_dir: Path,
+        dry_run: bool,
+        export: Callable[[Path], None],
+    ) -> Awaitable[Sampler]: ...
+
+
+def _import_path(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    for path in value if isinstance(value, tuple) else (value,):
+        module, sep, name = (path or "").partition(":")
+        if path is not None and (not sep or not module or not name):
+            raise ConfigError(f"{attribute.name} must be 'module:function', got {path!r}")
+
+
+def import_path(path: str) -> Any:
+    """The object at ``"module:name"``."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@attrs.frozen(kw_only=True)
+class SamplerKind:
+    """``summary``: one line; ``config_class``, ``runner`` and ``checks`` (``"module:function"``s):
+    what runs a recipe with this kind, unless it ``extends`` another kind, whose runner then opens
+    ``open`` and whose config class gains ``tables`` (table name -> settings class); ``defaults``: this
+    kind's defaults for the run config."""
+
+    summary: str
+    config_class: type | None = None
+    runner: str | None = attrs.field(default=None, validator=_import_path)
+    checks: tuple[str, ...] = attrs.field(default=(), validator=_import_path)
+    extends: str | None = None
+    open: str | None = attrs.field(default=None, validator=_import_path)
+    tables: Mapping[str, type] = attrs.field(factory=dict)
+    defaults: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.extends is None) == (self.config_class is None or self.runner is None):
+            raise ConfigError(
+                f"SamplerKind {self.summary!r}: give config_class and runner, or extends, not both"
+            )
+
+    def load_open(self) -> SamplerOpener:
+        if self.open is None:
+            raise ConfigError(f"sampler {self.summary!r} opens no sampler for a local trainer")
+        opener: SamplerOpener = import_path(self.open)
+        return opener
+
+
+SAMPLERS: Registry[Any] = Registry("sampler", "ludic.samplers")
+"""Sampler kind (``backend.kind`` of a training recipe) -> a callable returning its :class:`SamplerKind`."""
+
+
+def _registered(kind: str) -> SamplerKind:
+    if kind not in SAMPLERS:
+        package = PROVIDED_BY.get(kind)
+        needs = f" needs {package}: pip install {package}" if package else ": not a registered sampler;"
+        raise ConfigError(
+            f"backend.kind = {kind!r}{needs} {did_you_mean(kind, SAMPLERS.names())}"
+            f"registered: {', '.join(SAMPLERS.names()) or 'none'} (entry-point group 'ludic.samplers')"
+        )
+    sampler = SAMPLERS.build(kind)
+    if not isinstance(sampler, SamplerKind):
+        raise ConfigError(f"sampler {kind!r} is registered as {type(sampler).__name__}, not a SamplerKind")
+    return sampler
+
+
+def get_sampler(kind: str) -> tuple[SamplerKind, SamplerKind]:
+    """``(the kind, the kind whose runner it runs on)``: the same kind twice unless it ``extends``
+    another, whose config class then gains its ``tables``; an unknown kind is a
+    :class:`~ludic_core.errors.ConfigError` naming ``backend.kind``, close names and the registered ones."""
+    sampler = _registered(kind)
+    if sampler.extends is None:
+        return sampler, sampler
+    base = _registered(sampler.extends)
+    if base.config_class is None:
+        raise ConfigError(f"sampler {kind!r} extends {sampler.extends!r}, which extends another sampler")
+    fields = {name: attrs.field(type=cls, factory=cls) for name, cls in sampler.tables.items()}
+    config_class = attrs.make_class(
+        base.config_class.__name__, fields, bases=(base.config_class,), frozen=True, kw_only=True
+    )
+    return sampler, attrs.evolve(base, config_class=config_class, checks=(*sampler.checks, *base.checks))
