@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -96,5 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console_main() -> None:
-    """The console script: ``main``'s status becomes the process's exit status."""
-    sys.exit(main())
+    """The console script: ``main``'s status becomes the process's exit status. A closed stdout
+    (``ludic envs | head -1``) ends the command quietly, as it ends any Unix filter."""
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; pointing it at devnull keeps that flush from failing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 1
+    sys.exit(status)
