@@ -64,7 +64,6 @@ def test_a_partial_nested_table_keeps_the_rest_of_the_commands_default() -> None
         (["episodes=true"], "episodes = True: expected int (got bool)"),
         (["episodes='5'"], "episodes = '5': expected int (got str)"),
         (["pass_k=[1, 'x']"], "pass_k[1] = 'x': expected int (got str)"),
-        (["backend.kind=sglang"], "backend.kind = 'sglang': expected Literal"),
         (["episodes=0"], "EvalConfig.episodes must be a finite number >= 1 or None, got 0"),
         (["pass_k=[2]"], "pass_k must list ks in [1, samples_per_prompt=1], got [2]"),
         (["novalue"], "override 'novalue' must look like key=value"),
@@ -183,5 +182,16 @@ def test_missing_backend_names_its_package_before_any_run_dir(
     cli_main = importlib.import_module("ludic_core.cli.main")
     for kind, package in (("tinker", "ludic-tinker"), ("vllm", "ludic-vllm"), ("local", "ludic-train")):
         assert cli_main.main(["eval", "x", "--backend", kind, "--model", "m"]) == 2
-        assert f"backend {kind!r} needs {package}: pip install {package}" in capsys.readouterr().err
+        assert f"backend.kind = {kind!r} needs {package}: pip install {package}" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_backend_kind_is_checked_against_the_registry() -> None:
+    from ludic_core.run.backends import check_backend
+    from ludic_core.run.configs import BackendConfig
+
+    with pytest.raises(ConfigError) as info:
+        check_backend(BackendConfig(kind="opnai"))
+    message = str(info.value)
+    assert "backend.kind = 'opnai': not a registered backend; did you mean 'openai'?" in message
+    assert "entry-point group 'ludic.backends'" in message

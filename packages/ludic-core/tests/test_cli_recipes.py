@@ -35,7 +35,7 @@ def _recipe() -> Recipe:
         summary="a test recipe",
         config_class=_Config,
         runner="builtins:print",
-        check=f"{__name__}:_check",
+        checks=(f"{__name__}:_check",),
         defaults={"steps": 3, "inner": {"lr": 0.5}},
     )
 
@@ -74,8 +74,8 @@ def test_defaults_sit_under_files_and_overrides_and_are_never_mutated(registered
 def test_runner_and_check_must_name_module_and_function() -> None:
     with pytest.raises(ConfigError, match=r"Recipe\.runner must be 'module:function'"):
         Recipe(summary="s", config_class=_Config, runner="no_colon")
-    with pytest.raises(ConfigError, match=r"Recipe\.check must be 'module:function'"):
-        Recipe(summary="s", config_class=_Config, runner="m:f", check="m:")
+    with pytest.raises(ConfigError, match=r"Recipe\.checks must be 'module:function'"):
+        Recipe(summary="s", config_class=_Config, runner="m:f", checks=("m:",))
 
 
 def test_each_rank_samples_whole_groups_and_the_ranks_together_sample_one_processs_step() -> None:
