@@ -38,7 +38,9 @@ def violations(root: Path) -> list[str]:
                 top = module.split(".")[0]
                 if top in packages and top not in allowed:
                     where = path.relative_to(root)
-                    found.append(f"{where}:{line}: {own} imports {module} (allowed: {', '.join(sorted(allowed))})")
+                    found.append(
+                        f"{where}:{line}: {own} imports {module} (allowed: {', '.join(sorted(allowed))})"
+                    )
     return found
 
 
@@ -47,7 +49,9 @@ def main() -> int:
     for line in found:
         print(line, file=sys.stderr)
     if found:
-        print(f"{len(found)} import(s) across Ludic packages; only ludic_core may be imported", file=sys.stderr)
+        print(
+            f"{len(found)} import(s) across Ludic packages; only ludic_core may be imported", file=sys.stderr
+        )
     return 1 if found else 0
 
 

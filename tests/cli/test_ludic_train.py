@@ -260,7 +260,7 @@ def test_tinker_recipe_dry_runs_and_trains_against_the_fake_service(tmp_path: Pa
     pytest.importorskip("ludic_tinker")
     pytest.importorskip("tinker")
     smoke = ROOT / "examples" / "tic_tac_toe" / "grpo_tinker_smoke.toml"
-    dry = ludic("train", "tictactoe-grpo-tinker", str(smoke), "--dry-run", cwd=tmp_path)
+    dry = ludic("train", "tictactoe-grpo", str(smoke), "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "\nalgorithm: grpo as Tinker loss 'ppo'" in dry.stdout
     # The same RL table as the local recipe: only the backend's own table differs.
@@ -270,7 +270,7 @@ def test_tinker_recipe_dry_runs_and_trains_against_the_fake_service(tmp_path: Pa
     local_config = json.loads(local.stdout[: local.stdout.rindex("}") + 1])["config"]
     for key in ("env", "env_kwargs", "system_prompt", "sampling", "algorithm"):
         assert tinker_config[key] == local_config[key]
-    done = ludic("train", "tictactoe-grpo-tinker", str(smoke), "run_dir=run", cwd=tmp_path)
+    done = ludic("train", "tictactoe-grpo", str(smoke), "run_dir=run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
@@ -291,7 +291,7 @@ def test_tinker_recipe_dry_runs_and_trains_against_the_fake_service(tmp_path: Pa
 def test_tinker_recipe_refuses_what_it_cannot_honour(tmp_path: Path, override: str, reason: str) -> None:
     pytest.importorskip("ludic_tinker")
     smoke = ROOT / "examples" / "tic_tac_toe" / "grpo_tinker_smoke.toml"
-    done = ludic("train", "tictactoe-grpo-tinker", str(smoke), override, cwd=tmp_path)
+    done = ludic("train", "tictactoe-grpo", str(smoke), override, cwd=tmp_path)
     assert done.returncode == 2 and reason in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -359,7 +359,7 @@ def test_on_policy_recipe_under_torchrun_is_refused_naming_the_pipeline(tmp_path
     done = torchrun("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
     assert done.returncode != 0
     assert (
-        "samples its episodes from the model it trains" in done.stderr and "pipeline-learner" in done.stderr
+        "samples the episodes from the model being trained" in done.stderr and "pipeline-learner" in done.stderr
     )
     assert not (tmp_path / "run").exists()
 
@@ -368,7 +368,7 @@ def test_on_policy_recipe_under_torchrun_is_refused_naming_the_pipeline(tmp_path
 def test_tinker_recipe_under_torchrun_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("ludic_tinker")
     smoke = ROOT / "examples" / "tic_tac_toe" / "grpo_tinker_smoke.toml"
-    done = torchrun("train", "tictactoe-grpo-tinker", str(smoke), "run_dir=run", cwd=tmp_path)
+    done = torchrun("train", "tictactoe-grpo", str(smoke), "run_dir=run", cwd=tmp_path)
     assert done.returncode != 0
     assert "the Tinker recipes train on Tinker's service, so they run as one process" in done.stderr
     assert not (tmp_path / "run").exists()
@@ -413,9 +413,9 @@ def test_two_learner_ranks_claim_two_actors_batches_exactly_once(tmp_path: Path,
                 actor.kill()
 
 
-# --- ludic-vllm's *-vllm recipes without a vLLM server: listing, dry runs (which build the client and the
-# publisher but contact nothing), the config errors refused before anything is built, and the message
-# when ludic-train is missing. The run against a real vLLM server is ludic-vllm's test_vllm_recipe.py.
+# --- the RL recipes with backend.kind=vllm (ludic-vllm's sampler) without a vLLM server: dry runs (which
+# build the client and the publisher but contact nothing), the config errors refused before anything is
+# built, and the old recipe names refused with the new spelling. The run against a real vLLM server is ludic-vllm's test_vllm_recipe.py.
 
 needs_ludic_vllm = pytest.mark.skipif(
     importlib.util.find_spec("ludic_vllm") is None, reason="ludic-vllm is not installed"
@@ -429,19 +429,23 @@ TINY = (
 )
 
 
-@needs_ludic_vllm
-def test_recipes_lists_the_vllm_recipes(tmp_path: Path) -> None:
-    done = ludic("recipes", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    names = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
-    assert {"tictactoe-grpo-vllm", "gsm8k-grpo-vllm"} <= names
+@pytest.mark.parametrize("kind", ["vllm", "tinker"])
+def test_a_recipe_name_that_named_its_backend_is_refused_with_the_new_spelling(
+    tmp_path: Path, kind: str
+) -> None:
+    done = ludic("train", f"tictactoe-grpo-{kind}", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 2
+    assert (
+        f"recipe 'tictactoe-grpo-{kind}' was renamed: use `ludic train tictactoe-grpo backend.kind={kind}`"
+        in done.stderr
+    )
 
 
 @needs_ludic_vllm
 def test_dry_run_builds_client_and_publisher_and_says_it_contacted_no_server(tmp_path: Path) -> None:
     # Nothing listens on this port: a dry run that tried to connect would fail or wait.
     done = ludic(
-        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.urls=http://127.0.0.1:9",
+        "train", "tictactoe-grpo", str(TTT_GRPO_VLLM), *TINY, "vllm.urls=http://127.0.0.1:9",
         "--dry-run", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -456,7 +460,7 @@ def test_dry_run_builds_client_and_publisher_and_says_it_contacted_no_server(tmp
 @needs_ludic_vllm
 def test_dry_run_with_start_server_starts_nothing(tmp_path: Path) -> None:
     done = ludic(
-        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.start_server=true",
+        "train", "tictactoe-grpo", str(TTT_GRPO_VLLM), *TINY, "vllm.start_server=true",
         "vllm.transport=upload", "--dry-run", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -467,7 +471,7 @@ def test_dry_run_with_start_server_starts_nothing(tmp_path: Path) -> None:
 @needs_ludic_vllm
 @needs_gsm8k
 def test_gsm8k_recipe_takes_the_local_recipes_defaults(tmp_path: Path) -> None:
-    done = ludic("train", "gsm8k-grpo-vllm", *TINY, *GSM8K_FILES, "--dry-run", cwd=tmp_path)
+    done = ludic("train", "gsm8k-grpo", "backend.kind=vllm", *TINY, *GSM8K_FILES, "--dry-run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     config = json.loads(done.stdout[: done.stdout.rindex("}") + 1])["config"]
     assert config["env"] == "gsm8k" and config["samples_per_prompt"] == 8
@@ -478,7 +482,7 @@ def test_gsm8k_recipe_takes_the_local_recipes_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("backend.kind=local", "backend.kind = 'local': the *-vllm recipes sample from a vLLM server"),
+        ("backend.kind=local", "unknown key 'vllm'"),  # the [vllm] table is the vllm sampler's
         ("backend.base_urls=http://h:1/v1", "the server is configured by vllm.urls"),
         ("backend.max_concurrency=8", "the server is configured by vllm.max_concurrency"),
         ("backend.request_timeout_s=5", "the server is configured by vllm.timeout_s"),
@@ -504,7 +508,7 @@ def test_gsm8k_recipe_takes_the_local_recipes_defaults(tmp_path: Path) -> None:
 def test_config_errors_are_refused_before_anything_is_built(
     tmp_path: Path, override: str, expected: str
 ) -> None:
-    done = ludic("train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *override.split(), cwd=tmp_path)
+    done = ludic("train", "tictactoe-grpo", str(TTT_GRPO_VLLM), *override.split(), cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr
     assert "Traceback" not in done.stderr
@@ -514,7 +518,7 @@ def test_config_errors_are_refused_before_anything_is_built(
 @needs_ludic_vllm
 def test_dry_run_with_several_servers_pools_their_clients(tmp_path: Path) -> None:
     done = ludic(
-        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY,
+        "train", "tictactoe-grpo", str(TTT_GRPO_VLLM), *TINY,
         "vllm.urls=['http://127.0.0.1:9','http://127.0.0.1:10']", "--dry-run", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -534,7 +538,7 @@ def test_vllm_recipe_dry_run_under_torchrun_splits_each_step_and_publishes_from_
 ) -> None:
     servers = "vllm.urls=['http://127.0.0.1:9','http://127.0.0.1:10']"
     done = torchrun(
-        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, servers, "--dry-run", cwd=tmp_path
+        "train", "tictactoe-grpo", str(TTT_GRPO_VLLM), *TINY, servers, "--dry-run", cwd=tmp_path
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     # Rank 0 alone prints: its sampler holds the publisher, and the smoke config's 2 prompts split 1 + 1.
@@ -543,13 +547,13 @@ def test_vllm_recipe_dry_run_under_torchrun_splits_each_step_and_publishes_from_
     assert "FSDP" in done.stdout  # the model is sharded
     # Each step's prompts must split over the ranks, whole groups per rank.
     uneven = torchrun(
-        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, servers, "episodes=3", "--dry-run",
+        "train", "tictactoe-grpo", str(TTT_GRPO_VLLM), *TINY, servers, "episodes=3", "--dry-run",
         cwd=tmp_path,
     )  # fmt: skip
     assert uneven.returncode != 0
     assert "episodes = 3 does not split over the 2 torchrun ranks" in uneven.stderr
     started = torchrun(
-        "train", "tictactoe-grpo-vllm", str(TTT_GRPO_VLLM), *TINY, "vllm.start_server=true", "--dry-run",
+        "train", "tictactoe-grpo", str(TTT_GRPO_VLLM), *TINY, "vllm.start_server=true", "--dry-run",
         cwd=tmp_path,
     )  # fmt: skip
     assert started.returncode != 0 and "vllm.start_server = true under torchrun" in started.stderr
@@ -557,31 +561,13 @@ def test_vllm_recipe_dry_run_under_torchrun_splits_each_step_and_publishes_from_
 
 
 @needs_ludic_vllm
-def test_without_ludic_train_the_vllm_recipes_say_what_to_install(tmp_path: Path) -> None:
-    # An interpreter in which ludic_train cannot be imported, as if it were not installed (then
-    # `ludic train` itself is missing, so it is `ludic recipes` that shows the recipe's message).
-    program = (
-        "import sys; sys.modules['ludic_train'] = None\n"
-        "from ludic_core.cli.main import main\n"
-        "sys.exit(main(['recipes']))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", program], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
-    assert done.returncode == 0, done.stderr
-    line = next(line for line in done.stdout.splitlines() if line.startswith("tictactoe-grpo-vllm "))
-    assert "cannot be loaded: the *-vllm recipes train with ludic-train" in line
-    assert 'pip install ludic-train "ludic-vllm[publisher]"' in line
-
-
-@needs_ludic_vllm
 @pytest.mark.parametrize(
     ("recipe", "config"),
     [
         ("tictactoe-grpo", "tic_tac_toe/grpo.toml"),
-        ("tictactoe-grpo-vllm", "tic_tac_toe/grpo_vllm.toml"),
+        ("tictactoe-grpo", "tic_tac_toe/grpo_vllm.toml"),
         pytest.param("gsm8k-grpo", "gsm8k/grpo.toml", marks=needs_gsm8k),
-        pytest.param("gsm8k-grpo-vllm", "gsm8k/grpo_vllm.toml", marks=needs_gsm8k),
+        pytest.param("gsm8k-grpo", "gsm8k/grpo_vllm.toml", marks=needs_gsm8k),
     ],
 )
 def test_the_full_size_example_configs_validate_and_build(tmp_path: Path, recipe: str, config: str) -> None:

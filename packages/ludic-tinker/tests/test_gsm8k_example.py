@@ -41,9 +41,7 @@ def test_smoke_config_trains_against_the_recipes_fake_service(
     fake_service: FakeTinkerService, tmp_path: Path
 ) -> None:
     smoke = EXAMPLES / "gsm8k" / "grpo_tinker_smoke.toml"
-    done = ludic(
-        "train", "gsm8k-grpo", str(smoke), *ROWS, "run_dir=run", service=fake_service, cwd=tmp_path
-    )
+    done = ludic("train", "gsm8k-grpo", str(smoke), *ROWS, "run_dir=run", service=fake_service, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert fake_service.forward_backward_calls == [], "tinker.fake_service starts a fake of its own"
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2

@@ -19,7 +19,7 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TIMEOUT_S = 240
 
 PLUGIN = textwrap.dedent(
-    '''
+    """
     from pathlib import Path
 
     import attrs
@@ -72,7 +72,7 @@ PLUGIN = textwrap.dedent(
             description="counting sampler",
             close=close,
         )
-    '''
+    """
 )
 
 
@@ -81,9 +81,7 @@ def _install_plugin(site: Path) -> None:
     dist = site / "ludic_counting_sampler-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ludic-counting-sampler\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(
-        "[ludic.samplers]\ncounting = ludic_counting_sampler:sampler\n"
-    )
+    (dist / "entry_points.txt").write_text("[ludic.samplers]\ncounting = ludic_counting_sampler:sampler\n")
 
 
 @pytest.mark.slow

@@ -73,5 +73,3 @@ def flags_of(args: argparse.Namespace, extra: Mapping[str, tuple[str, ...]] | No
             node = node.setdefault(part, {})
         node[path[-1]] = value
     return flags
-
-

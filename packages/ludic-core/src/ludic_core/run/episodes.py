@@ -46,6 +46,7 @@ __all__ = [
 CLI_PROTOCOL = "ludic_cli_agent"
 """The protocol name the CLI's engine registers (a single agent from the backend)."""
 
+
 def sampling_params(config: SamplingConfig, profile: EvalProfile) -> SamplingParams:
     return SamplingParams(
         temperature=config.temperature,

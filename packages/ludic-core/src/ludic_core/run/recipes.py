@@ -63,7 +63,9 @@ class Recipe:
             config_class=runs_on.config_class,
             runner=runs_on.runner,
             checks=runs_on.checks,
-            defaults=merged(self.defaults, runs_on.defaults, sampler.defaults, own, {"backend": {"kind": kind}}),
+            defaults=merged(
+                self.defaults, runs_on.defaults, sampler.defaults, own, {"backend": {"kind": kind}}
+            ),
         )
 
     def load_runner(self) -> RecipeRun:
@@ -84,7 +86,7 @@ RECIPES: Registry[Any] = Registry("recipe", "ludic.recipes")
 
 def get_recipe(name: str) -> Recipe:
     """The registered recipe ``name``; an unknown one lists the installed recipes."""
-    if name in RENAMED and name not in RECIPES:
+    if name in RENAMED:
         recipe, kind = RENAMED[name]
         raise ConfigError(f"recipe {name!r} was renamed: use `ludic train {recipe} backend.kind={kind}`")
     if name not in RECIPES:

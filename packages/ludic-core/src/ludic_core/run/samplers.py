@@ -73,7 +73,9 @@ def _import_path(_instance: Any, attribute: attrs.Attribute[Any], value: Any) ->
     for path in value if isinstance(value, tuple) else (value,):
         module, sep, name = (path or "").partition(":")
         if path is not None and (not sep or not module or not name):
-            raise ConfigError(f"{type(_instance).__name__}.{attribute.name} must be 'module:function', got {path!r}")
+            raise ConfigError(
+                f"{type(_instance).__name__}.{attribute.name} must be 'module:function', got {path!r}"
+            )
 
 
 def import_path(path: str) -> Any:

@@ -72,7 +72,12 @@ def offline_rl() -> Recipe:
 def _gsm8k(algorithm: str, summary: str) -> Recipe:
     return Recipe(
         summary=f"{summary} (backend.kind: local, vllm, tinker)",
-        defaults={**GSM8K_RL_DEFAULTS, "algorithm": algorithm, "eval_episodes": 200, "backend": {"kind": "local"}},
+        defaults={
+            **GSM8K_RL_DEFAULTS,
+            "algorithm": algorithm,
+            "eval_episodes": 200,
+            "backend": {"kind": "local"},
+        },
         backend_defaults={
             "local": {
                 "backend": {"model": "smollm2"},

@@ -79,6 +79,7 @@ async def _run(
         lora=config.lora,
         chat_template=config.chat_template,
     )
+
     def export(directory: Path) -> None:
         from ludic_train.weights import export_pretrained
 
