@@ -359,7 +359,8 @@ def test_on_policy_recipe_under_torchrun_is_refused_naming_the_pipeline(tmp_path
     done = torchrun("train", "tictactoe-grpo", str(TTT_GRPO), "run_dir=run", cwd=tmp_path)
     assert done.returncode != 0
     assert (
-        "samples the episodes from the model being trained" in done.stderr and "pipeline-learner" in done.stderr
+        "samples the episodes from the model being trained" in done.stderr
+        and "pipeline-learner" in done.stderr
     )
     assert not (tmp_path / "run").exists()
 

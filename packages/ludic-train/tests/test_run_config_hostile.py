@@ -14,7 +14,7 @@ from ludic_train.recipes.config import LoraSettings, RLRunConfig
 HOSTILE = [
     "episodes=0", "episodes=inf", "episodes=1.5", "episodes=true",
     "samples_per_prompt=0", "seed=-1", "steps=0", "steps=inf", "steps=1e30", "eval_episodes=0",
-    "backend.kind=banana", "backend.max_concurrency=0", "backend.request_timeout_s=nan",
+    "backend.kind=5", "backend.max_concurrency=0", "backend.request_timeout_s=nan",
     "backend.request_timeout_s=0", "backend.max_retries=-1", "backend.base_urls=[]",
     "backend.base_urls=['ftp://x']",
     "sampling.temperature=nan", "sampling.temperature=-1", "sampling.temperature=inf",

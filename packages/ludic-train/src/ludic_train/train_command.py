@@ -74,12 +74,16 @@ def _recipe_of_run(run_dir: Path) -> str:
     return name
 
 
-def _for_backend(recipe: Recipe, files: list[str], overrides: list[str]) -> Recipe:
-    """``recipe`` as run by the sampler its ``backend.kind`` names (the last layer that sets it wins)."""
+def _for_backend(recipe: Recipe, files: list[str], overrides: list[str]) -> tuple[Recipe, type]:
+    """``recipe`` as run by the sampler its ``backend.kind`` names (the last layer that sets it wins),
+    and its run config class."""
     kind = layered_value(("backend", "kind"), defaults=recipe.defaults, files=files, overrides=overrides)
     if kind is not None and not isinstance(kind, str):
         raise ConfigError(f"backend.kind = {kind!r}: expected the name of a registered sampler (a str)")
-    return recipe.for_backend(kind or "local")
+    resolved = recipe.for_backend(kind or "local")
+    if resolved.config_class is None:
+        raise ConfigError(f"recipe {recipe.summary!r} with backend.kind = {kind!r} names no run config class")
+    return resolved, resolved.config_class
 
 
 def resolve(args: argparse.Namespace) -> tuple[str, Recipe, Any]:
@@ -97,16 +101,16 @@ def resolve(args: argparse.Namespace) -> tuple[str, Recipe, Any]:
             else:
                 raise ConfigError(f"--resume {str(run_dir)!r} is a {name!r} run, not {args.recipe!r}")
         files.insert(0, str(run_dir / "config.json"))
-        recipe = _for_backend(get_recipe(name), files, overrides)
-        config: Any = load_config(recipe.config_class, files=files, overrides=overrides)
+        recipe, config_class = _for_backend(get_recipe(name), files, overrides)
+        config: Any = load_config(config_class, files=files, overrides=overrides)
         if Path(config.run_dir) != run_dir:
             config = attrs.evolve(config, run_dir=str(run_dir))
     else:
         if args.recipe is None:
             raise ConfigError("which recipe? `ludic train <recipe>` (`ludic recipes` lists them)")
         name = args.recipe
-        recipe = _for_backend(get_recipe(name), files, overrides)
-        config = load_config(recipe.config_class, defaults=recipe.defaults, files=files, overrides=overrides)
+        recipe, config_class = _for_backend(get_recipe(name), files, overrides)
+        config = load_config(config_class, defaults=recipe.defaults, files=files, overrides=overrides)
     recipe.validate(config)
     return name, recipe, config
 
