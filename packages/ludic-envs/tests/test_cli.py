@@ -53,7 +53,7 @@ async def test_envs_lists_the_registered_envs_one_line_each(tmp_path: Path) -> N
 
 async def test_missing_command_names_its_package(tmp_path: Path) -> None:
     status, _out, err = await ludic("evl", cwd=tmp_path)
-    assert status == 2 and "did you mean `ludic eval`" in err
+    assert status == 2 and "did you mean 'eval'?" in err
 
 
 def _run_dir(tmp_path: Path, name: str) -> Path:

@@ -1,18 +1,10 @@
-"""The ``tinker`` sampler of ``ludic train`` (entry-point group ``ludic.samplers``): an RL recipe with
-``backend.kind=tinker`` samples and trains on the Tinker service
-(:func:`~ludic_tinker.recipe_run.run_tinker_rl`).
+"""The ``tinker`` sampler (entry-point group ``ludic.samplers``): an RL recipe with ``backend.kind=tinker``
+samples and trains on the Tinker service (:func:`~ludic_tinker.recipe_run.run_tinker_rl`). Its run
+config is the shared RL table plus ``[tinker]`` (where and what Tinker trains; ``[tinker.adam]`` is
+:class:`~ludic_tinker.AdamConfig`, ``[tinker.timeouts]`` :class:`~ludic_tinker.TinkerTimeouts`):
 
-The RL table is ludic-core's :class:`~ludic_core.run.rl.RLEpisodesConfig`, the same as the local
-backend's (env, sampling, prompts x group per step, steps, algorithm, evaluation), so a run switches
-backend by switching ``backend.kind``; the ``[tinker]`` table says where and what Tinker trains:
-
-    ludic train tictactoe-grpo backend.kind=tinker tinker.base_model=Qwen/Qwen3-4B-Instruct-2507 steps=20
     ludic train tictactoe-grpo backend.kind=tinker tinker.fake_service=true --dry-run   # offline, no key
-    ludic train gsm8k-grpo backend.kind=tinker algorithm=gspo             # GSPO (SDK 0.34 or newer)
-
-``[tinker.adam]`` is :class:`~ludic_tinker.AdamConfig` and ``[tinker.timeouts]``
-:class:`~ludic_tinker.TinkerTimeouts`, as the library takes them.
-"""
+    ludic train gsm8k-grpo backend.kind=tinker algorithm=gspo             # GSPO (SDK 0.34 or newer)"""
 
 from __future__ import annotations
 

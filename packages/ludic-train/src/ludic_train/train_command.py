@@ -1,9 +1,8 @@
 """``ludic train <recipe> [run.toml ...] [key=value ...] [--dry-run] [--resume RUN_DIR]``.
 
-The recipe (``ludic recipes`` lists them) names its defaults and, through ``backend.kind`` (a registered
-sampler, :mod:`ludic_core.run.samplers`), a run config class; TOML files and
-``key=value`` overrides go on top, and the whole config is validated (unknown keys, types, the recipe's
-own checks) before any model is loaded. ``--dry-run`` prints the resolved config, builds every component
+The recipe (``ludic recipes`` lists them) and the sampler ``backend.kind`` names give the run config class
+and its defaults; TOML files and ``key=value`` overrides go on top, and the whole config is validated
+(unknown keys, types, the recipe's checks) before any model is loaded. ``--dry-run`` prints the resolved config, builds every component
 (model, tokenizer, engine, algorithm, trainer) and stops without training or writing a run directory.
 
 A run writes its run directory first: ``config.json`` (the resolved config), ``versions.json`` (Python and

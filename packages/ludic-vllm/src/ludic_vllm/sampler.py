@@ -1,29 +1,12 @@
-"""The ``vllm`` sampler (entry-point group ``ludic.samplers``): RL with the local Trainer on episodes
-sampled by vLLM servers (``ludic train tictactoe-grpo backend.kind=vllm``).
+"""The ``vllm`` sampler (entry-point group ``ludic.samplers``): ``ludic train tictactoe-grpo
+backend.kind=vllm`` trains with the local Trainer (the ``local`` kind it extends) on episodes that the
+vLLM servers of ``vllm.urls`` sample through :class:`~ludic_vllm.client.VLLMClient` (prompts rendered
+with the trainer's tokenizer, so rollouts carry token ids and behaviour logprobs); after every step the
+Trainer publishes its merged weights to every server over ``vllm.transport``, version = trainer step.
+Under ``torchrun`` each rank samples its share of every step, and rank 0 alone publishes.
 
-The kind extends ``local`` (ludic-train's RL runner) with one seam swapped: the sampler. The Trainer
-trains ``backend.model`` in this process; the rollout engine samples every episode
-from the vLLM servers of ``vllm.urls`` through the token-level :class:`~ludic_vllm.client.VLLMClient`
-(one per server in a :class:`~ludic_core.client_pool.ClientPool`, each request to the least busy;
-prompts rendered with the trainer's tokenizer, so rollouts carry token ids and behaviour logprobs), and
-after every step the Trainer publishes its (merged) weights to every server with the publisher of
-``vllm.transport``, version = trainer step.
-
-Under ``torchrun`` the run is data-parallel: each rank holds an FSDP2 shard of the model and samples
-its ``episodes / ranks`` prompts of every step from the servers; rank 0 alone opens the publisher and
-sends the weights the ranks gather together, evaluates, and writes the run directory.
-
-Settings, each with one owner:
-
-* ``[backend]`` is the model the Trainer trains: ``kind = "vllm"``, ``model`` and ``device``. Its
-  server settings (``base_urls``, ``max_concurrency``, ``request_timeout_s``, ``api_key_env``,
-  ``max_retries``) belong to the OpenAI-compatible backend of ``ludic eval`` and are refused here;
-* ``[vllm]`` (the table this kind adds to the run config) is :class:`~ludic_vllm.backend.VLLMBackendConfig`: the servers (``urls``, one or a list,
-  or ``start_server = true`` to start one ``ludic-vllm serve`` on an exported copy of the trainer's model
-  with the extra ``server_args``), the weight ``transport`` (``gloo``/``nccl``/``files``/``upload``) and its
-  ``weights_dir``, ``api_token``, ``max_concurrency`` (requests in flight) and ``timeout_s`` (each
-  request, each publish, and the wait for the server to be ready).
-"""
+``[backend]`` is only the trained model (``kind``, ``model``, ``device``); every server setting belongs
+to ``[vllm]`` (:class:`~ludic_vllm.backend.VLLMBackendConfig`, the table this kind adds)"""
 
 from __future__ import annotations
 

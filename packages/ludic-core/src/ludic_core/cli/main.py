@@ -10,7 +10,6 @@ answer) print as one message and exit with status 2, without a traceback.
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from importlib import metadata
 from ludic_core.cli.command import Command
 from ludic_core.errors import ConfigError, LudicError
 from ludic_core.peak_memory import limit_malloc_arenas
+from ludic_core.suggestions import did_you_mean
 
 __all__ = ["COMMAND_GROUP", "PROVIDED_BY", "available_commands", "console_main", "main"]
 
@@ -62,9 +62,9 @@ def _unknown(name: str, commands: dict[str, metadata.EntryPoint]) -> str:
     package = PROVIDED_BY.get(name)
     if package is not None:
         return f"`ludic {name}` needs {package}: pip install {package}"
-    close = difflib.get_close_matches(name, list(commands), n=1)
-    hint = f"; did you mean `ludic {close[0]}`?" if close else ""
-    return f"unknown command {name!r}{hint} (installed: {', '.join(sorted(commands))})"
+    return (
+        f"unknown command {name!r}; {did_you_mean(name, commands)}(installed: {', '.join(sorted(commands))})"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -75,23 +75,12 @@ def server_urls(instance: Any, attribute: attrs.Attribute[Any], value: tuple[str
 
 @attrs.frozen(kw_only=True)
 class BackendConfig:
-    """Where completions come from: ``kind`` is a registered backend (``ludic eval`` and ``ludic
-    rollouts``: the entry-point group ``ludic.backends``; ``ludic train``: ``ludic.samplers``), checked
-    against its registry when the command starts; the installed packages bring:
-
-    * ``openai``: any OpenAI-compatible servers at ``base_urls`` (vLLM, SGLang, a hosted API), ``model``
-      being the served model's name; with several servers (each serving the same weights) every
-      request goes to the least busy one (:class:`~ludic_core.client_pool.ClientPool`), and
-      ``max_concurrency`` bounds the requests in flight per server; the API key is read from the
-      variable ``api_key_env``;
-    * ``local``: an in-process transformers model (ludic-train), ``model`` a model directory or hub id,
-      or ``tiny`` for the test model;
-    * ``vllm``: running vLLM servers at ``base_urls`` (ludic-vllm), sampled token in, token out: prompts
-      are rendered with ``tokenizer`` (the served model's directory; empty: ``model``, which is then
-      the served model's name and directory both), and the rollouts carry token ids and behaviour
-      logprobs, so ``ludic train offline-rl`` trains on them;
-    * ``tinker``: a Tinker sampling client (ludic-tinker), ``model`` the base model or a checkpoint path.
-    """
+    """Where completions come from. ``kind``: a registered backend (``ludic eval``/``rollouts``: group
+    ``ludic.backends``; ``ludic train``: ``ludic.samplers``), checked when the command starts: built in
+    ``openai`` (OpenAI-compatible servers at ``base_urls``, each request to the least busy, ``model`` the
+    served name, the key read from ``api_key_env``), ``local`` (ludic-train: an in-process model
+    directory, ``smollm2`` or ``tiny``), ``vllm`` (ludic-vllm: token-level from vLLM servers, prompts
+    rendered with ``tokenizer``, else ``model``), ``tinker`` (ludic-tinker)."""
 
     kind: str = "openai"
     model: str = ""

@@ -238,37 +238,29 @@ def episodes_logged_in(run_dir: Path) -> Iterator[None]:
         ) from exc
 
 
-def _build_env(kind: str, kwargs: Mapping[str, Any]) -> Any:
-    """The env ``kind`` built with ``kwargs``; an error that is not a Ludic one becomes a
-    :class:`ConfigError` naming the env and its kwargs."""
+def _refused(what: str, call: Callable[[], Any]) -> Any:
+    """``call()``; an error that is not a Ludic one becomes a :class:`ConfigError` saying ``what``."""
     try:
-        return ENVS.get(kind)(**kwargs)
+        return call()
     except LudicError:
         raise
     except Exception as exc:
-        raise ConfigError(
-            f"env {kind!r} with env_kwargs {dict(kwargs)} could not be built: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise ConfigError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _build_env(kind: str, kwargs: Mapping[str, Any]) -> Any:
+    what = f"env {kind!r} with env_kwargs {dict(kwargs)} could not be built"
+    return _refused(what, lambda: ENVS.get(kind)(**kwargs))
 
 
 def check_env_builds(request: RolloutRequest) -> str:
     """Build ``request``'s env and reset it with its seed, as its episode will, and describe it.
 
     Commands call it before they create a run directory or load a model, so a missing data file, a
-    missing extra or a bad env kwarg is refused once, with its cause, instead of failing every episode
-    (or, in a dry run, not at all). An error that is not a Ludic one becomes a :class:`ConfigError`
-    naming the env and its kwargs."""
-    kind, kwargs = request.env.kind, dict(request.env.kwargs)
+    missing extra or a bad env kwarg is refused once, with its cause (a :class:`ConfigError` naming the
+    env and its kwargs), instead of failing every episode (or, in a dry run, not at all)."""
+    kind, kwargs, seed = request.env.kind, dict(request.env.kwargs), request.env_seed
     env = _build_env(kind, kwargs)
-    try:
-        observed = env.reset(seed=request.env_seed)
-    except LudicError:
-        raise
-    except Exception as exc:
-        raise ConfigError(
-            f"env {kind!r} with env_kwargs {kwargs} could not be reset (seed {request.env_seed}): "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    return (
-        f"env {kind!r} built and reset (seed {request.env_seed}): {len(observed)} agent(s) observe the start"
-    )
+    what = f"env {kind!r} with env_kwargs {kwargs} could not be reset (seed {seed})"
+    observed = _refused(what, lambda: env.reset(seed=seed))
+    return f"env {kind!r} built and reset (seed {seed}): {len(observed)} agent(s) observe the start"

@@ -232,6 +232,26 @@ def _value_at(data: Mapping[str, Any], path: Sequence[str]) -> Any:
     return node
 
 
+def _layered(
+    data: dict[str, Any],
+    files: Sequence[str | Path],
+    overrides: Sequence[str],
+    flags: Mapping[str, Any] | None,
+    defaults: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], list[tuple[str, Mapping[str, Any]]]]:
+    # Each layer with where it came from, so a problem names the file, flag or override that set its key.
+    layers: list[tuple[str, Mapping[str, Any]]] = [("defaults", dict(defaults or {}))]
+    layers += [(f"config file {str(f)!r}", read_file(f)) for f in files]
+    layers.append(("command-line flags", dict(flags or {})))
+    for _source, layer in layers:
+        data = merged(data, layer)
+    for text in overrides:
+        path, value = parse_override(text)
+        _set(data, path, value, text)  # an override replaces its key's value whole
+        layers.append((f"override {text!r}", _nested(path, value)))
+    return data, layers
+
+
 def load_config(
     cls: type[C],
     *,
@@ -246,18 +266,7 @@ def load_config(
 
     A nested table given in part keeps the rest of its field's default: ``rollout.concurrency=4``
     changes the concurrency only, not the command's other rollout settings."""
-    data: dict[str, Any] = nested_defaults(cls)
-    # Where each layer came from, so a problem names the file (or flag, or override) that set its key.
-    # `merged` copies: loading must never mutate the caller's defaults.
-    layers: list[tuple[str, Mapping[str, Any]]] = [("defaults", dict(defaults or {}))]
-    layers += [(f"config file {str(f)!r}", read_file(f)) for f in files]
-    layers.append(("command-line flags", dict(flags or {})))
-    for _source, layer in layers:
-        data = merged(data, layer)
-    for text in overrides:
-        path, value = parse_override(text)
-        _set(data, path, value, text)  # an override replaces its key's value whole
-        layers.append((f"override {text!r}", _nested(path, value)))
+    data, layers = _layered(nested_defaults(cls), files, overrides, flags, defaults)
     try:
         return make_converter().structure(data, cls)
     except (ClassValidationError, ForbiddenExtraKeysError) as exc:
@@ -308,17 +317,10 @@ def layered_value(
     overrides: Sequence[str] = (),
     defaults: Mapping[str, Any] | None = None,
 ) -> Any:
-    """The value the layers of :func:`load_config` give ``path`` (None: no layer sets it), read before
-    the config class is known (``backend.kind`` chooses a recipe's)."""
-    value = None
-    for layer in [defaults or {}, *(read_file(f) for f in files)]:
-        if _holds(layer, path):
-            value = _value_at(layer, path)
-    for text in overrides:
-        key, raw = parse_override(text)
-        if key == list(path):
-            value = raw
-    return value
+    """The value the layers of :func:`load_config` give ``path`` (None: none sets it), read before the
+    config class is known (``backend.kind`` chooses a recipe's)."""
+    data, _layers = _layered({}, files, overrides, None, defaults)
+    return _value_at(data, path) if _holds(data, path) else None
 
 
 def to_json(config: Any) -> dict[str, Any]:

@@ -1,6 +1,5 @@
-"""This process's place in a ``torchrun`` launch, read from the environment ``torchrun`` sets
-(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); a plain run is rank 0 of 1. Every backend's recipe splits
-its work by it, and a sampler opens its publisher on the main rank only."""
+"""This process's place in a ``torchrun`` launch (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``); a plain run
+is rank 0 of 1. Recipes split their work by it; a sampler publishes from the main rank only."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Training recipes: what ``ludic train <recipe>`` runs, and ``ludic recipes`` lists.
-
-Packages register recipes by name in the entry-point group ``"ludic.recipes"``. A recipe's name says
-what is trained, not where: ``backend.kind`` picks the registered sampler kind
-(:mod:`ludic_core.run.samplers`) that brings the run config class, the runner and its checks, unless
-the recipe fixes them itself (SFT, offline RL). A :class:`Recipe` is light data: runners and checks are
-``"module:function"`` paths imported only when the recipe runs, so listing recipes imports no torch.
-"""
+"""Training recipes (entry-point group ``"ludic.recipes"``): what ``ludic train <recipe>`` runs. A
+recipe's name says what is trained, not where: ``backend.kind`` names the sampler
+(:mod:`ludic_core.run.samplers`) that brings the run config class, runner and checks, unless the recipe
+fixes them (SFT, offline RL). Runners and checks are imported only when the recipe runs."""
 
 from __future__ import annotations
 
@@ -37,13 +33,10 @@ RENAMED = {
 
 @attrs.frozen(kw_only=True)
 class Recipe:
-    """``summary``: one line for ``ludic recipes``; ``defaults``: this recipe's values for its run
-    config (a nested dict under the TOML file and the overrides); ``config_class``, ``runner``
-    (``"module:function"`` of a :data:`RecipeRun`) and ``checks`` (``"module:function"``s taking the
-    config and raising :class:`~ludic_core.errors.ConfigError` for what can be refused before anything
-    heavy is built): None and empty, those of the sampler ``backend.kind`` names
-    (:meth:`for_backend`), with ``backend_defaults[kind]`` (else those of the kind it extends) on top
-    of ``defaults``."""
+    """``defaults``: this recipe's values for its run config, under the TOML files and overrides;
+    ``runner`` (a :data:`RecipeRun`) and ``checks`` (refusing a config before anything heavy is built):
+    ``"module:function"`` paths. Without ``config_class``, the sampler that ``backend.kind`` names
+    brings all three (:meth:`for_backend`), with ``backend_defaults[kind]`` (else the extended kind's)."""
 
     summary: str
     config_class: type | None = None

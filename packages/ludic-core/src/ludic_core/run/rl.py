@@ -1,20 +1,11 @@
-"""What every on-policy RL recipe shares, whatever trains the model (ludic-train's Trainer, Tinker):
-the run config's RL table and the torch-free pieces built from it.
+"""What every on-policy RL recipe shares, whatever trains the model: the RL table of its run config
+(:class:`RLEpisodesConfig`: the episodes table of ``ludic eval`` read as a training step, plus
+``steps``, the ``algorithm`` preset and the greedy evaluation on ``eval_env_kwargs``) and the torch-free
+pieces built from it. A backend adds its own tables (``[trainer]``, ``[tinker]``, ...).
 
-:class:`RLEpisodesConfig` is the episodes table of ``ludic eval`` read as a training step: ``episodes``
-prompts per step, each sampled ``samples_per_prompt`` times (the GRPO group), plus the number of
-``steps``, the ``algorithm`` (a registered preset with ``algorithm_kwargs``) and the evaluation
-(``eval_episodes`` greedy episodes on fixed seeds and the env profile's distinct starts, on the env
-built with ``eval_env_kwargs``). A
-backend's recipe adds its own table (ludic-train ``[trainer]``, ``[lora]``, ``[run]``; ludic-tinker
-``[tinker]``).
-
-Requests are a pure function of the step (one env seed and ``samples_per_prompt`` sampling seeds per
-prompt, drawn from ``(seed, "train", step)``), so a resumed run replays the same requests; evaluations
-use fixed seeds, so evaluations of different checkpoints play the same episodes. A data-parallel
-trainer's rank samples its share of each step's requests (whole GRPO groups, split by rank), so the
-ranks together sample exactly the requests one process would.
-"""
+Requests are a pure function of the step (seeds drawn from ``(seed, "train", step)``), so a resumed run
+replays them, and evaluations use fixed seeds; each data-parallel rank samples its share of a step
+(whole GRPO groups), so the ranks together sample exactly what one process would."""
 
 from __future__ import annotations
 

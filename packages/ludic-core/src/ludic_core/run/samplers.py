@@ -1,20 +1,15 @@
-"""Where a training recipe's episodes are sampled: the seam between a trainer and its sampler, and
-the registry of sampler kinds that ``backend.kind`` names.
-
-Packages register kinds in the entry-point group ``"ludic.samplers"`` (name -> a callable returning a
-:class:`SamplerKind`): ludic-train ``local`` (the trained model samples in-process), ludic-vllm ``vllm``
-(vLLM servers sample and get the weights every step), ludic-tinker ``tinker`` (the Tinker service
-samples and trains). A kind either runs a recipe itself (its run config class, runner and checks) or
-``extends`` another kind's runner: the extended run config gains the kind's own ``tables`` and the
-runner opens the kind's sampler (``open``, a :class:`SamplerOpener`) around the model it trains.
-"""
+"""Where a training recipe's episodes are sampled: the sampler kinds ``backend.kind`` names, registered
+in the entry-point group ``"ludic.samplers"`` (name -> a callable returning a :class:`SamplerKind`):
+ludic-train ``local`` (in-process), ludic-vllm ``vllm`` (vLLM servers that get the weights every step),
+ludic-tinker ``tinker`` (the Tinker service samples and trains). A kind runs a recipe itself (its run
+config class, runner and checks) or ``extends`` another kind: that kind's runner opens this kind's
+:class:`Sampler` (``open``) around the model it trains, and its run config gains this kind's ``tables``."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
@@ -33,11 +28,9 @@ async def _nothing_to_close() -> None:
 
 @attrs.frozen(kw_only=True)
 class Sampler:
-    """An opened sampler. ``backend``: the token-level backend the engine's agents sample through;
-    ``publisher``: where the trainer publishes (the trainer closes it), None on the torchrun ranks
-    other than 0 (rank 0 alone sends the weights); ``description``: one line for ``--dry-run``, saying
-    what was built and what was not contacted; ``close``: release what the opener started (a server,
-    an exported model), after the backend is closed."""
+    """``backend``: what the engine's agents sample through; ``publisher``: where the trainer publishes
+    (None on torchrun ranks but 0); ``description``: one line for ``--dry-run``; ``close``: release
+    what the opener started (a server, an exported model), after the backend."""
 
     backend: Backend
     publisher: PolicyPublisher | None
@@ -51,22 +44,10 @@ class Sampler:
             await self.close()
 
 
-class SamplerOpener(Protocol):
-    """``(config, model, tokenizer, run_dir=, dry_run=, export=) -> Sampler``; ``export(directory)``
-    writes the trained model (merged) with its tokenizer as a pretrained directory, for a sampler that
-    starts from the trainer's weights; with ``dry_run`` the opener builds and validates what it can
-    without starting or contacting anything that may wait."""
-
-    def __call__(
-        self,
-        config: Any,
-        model: Any,
-        tokenizer: Any,
-        *,
-        run_dir: Path,
-        dry_run: bool,
-        export: Callable[[Path], None],
-    ) -> Awaitable[Sampler]: ...
+SamplerOpener = Callable[..., Awaitable[Sampler]]
+"""``(config, model, tokenizer, *, run_dir, dry_run, export) -> Sampler``: ``export(directory)`` writes
+the trained model (merged) and its tokenizer as a pretrained directory; ``dry_run``: build what can be
+built without starting or contacting anything."""
 
 
 def _import_path(_instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -86,10 +67,8 @@ def import_path(path: str) -> Any:
 
 @attrs.frozen(kw_only=True)
 class SamplerKind:
-    """``summary``: one line; ``config_class``, ``runner`` and ``checks`` (``"module:function"``s):
-    what runs a recipe with this kind, unless it ``extends`` another kind, whose runner then opens
-    ``open`` and whose config class gains ``tables`` (table name -> settings class); ``defaults``: this
-    kind's defaults for the run config."""
+    """``runner`` and ``checks``, ``open``: ``"module:function"`` paths; ``tables``: table name ->
+    settings class; ``defaults``: this kind's defaults for the run config."""
 
     summary: str
     config_class: type | None = None
@@ -99,18 +78,6 @@ class SamplerKind:
     open: str | None = attrs.field(default=None, validator=_import_path)
     tables: Mapping[str, type] = attrs.field(factory=dict)
     defaults: Mapping[str, Any] = attrs.field(factory=dict)
-
-    def __attrs_post_init__(self) -> None:
-        if (self.extends is None) == (self.config_class is None or self.runner is None):
-            raise ConfigError(
-                f"SamplerKind {self.summary!r}: give config_class and runner, or extends, not both"
-            )
-
-    def load_open(self) -> SamplerOpener:
-        if self.open is None:
-            raise ConfigError(f"sampler {self.summary!r} opens no sampler for a local trainer")
-        opener: SamplerOpener = import_path(self.open)
-        return opener
 
 
 SAMPLERS: Registry[Any] = Registry("sampler", "ludic.samplers")
@@ -132,15 +99,14 @@ def _registered(kind: str) -> SamplerKind:
 
 
 def get_sampler(kind: str) -> tuple[SamplerKind, SamplerKind]:
-    """``(the kind, the kind whose runner it runs on)``: the same kind twice unless it ``extends``
-    another, whose config class then gains its ``tables``; an unknown kind is a
-    :class:`~ludic_core.errors.ConfigError` naming ``backend.kind``, close names and the registered ones."""
+    """``(the kind, the kind whose runner it runs on)``; an unknown kind is a ConfigError naming
+    ``backend.kind``, close names and the registered ones."""
     sampler = _registered(kind)
     if sampler.extends is None:
         return sampler, sampler
     base = _registered(sampler.extends)
-    if base.config_class is None:
-        raise ConfigError(f"sampler {kind!r} extends {sampler.extends!r}, which extends another sampler")
+    if base.config_class is None or sampler.open is None:
+        raise ConfigError(f"sampler {kind!r} must open a sampler and extend a kind that runs recipes")
     fields = {name: attrs.field(type=cls, factory=cls) for name, cls in sampler.tables.items()}
     config_class = attrs.make_class(
         base.config_class.__name__, fields, bases=(base.config_class,), frozen=True, kw_only=True

@@ -1,15 +1,11 @@
-"""The on-policy RL recipes (``tictactoe-grpo``, ``gsm8k-grpo``, ``gsm8k-gspo``): the Trainer updates a
-local model with a registered algorithm preset on episodes sampled through the
-:class:`~ludic_core.run.samplers.Sampler` that ``backend.kind`` names (same env profile, same ``"chat"``
-agent as ``ludic eval``): ``local`` samples in-process (:func:`~.sampling.open_local_sampler`), a kind
-that extends it (ludic-vllm's ``vllm``) elsewhere. The requests, the algorithm and the evaluation
-episodes come from :mod:`ludic_core.run.rl`, as for every backend's RL recipe.
-
-A sampler outside the process (the vLLM servers) lets the recipe run data-parallel under ``torchrun``:
-the model is sharded with FSDP2, each rank samples its share of every step's prompts (whole GRPO groups)
-and logs its rollouts to ``rollouts.jsonl`` (rank 0) or ``rollouts.rank<r>.jsonl``, rank 0 alone
-publishes (every rank joins the weight gather, then waits for the publish), evaluates and writes the
-run directory. In-process sampling cannot: :func:`check_rl` refuses it under torchrun."""
+"""The on-policy RL runner (``tictactoe-grpo``, ``gsm8k-grpo``, ``gsm8k-gspo`` with a local Trainer): the
+Trainer updates the model with a registered algorithm preset on episodes sampled through the
+:class:`~ludic_core.run.samplers.Sampler` that ``backend.kind`` names: ``local`` in-process, a kind
+that extends it (ludic-vllm's ``vllm``) elsewhere. Requests, algorithm and evaluation come from
+:mod:`ludic_core.run.rl`. Sampled elsewhere, the run is data-parallel under ``torchrun`` (FSDP2; each
+rank samples its share of every step and logs it to ``rollouts.rank<r>.jsonl``, rank 0 to
+``rollouts.jsonl``; rank 0 alone publishes, evaluates and writes the run directory); sampled in-process
+it is refused there (:func:`check_rl`)."""
 
 from __future__ import annotations
 
@@ -28,8 +24,9 @@ from ludic_core.run.rl import (
     eval_requests,
     rollout_source,
 )
-from ludic_core.run.samplers import Sampler, SamplerOpener, get_sampler
+from ludic_core.run.samplers import Sampler, SamplerOpener, get_sampler, import_path
 from ludic_train.recipes.config import RLRunConfig
+from ludic_train.recipes.sampling import open_local_sampler
 
 __all__ = ["check_rl", "run_rl"]
 
@@ -205,5 +202,6 @@ def run_rl(
     describe what was built). ``open_sampler``: where episodes come from (None: the sampler
     ``backend.kind`` names)."""
     if open_sampler is None:
-        open_sampler = get_sampler(config.backend.kind)[0].load_open()
+        kind = get_sampler(config.backend.kind)[0]
+        open_sampler = import_path(kind.open) if kind.open else open_local_sampler
     return asyncio.run(_run(config, run_dir, dry_run=dry_run, resume=resume, open_sampler=open_sampler))

@@ -1,7 +1,6 @@
-"""The ``local`` sampler (entry-point group ``ludic.samplers``): the RL recipes train a model here with
-the Trainer (:func:`ludic_train.recipes.rl.run_rl`) and, by default, sample its episodes from it
-in-process. Other sampler kinds extend this one (ludic-vllm's ``vllm``: vLLM servers sample and get the
-weights every step): the runner opens the sampler ``backend.kind`` names around the model it trains."""
+"""The ``local`` sampler (entry-point group ``ludic.samplers``): the Trainer trains the model here
+(:func:`ludic_train.recipes.rl.run_rl`), which samples its own episodes in-process; other kinds extend
+it (ludic-vllm's ``vllm``), and the runner opens theirs instead."""
 
 from __future__ import annotations
 
