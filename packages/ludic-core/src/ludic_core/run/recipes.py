@@ -56,8 +56,9 @@ class Recipe:
             config_class=runs_on.config_class,
             runner=runs_on.runner,
             checks=runs_on.checks,
+            # The kinds' generic defaults first: the recipe's own values win over them.
             defaults=merged(
-                self.defaults, runs_on.defaults, sampler.defaults, own, {"backend": {"kind": kind}}
+                runs_on.defaults, sampler.defaults, self.defaults, own, {"backend": {"kind": kind}}
             ),
         )
 
