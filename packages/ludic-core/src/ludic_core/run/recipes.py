@@ -36,7 +36,7 @@ class Recipe:
     """``defaults``: this recipe's values for its run config, under the TOML files and overrides;
     ``runner`` (a :data:`RecipeRun`) and ``checks`` (refusing a config before anything heavy is built):
     ``"module:function"`` paths. Without ``config_class``, the sampler that ``backend.kind`` names
-    brings all three (:meth:`for_backend`), with ``backend_defaults[kind]`` (else the extended kind's)."""
+    brings all three (:meth:`for_backend`), its defaults under these and ``backend_defaults[kind]``."""
 
     summary: str
     config_class: type | None = None
@@ -56,7 +56,6 @@ class Recipe:
             config_class=runs_on.config_class,
             runner=runs_on.runner,
             checks=runs_on.checks,
-            # The kinds' generic defaults first: the recipe's own values win over them.
             defaults=merged(
                 runs_on.defaults, sampler.defaults, self.defaults, own, {"backend": {"kind": kind}}
             ),
