@@ -334,7 +334,8 @@ async def test_custom_loss_runs_through_forward_backward_custom(training_client,
 
 
 async def test_results_go_to_the_same_logger_interface_as_the_local_trainer(training_client, tmp_path):
-    from ludic_core import JsonlLogger, StepResult
+    from ludic_core.loggers.jsonl import JsonlLogger
+    from ludic_core.loggers.step_result import StepResult
 
     logger = JsonlLogger(tmp_path / "metrics.jsonl")
     trainer = TinkerTrainer(

@@ -38,47 +38,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Which submodule defines each public name; ``__getattr__`` imports it on first access.
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    "ludic_envs.codeexec": (
-        "CodeExecEnv",
-        "ExecutionRequest",
-        "ExecutionResult",
-        "SandboxLimits",
-        "SandboxPool",
-    ),
-    "ludic_envs.dataset_requests": ("DatasetRequestStream", "indexed_env_requests"),
-    "ludic_envs.qa": ("DatasetQAEnv", "MathQAEnv", "load_rows", "make_gsm8k_env", "make_math_env"),
-    "ludic_envs.tictactoe": ("TicTacToeEnv", "TicTacToeRewards", "TicTacToeSelfPlayEnv", "make_opponent"),
-}
-_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = [
-    # Tic-Tac-Toe
-    "TicTacToeEnv",
-    "TicTacToeRewards",
-    "TicTacToeSelfPlayEnv",
-    "make_opponent",
-    # dataset QA
-    "DatasetQAEnv",
-    "MathQAEnv",
-    "load_rows",
-    "make_gsm8k_env",
-    "make_math_env",
-    # code execution
-    "CodeExecEnv",
-    "ExecutionRequest",
-    "ExecutionResult",
-    "SandboxLimits",
-    "SandboxPool",
-    # dataset -> request streams
-    "DatasetRequestStream",
-    "indexed_env_requests",
-    "__version__",
-]
-
-# Not for type checkers: they read the names from the imports above (see ludic_core.exports).
 if not TYPE_CHECKING:
     from ludic_core.exports import lazy_attributes
 
-    __getattr__, __dir__ = lazy_attributes(__name__, _MODULE_OF, globals())
+    __getattr__, __dir__ = lazy_attributes(globals())

@@ -41,7 +41,7 @@ from ludic_core.parsing import Parser
 from ludic_core.run.backends import chat_agent_factory, require_chat_agent
 from ludic_tinker._sdk import call_for_client_blocking
 from ludic_tinker.client import TinkerChatClient
-from ludic_tinker.connect import TinkerTimeouts, connect
+from ludic_tinker.session import TinkerTimeouts, connect
 
 if TYPE_CHECKING:
     from ludic_core.run.configs import BackendConfig

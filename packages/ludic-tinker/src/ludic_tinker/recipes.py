@@ -13,7 +13,7 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.run.rl import RLEpisodesConfig
 from ludic_core.run.samplers import SamplerKind
-from ludic_tinker.connect import TinkerTimeouts
+from ludic_tinker.session import TinkerTimeouts
 from ludic_tinker.trainer import AdamConfig
 
 __all__ = ["TinkerRLRunConfig", "TinkerSettings", "tinker_sampler"]

@@ -35,9 +35,9 @@ from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 from ludic_tinker._sdk import call_for_client, sdk_has_field, translate_error, wait_result
 from ludic_tinker.checkpoints import TinkerCheckpoint
 from ludic_tinker.client import TinkerChatClient
-from ludic_tinker.connect import TinkerTimeouts, create_training_client_from_checkpoint
 from ludic_tinker.datums import datum_parts, items_to_datums
 from ludic_tinker.losses import CustomLoss, TinkerLoss, tinker_loss_for
+from ludic_tinker.session import TinkerTimeouts, create_training_client_from_checkpoint
 
 __all__ = ["AdamConfig", "TinkerTrainer", "TinkerTrainerConfig"]
 
@@ -110,7 +110,7 @@ class TinkerTrainer:
     (:func:`~ludic_core.credit.check_items_credit`).
 
     The same shape as ludic-train's local ``Trainer``: ``train(num_steps)`` returns one
-    :class:`~ludic_core.StepResult` per step (canonical ``train/`` and ``perf/`` keys, ``train/step``
+    :class:`~ludic_core.loggers.step_result.StepResult` per step (canonical ``train/`` and ``perf/`` keys, ``train/step``
     included) and hands each to ``logger`` (any :class:`~ludic_core.loggers.base.TrainingLogger`), so a
     script switches backend without touching its logging. Checkpoints saved along the way are in
     :attr:`checkpoints`; ``aclose`` closes the logger.

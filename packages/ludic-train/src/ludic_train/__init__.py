@@ -47,64 +47,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Which submodule defines each public name; ``__getattr__`` imports it on first access.
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    "ludic_train.checkpoint": ("CheckpointConfig", "CheckpointManager"),
-    "ludic_train.collate": ("collate_saw_items",),
-    "ludic_train.config": ("TrainerConfig",),
-    "ludic_train.fsdp": ("shard_model",),
-    "ludic_train.local_client": ("LocalPolicyClient",),
-    "ludic_train.lora": ("apply_lora",),
-    "ludic_train.losses.base": ("Loss", "SequenceLoss", "TokenLoss"),
-    "ludic_train.microbatch": ("collate_micro_batches",),
-    "ludic_train.plots": (
-        "MetricSeries",
-        "Panel",
-        "ReferenceLine",
-        "draw_panels",
-        "plot_metrics",
-        "plot_panels",
-        "read_metric_series",
-    ),
-    "ludic_train.sft": ("load_sft_items", "sft_batch_source"),
-    "ludic_train.trainer": ("Trainer",),
-}
-_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = [
-    # the training loop
-    "Trainer",
-    "TrainerConfig",
-    "CheckpointConfig",
-    "CheckpointManager",
-    # losses (a torch loss is a loss spec an AlgorithmSpec takes)
-    "Loss",
-    "SequenceLoss",
-    "TokenLoss",
-    # SAW items -> tensors
-    "collate_micro_batches",
-    "collate_saw_items",
-    # training curves (the plot extra)
-    "MetricSeries",
-    "Panel",
-    "ReferenceLine",
-    "draw_panels",
-    "plot_metrics",
-    "plot_panels",
-    "read_metric_series",
-    # sampling
-    "LocalPolicyClient",
-    # data sources
-    "load_sft_items",
-    "sft_batch_source",
-    # model wrapping
-    "apply_lora",
-    "shard_model",
-    "__version__",
-]
-
-# Not for type checkers: they read the names from the imports above (see ludic_core.exports).
 if not TYPE_CHECKING:
     from ludic_core.exports import lazy_attributes
 
-    __getattr__, __dir__ = lazy_attributes(__name__, _MODULE_OF, globals())
+    __getattr__, __dir__ = lazy_attributes(globals())

@@ -32,43 +32,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Which submodule defines each public name; ``__getattr__`` imports it on first access.
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    "ludic_vllm.backend": ("VLLMBackend", "VLLMBackendConfig", "open_vllm_backend"),
-    "ludic_vllm.client": ("VLLMClient", "VLLMClientConfig"),
-    "ludic_vllm.control": ("ServerControl", "ServerHealth"),
-    "ludic_vllm.errors": ("EngineDeadError", "RequestRejectedError", "ServerError", "UpdateRejectedError"),
-    "ludic_vllm.launch": ("VLLMServer", "free_port"),
-    "ludic_vllm.publisher": ("FilePublisher", "GlooPublisher", "NcclPublisher", "Rank0OnlyPublisher"),
-}
-_MODULE_OF: dict[str, str] = {name: module for module, names in _EXPORTS.items() for name in names}
-
-__all__ = [
-    # the client
-    "VLLMClient",
-    "VLLMClientConfig",
-    "ServerControl",
-    "ServerHealth",
-    "EngineDeadError",
-    "RequestRejectedError",
-    "ServerError",
-    "UpdateRejectedError",
-    # weight publishers
-    "FilePublisher",
-    "GlooPublisher",
-    "NcclPublisher",
-    "Rank0OnlyPublisher",
-    # scripts and tests
-    "VLLMBackend",
-    "VLLMBackendConfig",
-    "VLLMServer",
-    "free_port",
-    "open_vllm_backend",
-    "__version__",
-]
-
-# Not for type checkers: they read the names from the imports above (see ludic_core.exports).
 if not TYPE_CHECKING:
     from ludic_core.exports import lazy_attributes
 
-    __getattr__, __dir__ = lazy_attributes(__name__, _MODULE_OF, globals())
+    __getattr__, __dir__ = lazy_attributes(globals())

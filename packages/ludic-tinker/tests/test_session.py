@@ -83,7 +83,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ludic_core.errors import LudicTimeoutError
 from ludic_tinker import TinkerTimeouts, connect
-from ludic_tinker.connect import create_training_client
+from ludic_tinker.session import create_training_client
 
 
 class Stalled(BaseHTTPRequestHandler):
