@@ -44,7 +44,7 @@ from ludic_core.registry import make_algorithm
         (lambda: ClippedSurrogate(level="token", clip_eps_low=0.0, clip_eps_high=0.2), r"ClippedSurrogate\.clip_eps_low .* > 0, got 0\.0"),
         (lambda: ClippedSurrogate(level="token", clip_eps_low=0.2, clip_eps_high=0.2, ratio_clip=-1.0), r"ratio_clip .* got -1\.0"),
         (lambda: CISPO(clip_eps_high=math.nan), r"CISPO\.clip_eps_high .* got nan"),
-        (lambda: CISPO(length_normalize=1), r"CISPO\.length_normalize must be True or False, got 1"),  # type: ignore[arg-type]
+        (lambda: CISPO(length_normalize=1), r"CISPO\.length_normalize must be true or false, got 1"),  # type: ignore[arg-type]
         (lambda: TokenKL(coeff=math.inf), r"TokenKL\.coeff must be a finite number, got inf"),
         (lambda: TruncatedIS(Reinforce(), cap=0.0), r"TruncatedIS\.cap .* got 0\.0"),
         (lambda: TruncatedIS(Reinforce(), level="batch"), r"TruncatedIS\.level .*'batch'"),  # type: ignore[arg-type]

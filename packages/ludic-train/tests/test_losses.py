@@ -589,7 +589,7 @@ def test_shape_errors_name_the_shapes() -> None:
         (lambda: TruncatedISCorrection(ReinforceLoss(), cap=0.0), "cap"),
         (
             lambda: TruncatedISCorrection(ReinforceLoss(), level="sequence_mean"),  # type: ignore[arg-type]
-            r"level must be one of \['token', 'sequence', 'sequence_geomean'\], got 'sequence_mean'",
+            r"level must be one of 'token', 'sequence', 'sequence_geomean', got 'sequence_mean'",
         ),
         (lambda: CompositeLoss([]), "empty"),
         (lambda: CompositeLoss([Term("a", CISPOLoss()), Term("a", SAPOLoss())]), "repeated"),

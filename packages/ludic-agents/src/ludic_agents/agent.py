@@ -22,6 +22,7 @@ from ludic_core.logs import get_logger
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.seeding import derive_seed
 from ludic_core.types import ChatResponse, Info, Message, ToolResult
+from ludic_core.validation import check_number
 
 __all__ = ["DEFAULT_INCOMPLETE_FEEDBACK", "Agent", "make_chat_agent"]
 
@@ -30,15 +31,6 @@ log = get_logger(__name__)
 DEFAULT_INCOMPLETE_FEEDBACK = (
     "Your response was cut off because it exceeded the token limit. Please give a shorter answer."
 )
-
-
-def _check_number(name: str, value: float | None, *, positive: bool = False) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name} must be a number, got {value!r}")
-    if positive and not value > 0:
-        raise ConfigError(f"{name} must be > 0, got {value!r}")
 
 
 class Agent:
@@ -77,8 +69,8 @@ class Agent:
             )
         if not callable(parser):
             raise ConfigError(f"parser must be callable (str -> ParseResult), got {parser!r}")
-        _check_number("incomplete_completion_penalty", incomplete_completion_penalty)
-        _check_number("call_timeout_s", call_timeout_s, positive=True)
+        check_number("incomplete_completion_penalty", incomplete_completion_penalty, optional=True)
+        check_number("call_timeout_s", call_timeout_s, minimum=0, exclusive=True, optional=True)
         if chat_template is None:
             tokenizer = getattr(client, "tokenizer", None)
             if tokenizer is None or not callable(getattr(tokenizer, "apply_chat_template", None)):

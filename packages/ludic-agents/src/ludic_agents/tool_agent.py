@@ -30,13 +30,14 @@ from typing import Any, ClassVar
 
 import attrs
 
-from ludic_agents.agent import Agent, _check_number
+from ludic_agents.agent import Agent
 from ludic_agents.chat_template import renders_tool_calls
 from ludic_agents.tools import Tool, run_tool_call
 from ludic_core.errors import ConfigError
 from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, AgentActStep
 from ludic_core.parsing import ParseResult
 from ludic_core.types import ChatResponse, Info, Message, ToolCall, ToolResult
+from ludic_core.validation import check_int, check_number
 
 __all__ = ["DEFAULT_FINAL_ANSWER_PROMPT", "ReActAgent", "ToolAgent", "ToolSpec"]
 
@@ -85,14 +86,9 @@ class ToolAgent(Agent):
         **agent_kwargs: Any,
     ) -> None:
         super().__init__(**agent_kwargs)
-        if (
-            isinstance(max_calls_per_turn, bool)
-            or not isinstance(max_calls_per_turn, int)
-            or max_calls_per_turn < 1
-        ):
-            raise ConfigError(f"max_calls_per_turn must be an int >= 1, got {max_calls_per_turn!r}")
-        _check_number("tool_timeout_s", tool_timeout_s, positive=True)
-        _check_number("tool_parse_error_penalty", tool_parse_error_penalty)
+        check_int("max_calls_per_turn", max_calls_per_turn, 1)
+        check_number("tool_timeout_s", tool_timeout_s, minimum=0, exclusive=True, optional=True)
+        check_number("tool_parse_error_penalty", tool_parse_error_penalty, optional=True)
         internal = [_as_tool(t) for t in tools]
         external = [_as_external_schema(t) for t in external_tools]
         names = [t.name for t in internal] + [n for n, _ in external]

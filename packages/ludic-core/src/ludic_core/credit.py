@@ -35,6 +35,7 @@ import attrs
 
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.types import EnvironmentStep, Rollout, Step
+from ludic_core.validation import check_int
 
 if TYPE_CHECKING:
     from ludic_core.saw import SAWItem
@@ -169,10 +170,8 @@ def group_rollouts(
                 f"{sorted(map(repr, sizes))}; a group's members come from one strategy expansion"
             )
         (meta_size,) = sizes
-        if meta_size is not None and (isinstance(meta_size, bool) or not isinstance(meta_size, int)):
-            raise DataError(
-                f"group {key[0]!r} (agent {key[1]!r}): meta group_size must be an int, got {meta_size!r}"
-            )
+        where = f"group {key[0]!r} (agent {key[1]!r}): meta group_size"
+        check_int(where, meta_size, optional=True, error=DataError)
         if meta_size is not None and group_size is not None and meta_size != group_size:
             raise ConfigError(
                 f"group {key[0]!r} was requested with group_size={meta_size} but the credit assigner has "
@@ -208,13 +207,6 @@ def _centred(values: Sequence[float]) -> list[float]:
         return [0.0] * len(values)
     mu = _mean(values)
     return [v - mu for v in values]
-
-
-def _check_group_size(group_size: object) -> None:
-    if group_size is None:
-        return
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ConfigError(f"group_size must be None or an int >= 1, got {group_size!r}")
 
 
 @attrs.frozen
@@ -291,7 +283,7 @@ class GroupNormalizedReturn:
     clamp_order: ClampOrder = "after_normalize"
 
     def __attrs_post_init__(self) -> None:
-        _check_group_size(self.group_size)
+        check_int(f"{type(self).__name__}.group_size", self.group_size, 1, optional=True)
         if self.clamp_order not in _CLAMP_ORDERS:
             raise ConfigError(
                 f"GroupNormalizedReturn.clamp_order must be one of {list(_CLAMP_ORDERS)}, "
@@ -338,7 +330,7 @@ class HybridNormalizedReturn:
     positive_only: bool = False
 
     def __attrs_post_init__(self) -> None:
-        _check_group_size(self.group_size)
+        check_int(f"{type(self).__name__}.group_size", self.group_size, 1, optional=True)
         if not (math.isfinite(self.eps) and self.eps >= 0):
             raise ConfigError(f"HybridNormalizedReturn.eps must be finite and >= 0, got {self.eps!r}")
 

@@ -12,7 +12,6 @@ once per batch with its step counter. Because the providers here derive their ra
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
@@ -23,7 +22,7 @@ from ludic_core.errors import ConfigError
 from ludic_core.requests import RolloutRequest
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import IdentityStrategy, RequestStrategy
-from ludic_core.validation import check_int
+from ludic_core.validation import check_int, check_number
 
 __all__ = [
     "MixtureCurriculum",
@@ -50,10 +49,7 @@ def _check_weights(weights: Mapping[str, object], known: Sequence[str], step: in
     if unknown:
         raise ConfigError(f"schedule at step {step} names unknown sources {unknown}; known: {sorted(known)}")
     for name, w in weights.items():
-        if not (isinstance(w, (int, float)) and math.isfinite(w) and w >= 0):
-            raise ConfigError(
-                f"schedule at step {step}: weight of {name!r} must be finite and >= 0, got {w!r}"
-            )
+        check_number(f"schedule at step {step}: weight of {name!r}", w, minimum=0)
     if not any(float(w) > 0 for w in weights.values()):  # type: ignore[arg-type]
         raise ConfigError(f"schedule at step {step} gives every source weight 0: {dict(weights)}")
 

@@ -81,6 +81,7 @@ from ludic_core.saw import SAWBatch
 from ludic_core.seeding import MAX_SEED, derive_seed
 from ludic_core.trainable import credited_items, select_trainable_rollouts
 from ludic_core.types import EpisodeFailure, Rollout
+from ludic_core.validation import check_int
 
 __all__ = [
     "DEFAULT_EPISODE_TIMEOUT_S",
@@ -270,9 +271,7 @@ class RolloutEngine:
         deterministic_ids: bool = False,
         worker_engine: Callable[[], Any] | None = None,
     ) -> None:
-        seed: object = base_seed
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-            raise ConfigError(f"RolloutEngine.base_seed must be an int in [0, {MAX_SEED}], got {base_seed!r}")
+        check_int("RolloutEngine.base_seed", base_seed, 0, maximum=MAX_SEED)
         self.env_factories = _check_factories("env_factories", env_factories)
         self.protocol_factories = _check_factories("protocol_factories", protocol_factories)
         self.base_seed = base_seed
@@ -306,10 +305,7 @@ class RolloutEngine:
             raise ConfigError(
                 f"state has base_seed={state.get('base_seed')!r}, this engine has {self.base_seed}"
             )
-        started = state.get("episodes_started")
-        if isinstance(started, bool) or not isinstance(started, int) or started < 0:
-            raise ConfigError(f"state episodes_started must be an int >= 0, got {started!r}")
-        self._episodes_started = started
+        self._episodes_started = check_int("state episodes_started", state.get("episodes_started"), 0)
 
     def _default_seed(self, episode_index: int) -> int:
         return (self.base_seed + episode_index) % (MAX_SEED + 1)

@@ -31,6 +31,7 @@ from ludic_core.requests import RolloutRequest
 from ludic_core.rollout_settings import RolloutSettings
 from ludic_core.saw_builder import split_turns
 from ludic_core.types import AgentStep, EnvironmentStep, Rollout
+from ludic_core.validation import check_int
 
 __all__ = [
     "EvalResult",
@@ -206,11 +207,6 @@ def _groups(rollouts: Sequence[Record], name: str, k: int) -> list[list[Record]]
     return list(groups.values())
 
 
-def _check_k(k: object) -> None:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError(f"k must be an int >= 1, got {k!r}")
-
-
 @attrs.frozen
 class _GroupMetric(abc.ABC):
     """A metric of ``key`` over groups of at least ``k`` rollouts: the mean over groups of each
@@ -222,7 +218,7 @@ class _GroupMetric(abc.ABC):
     prefix: ClassVar[str]
 
     def __attrs_post_init__(self) -> None:
-        _check_k(self.k)
+        check_int(f"{type(self).__name__}.k", self.k, 1)
         if not self.name:
             object.__setattr__(self, "name", f"{self.prefix}@{self.k}")
 

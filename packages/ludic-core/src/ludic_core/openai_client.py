@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import random
-import typing
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from ludic_core.inference import SamplingParams
 from ludic_core.message_client import MessageCompletion
 from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.types import Message
+from ludic_core.validation import check_int, check_number
 
 if TYPE_CHECKING:
     import aiohttp
@@ -45,13 +45,6 @@ RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 50
 """Answers worth retrying: rate limits, timeouts and server-side failures."""
 
 _EXTENSION_FIELDS = ("top_k", "min_p", "repetition_penalty", "stop_token_ids")
-
-
-def _positive(name: str, value: object, *, integer: bool = False) -> None:
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not typing.cast(float, value) > 0:
-        rule = "an int > 0" if integer else "a number > 0"
-        raise ConfigError(f"OpenAIChatClient.{name} must be {rule}, got {value!r}")
 
 
 def _excerpt(text: str, limit: int = 300) -> str:
@@ -94,12 +87,14 @@ class OpenAIChatClient:
             )
         if not isinstance(model, str) or not model:
             raise ConfigError(f"OpenAIChatClient.model must be a non-empty str, got {model!r}")
-        _positive("max_concurrency", max_concurrency, integer=True)
-        _positive("request_timeout_s", request_timeout_s)
-        _positive("backoff_s", backoff_s)
-        _positive("max_backoff_s", max_backoff_s)
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigError(f"OpenAIChatClient.max_retries must be an int >= 0, got {max_retries!r}")
+        check_int("OpenAIChatClient.max_concurrency", max_concurrency, 1)
+        for name, value in (
+            ("request_timeout_s", request_timeout_s),
+            ("backoff_s", backoff_s),
+            ("max_backoff_s", max_backoff_s),
+        ):
+            check_number(f"OpenAIChatClient.{name}", value, minimum=0, exclusive=True)
+        check_int("OpenAIChatClient.max_retries", max_retries, 0)
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env)

@@ -16,7 +16,7 @@ import resource
 import sys
 from typing import Any
 
-from ludic_core.errors import ConfigError
+from ludic_core.validation import check_int
 
 __all__ = ["limit_malloc_arenas", "peak_rss_mb", "reset_peak_rss", "resettable"]
 
@@ -71,8 +71,7 @@ def limit_malloc_arenas(count: int = 1) -> bool:
     resident with the default arenas and stayed near 2.1 GB with one, at the same step time on two
     cores. ``MALLOC_ARENA_MAX=1`` in the environment does the same for a whole process tree.
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ConfigError(f"limit_malloc_arenas: count must be an int >= 1, got {count!r}")
+    check_int("limit_malloc_arenas: count", count, 1)
     mallopt = _libc_function("mallopt")
     return mallopt is not None and bool(mallopt(_M_ARENA_MAX, count))
 

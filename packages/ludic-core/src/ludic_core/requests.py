@@ -19,6 +19,7 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.inference import InferenceSpec
 from ludic_core.seeding import MAX_SEED
+from ludic_core.validation import int_at_least
 
 __all__ = ["RESERVED_META_KEYS", "EnvSpec", "ProtocolSpec", "RolloutRequest"]
 
@@ -105,15 +106,6 @@ class ProtocolSpec:
         return {"kind": self.kind, "kwargs": dict(self.kwargs)}
 
 
-def _check_seed(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise ConfigError(
-            f"RolloutRequest.{attribute.name} must be None or an int in [0, {MAX_SEED}], got {value!r}"
-        )
-
-
 def _meta(value: object) -> dict[str, Any]:
     if value is None:
         return {}
@@ -143,8 +135,12 @@ class RolloutRequest:
 
     env: EnvSpec
     protocol: ProtocolSpec
-    env_seed: int | None = attrs.field(default=None, validator=_check_seed)
-    sampling_seed: int | None = attrs.field(default=None, validator=_check_seed)
+    env_seed: int | None = attrs.field(
+        default=None, validator=int_at_least(0, maximum=MAX_SEED, optional=True)
+    )
+    sampling_seed: int | None = attrs.field(
+        default=None, validator=int_at_least(0, maximum=MAX_SEED, optional=True)
+    )
     inference: InferenceSpec | None = None
     meta: dict[str, Any] = attrs.field(factory=dict, converter=_meta)
 

@@ -8,12 +8,12 @@ from a run config) and pass it through; ``attrs.evolve(settings, concurrency=64)
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import attrs
 
 from ludic_core.errors import ConfigError
+from ludic_core.validation import int_at_least, number_in, positive_number
 
 __all__ = [
     "DEFAULT_EPISODE_TIMEOUT_S",
@@ -31,21 +31,6 @@ dead server surfaces as a named timeout within minutes rather than a silent hang
 
 DEFAULT_EPISODE_TIMEOUT_S = 3600.0
 """The default bound on one whole episode (every model call, tool call and env step)."""
-
-
-def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"RolloutSettings.{attribute.name} must be an int >= 1, got {value!r}")
-
-
-def _finite_positive(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ConfigError(f"RolloutSettings.{attribute.name} must be a finite number > 0, got {value!r}")
-
-
-def _rate(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ConfigError(f"RolloutSettings.{attribute.name} must be a number in [0, 1], got {value!r}")
 
 
 def _policy(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -77,13 +62,13 @@ class RolloutSettings:
       factories (or its ``worker_engine``) must pickle: see :mod:`ludic_core.rollout_workers`.
     """
 
-    max_steps: int = attrs.field(validator=_positive_int)
-    concurrency: int = attrs.field(default=8, validator=_positive_int)
-    timeout_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=_finite_positive)
-    episode_timeout_s: float = attrs.field(default=DEFAULT_EPISODE_TIMEOUT_S, validator=_finite_positive)
+    max_steps: int = attrs.field(validator=int_at_least(1))
+    concurrency: int = attrs.field(default=8, validator=int_at_least(1))
+    timeout_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=positive_number())
+    episode_timeout_s: float = attrs.field(default=DEFAULT_EPISODE_TIMEOUT_S, validator=positive_number())
     on_failure: FailurePolicy = attrs.field(default="continue", validator=_policy)
-    max_failure_rate: float = attrs.field(default=0.5, validator=_rate)
-    workers: int = attrs.field(default=1, validator=_positive_int)
+    max_failure_rate: float = attrs.field(default=0.5, validator=number_in(0, 1))
+    workers: int = attrs.field(default=1, validator=int_at_least(1))
 
     @classmethod
     def coerce(cls, value: object, *, owner: str) -> RolloutSettings:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ludic_core.errors import ConfigError
+from ludic_core.validation import check_int
 
 __all__ = ["MAX_SEED", "derive_seed", "random_state_from_json", "random_state_to_json", "seed_deriver"]
 
@@ -22,8 +23,7 @@ MAX_SEED = 2**31 - 1
 
 def derive_seed(base: int, *parts: object) -> int:
     """Return a seed in ``[0, MAX_SEED]`` determined by ``base`` and ``parts`` (by their ``repr``)."""
-    if isinstance(base, bool) or not isinstance(base, int):
-        raise TypeError(f"derive_seed: base must be an int, got {base!r}")
+    check_int("derive_seed: base", base)
     text = "\x1f".join([str(base), *(repr(p) for p in parts)])
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % (MAX_SEED + 1)
@@ -36,8 +36,7 @@ def seed_deriver(base: int, *prefix: object) -> Callable[..., int]:
     seed and agent, a new attempt each time): the hash state after the shared parts is kept and only
     the rest is hashed per call, giving exactly the values :func:`derive_seed` gives.
     """
-    if isinstance(base, bool) or not isinstance(base, int):
-        raise TypeError(f"seed_deriver: base must be an int, got {base!r}")
+    check_int("seed_deriver: base", base)
     head = hashlib.blake2b(
         "\x1f".join([str(base), *(repr(p) for p in prefix)]).encode("utf-8"), digest_size=8
     )

@@ -39,7 +39,7 @@ from ludic_core.errors import ConfigError, DataError
 from ludic_core.requests import RolloutRequest
 from ludic_core.seeding import MAX_SEED, random_state_from_json, random_state_to_json
 from ludic_core.types import Rollout
-from ludic_core.validation import check_int
+from ludic_core.validation import check_int, check_number
 
 __all__ = ["SPOAdvantage", "SPORequests", "SPOValueTracker", "sample_index_key"]
 
@@ -72,11 +72,8 @@ def _finite(owner: str, name: str, value: object, *, low: float, high: float, lo
 
 
 def _check_success(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise DataError(
-            f"SPOValueTracker: success for prompt {key!r} must be a number in [0, 1], got {value!r}"
-        )
-    return float(value)
+    name = f"SPOValueTracker: success for prompt {key!r}"
+    return float(check_number(name, value, minimum=0, maximum=1, error=DataError))
 
 
 @attrs.define
@@ -167,8 +164,7 @@ class SPOValueTracker:
         """The forgetting factor: fixed ``rho`` without a KL, else ``clip(2**(-kl/d_half), rho_min, rho_max)``."""
         if kl is None:
             return self.rho
-        if isinstance(kl, bool) or not isinstance(kl, (int, float)) or not (math.isfinite(kl) and kl >= 0):
-            raise DataError(f"SPOValueTracker: kl must be a finite number >= 0, got {kl!r}")
+        check_number("SPOValueTracker: kl", kl, minimum=0, error=DataError)
         return min(max(2.0 ** (-kl / self.d_half), self.rho_min), self.rho_max)
 
     # -- updates --------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.requests import RolloutRequest
 from ludic_core.seeding import MAX_SEED, random_state_from_json, random_state_to_json
+from ludic_core.validation import check_int
 
 __all__ = ["GRPORequestStrategy", "IdentityStrategy", "RequestStrategy"]
 
@@ -51,11 +52,8 @@ class GRPORequestStrategy:
 
     def __attrs_post_init__(self) -> None:
         group_size: object = self.group_size
-        seed: object = self.seed
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-            raise ConfigError(f"GRPORequestStrategy.group_size must be an int >= 1, got {group_size!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ConfigError(f"GRPORequestStrategy.seed must be an int, got {seed!r}")
+        check_int("GRPORequestStrategy.group_size", group_size, 1)
+        check_int("GRPORequestStrategy.seed", self.seed)
         self._rng = random.Random(self.seed)
 
     def expand(self, requests: Sequence[RolloutRequest]) -> list[RolloutRequest]:

@@ -30,6 +30,7 @@ from ludic_core.inference import ChatClient, ReturnSpec, SamplingParams, TokenCo
 from ludic_core.logs import get_logger
 from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
+from ludic_core.validation import check_int, check_number
 
 __all__ = ["TeacherScoredBatchSource", "TeacherScorer"]
 
@@ -96,10 +97,8 @@ class TeacherScorer:
             raise ConfigError(f"TeacherScorer.route_key must be a non-empty str, got {route_key!r}")
         if route is not None and not callable(route):
             raise ConfigError(f"TeacherScorer.route must be callable (item -> teacher name), got {route!r}")
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigError(f"TeacherScorer.concurrency must be an int >= 1, got {concurrency!r}")
-        if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-            raise ConfigError(f"TeacherScorer.timeout_s must be a finite number > 0, got {timeout_s!r}")
+        check_int("TeacherScorer.concurrency", concurrency, 1)
+        check_number("TeacherScorer.timeout_s", timeout_s, minimum=0, exclusive=True)
         self.teachers: dict[str, ChatClient] = table
         self.route_key = route_key
         self.route = route

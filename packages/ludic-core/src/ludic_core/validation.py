@@ -1,5 +1,6 @@
-"""Checks for settings: type, finiteness and range, each failure a :class:`ConfigError` naming the
-owner, the field and the value.
+"""Checks for settings: type, finiteness and range, each failure a :class:`ConfigError` (or the error the
+caller names: a ``DataError`` for data read from a file or the wire) naming the owner, the field and
+the value.
 
 Two forms of each check: an attrs validator (``attrs.field(validator=positive_number())``, named from
 the class and the attribute) and a plain function for hand-written constructors
@@ -17,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from ludic_core.errors import ConfigError
+from ludic_core.errors import ConfigError, LudicError
 
 __all__ = [
     "Validator",
@@ -26,6 +27,7 @@ __all__ = [
     "check_int",
     "check_number",
     "check_one_of",
+    "finite_number",
     "int_at_least",
     "non_negative_number",
     "number_in",
@@ -36,13 +38,29 @@ __all__ = [
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
 
-def check_int(name: str, value: object, minimum: int | None = None, *, optional: bool = False) -> None:
-    """An ``int`` (not a ``bool``) of at least ``minimum``; ``None`` passes when ``optional``."""
+def check_int(
+    name: str,
+    value: object,
+    minimum: int | None = None,
+    *,
+    maximum: int | None = None,
+    optional: bool = False,
+    error: type[LudicError] = ConfigError,
+) -> Any:
+    """An ``int`` (not a ``bool``) within ``[minimum, maximum]``; ``None`` passes when ``optional``.
+    Returns ``value``; raises ``error`` (data read from a file or the wire is a ``DataError``)."""
     if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-        bound = "" if minimum is None else f" >= {minimum}"
-        raise ConfigError(f"{name} must be an int{bound}{' or None' if optional else ''}, got {value!r}")
+        return value
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
+        raise error(
+            f"{name} must be an int{_bounds(minimum, maximum, False)}{_or_none(optional)}, got {value!r}"
+        )
+    return value
 
 
 def check_number(
@@ -53,10 +71,12 @@ def check_number(
     maximum: float | None = None,
     exclusive: bool = False,
     optional: bool = False,
-) -> None:
-    """A finite int or float within ``[minimum, maximum]`` (open at both ends when ``exclusive``)."""
+    error: type[LudicError] = ConfigError,
+) -> Any:
+    """A finite int or float within ``[minimum, maximum]`` (open at both ends when ``exclusive``).
+    Returns ``value``; raises ``error``."""
     if value is None and optional:
-        return
+        return value
     # An int is finite however large (math.isfinite would overflow converting it).
     ok = isinstance(value, int) and not isinstance(value, bool)
     ok = ok or (isinstance(value, float) and math.isfinite(value))
@@ -66,20 +86,24 @@ def check_number(
     if ok and maximum is not None:
         ok = number < maximum if exclusive else number <= maximum
     if not ok:
-        bounds = []
-        if minimum is not None:
-            bounds.append(f"{'>' if exclusive else '>='} {minimum}")
-        if maximum is not None:
-            bounds.append(f"{'<' if exclusive else '<='} {maximum}")
-        range_text = f" {' and '.join(bounds)}" if bounds else ""
-        raise ConfigError(
-            f"{name} must be a finite number{range_text}{' or None' if optional else ''}, got {value!r}"
-        )
+        bounds = _bounds(minimum, maximum, exclusive)
+        raise error(f"{name} must be a finite number{bounds}{_or_none(optional)}, got {value!r}")
+    return value
 
 
-def check_bool(name: str, value: object) -> None:
+def _bounds(minimum: float | None, maximum: float | None, exclusive: bool) -> str:
+    low, high = (">", "<") if exclusive else (">=", "<=")
+    bounds = [f"{op} {bound}" for op, bound in ((low, minimum), (high, maximum)) if bound is not None]
+    return " " + " and ".join(bounds) if bounds else ""
+
+
+def _or_none(optional: bool) -> str:
+    return " or None" if optional else ""
+
+
+def check_bool(name: str, value: object, *, error: type[LudicError] = ConfigError) -> None:
     if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, got {value!r}")
+        raise error(f"{name} must be true or false, got {value!r}")
 
 
 def check_one_of(name: str, value: object, choices: Collection[object]) -> None:
@@ -91,9 +115,9 @@ def _named(instance: Any, attribute: attrs.Attribute[Any]) -> str:
     return f"{type(instance).__name__}.{attribute.name}"
 
 
-def int_at_least(minimum: int, *, optional: bool = False) -> Validator:
+def int_at_least(minimum: int, *, maximum: int | None = None, optional: bool = False) -> Validator:
     def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        check_int(_named(instance, attribute), value, minimum, optional=optional)
+        check_int(_named(instance, attribute), value, minimum, maximum=maximum, optional=optional)
 
     return validate
 
@@ -103,6 +127,13 @@ def positive_number(*, optional: bool = False) -> Validator:
 
     def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         check_number(_named(instance, attribute), value, minimum=0, exclusive=True, optional=optional)
+
+    return validate
+
+
+def finite_number(*, optional: bool = False) -> Validator:
+    def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        check_number(_named(instance, attribute), value, optional=optional)
 
     return validate
 

@@ -18,6 +18,7 @@ from ludic_core.inference import InferenceSpec
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy, RequestStrategy
+from ludic_core.validation import check_int
 
 __all__ = ["BuildRequest", "DatasetRequestStream", "indexed_env_requests"]
 
@@ -72,8 +73,7 @@ class DatasetRequestStream:
     def __attrs_post_init__(self) -> None:
         if len(self.rows) == 0:
             raise ConfigError("DatasetRequestStream needs at least one row")
-        if isinstance(self.group_size, bool) or not isinstance(self.group_size, int) or self.group_size < 1:
-            raise ConfigError(f"group_size must be an int >= 1, got {self.group_size!r}")
+        check_int("DatasetRequestStream.group_size", self.group_size, 1)
         if self.strategy is None and self.group_size > 1:
             self.strategy = GRPORequestStrategy(self.group_size, seed=derive_seed(self.seed, "grpo"))
         self._order = self._order_for(0)
@@ -103,8 +103,7 @@ class DatasetRequestStream:
     def next_requests(self, num_rows: int) -> list[RolloutRequest]:
         """Requests for the next ``num_rows`` rows (``num_rows × group_size`` requests); fewer, or
         none, once a non-looping stream runs out."""
-        if isinstance(num_rows, bool) or not isinstance(num_rows, int) or num_rows < 0:
-            raise ConfigError(f"num_rows must be an int >= 0, got {num_rows!r}")
+        check_int("num_rows", num_rows, 0)
         base: list[RolloutRequest] = []
         for _ in range(num_rows):
             nxt = self._next_index()
@@ -144,9 +143,7 @@ class DatasetRequestStream:
             if state.get(key) != mine:
                 raise ConfigError(f"stream state has {key}={state.get(key)!r}, this stream has {mine!r}")
         for key in ("epoch", "offset"):
-            value = state.get(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"stream state {key} must be an int >= 0, got {value!r}")
+            check_int(f"stream state {key}", state.get(key), 0)
         self._epoch = int(state["epoch"])
         self._offset = int(state["offset"])
         self._order = self._order_for(self._epoch)

@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import ConfigError, DataError
+from ludic_core.validation import check_int
 
 __all__ = ["TinkerCheckpoint"]
 
@@ -119,8 +120,7 @@ class TinkerCheckpoint:
                 f"record_version={data.get('record_version') if isinstance(data, dict) else data!r}"
             )
         step, tinker_path, state = data.get("step"), data.get("tinker_path"), data.get("batch_source")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise DataError(f"checkpoint record {str(path)!r}: step must be an int >= 0, got {step!r}")
+        check_int(f"checkpoint record {str(path)!r}: step", step, 0, error=DataError)
         if not isinstance(tinker_path, str) or not tinker_path.startswith("tinker://"):
             raise DataError(f"checkpoint record {str(path)!r}: tinker_path {tinker_path!r} is not tinker://")
         if state is not None and not isinstance(state, dict):

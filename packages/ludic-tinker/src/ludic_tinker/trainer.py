@@ -32,6 +32,7 @@ from ludic_core.loggers.base import TrainingLogger
 from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
+from ludic_core.validation import check_int, int_at_least
 from ludic_tinker._sdk import call_for_client, sdk_has_field, translate_error, wait_result
 from ludic_tinker.checkpoints import TinkerCheckpoint
 from ludic_tinker.client import TinkerChatClient
@@ -79,17 +80,12 @@ class AdamConfig:
         return tinker.AdamParams(**kwargs)
 
 
-def _positive_int_or_none(_i: Any, attribute: attrs.Attribute[Any], value: int | None) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigError(f"TinkerTrainerConfig.{attribute.name} must be None or an int >= 1, got {value!r}")
-
-
 @attrs.frozen
 class TinkerTrainerConfig:
     adam: AdamConfig = attrs.field(factory=AdamConfig)
-    sampler_every: int | None = attrs.field(default=1, validator=_positive_int_or_none)
+    sampler_every: int | None = attrs.field(default=1, validator=int_at_least(1, optional=True))
     """Publish new sampler weights every N steps (None: never; 1 keeps sampling strictly on-policy)."""
-    checkpoint_every: int | None = attrs.field(default=None, validator=_positive_int_or_none)
+    checkpoint_every: int | None = attrs.field(default=None, validator=int_at_least(1, optional=True))
     checkpoint_dir: str | None = None
     """Where each checkpoint's local record goes (step, tinker:// path, batch-source state); ``None``
     keeps checkpoints on the service only, and a resume then restarts the batch source."""
@@ -213,8 +209,7 @@ class TinkerTrainer:
 
     async def train(self, num_steps: int) -> list[StepResult]:
         """Run ``num_steps`` steps, each on one batch from the batch source."""
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-            raise ConfigError(f"num_steps must be an int >= 1, got {num_steps!r}")
+        check_int("TinkerTrainer.train: num_steps", num_steps, 1)
         if self.chat_client is not None and self._sampler_version != self._step:
             await self.refresh_sampler()  # sample the first batch from the weights being trained
         results = []

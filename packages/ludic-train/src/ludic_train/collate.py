@@ -22,6 +22,7 @@ from torch import Tensor
 from ludic_core.errors import DataError
 from ludic_core.packed_saw import PackedArrays, packed_arrays
 from ludic_core.saw import SAWItem
+from ludic_core.validation import check_int
 
 __all__ = ["PER_TOKEN_FIELDS", "collate_saw_items", "logit_positions", "logprob_temperature"]
 
@@ -156,8 +157,7 @@ def collate_saw_items(
     """
     if not items:
         raise DataError("collate_saw_items needs at least one item; got an empty list")
-    if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int) or pad_token_id < 0:
-        raise DataError(f"pad_token_id must be a non-negative int, got {pad_token_id!r}")
+    check_int("pad_token_id", pad_token_id, 0, error=DataError)
     lengths = [len(item) for item in items]
     masks = _action_masks(items, lengths)
     _check_first_token_is_context(masks)

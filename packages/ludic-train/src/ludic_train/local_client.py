@@ -78,6 +78,7 @@ from ludic_core.logs import get_logger
 from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.seeding import MAX_SEED
 from ludic_core.types import ChatResponse
+from ludic_core.validation import check_int
 from ludic_train.model_signature import forward_takes
 
 if TYPE_CHECKING:
@@ -197,8 +198,7 @@ class LocalPolicyClient:
         return self._version
 
     def set_policy_version(self, version: int) -> None:
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise ConfigError(f"policy version must be an int >= 0, got {version!r}")
+        check_int("policy version", version, 0)
         self._version = version
 
     async def get_policy_version(self) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ludic_core.errors import ConfigError, missing_extra
+from ludic_core.validation import check_int
 
 __all__ = ["apply_lora"]
 
@@ -33,8 +34,7 @@ def apply_lora(
     lowest adapted layer, so adapting the top layers only makes a training step much cheaper, which is
     what makes RL on a CPU practical.
     """
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ConfigError(f"apply_lora: rank must be an int >= 1, got {rank!r}")
+    check_int("apply_lora: rank", rank, 1)
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"apply_lora: dropout must be in [0, 1), got {dropout!r}")
     layer_indices = _check_layers(model, layers)

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from ludic_core.errors import ConfigError
 from ludic_core.saw import SAWItem
+from ludic_core.validation import check_int
 from ludic_train.collate import collate_saw_items
 
 __all__ = [
@@ -89,9 +90,8 @@ def truncate_item(item: SAWItem, max_seq_len: int) -> SAWItem:
 
 
 def _check_budget(micro_token_budget: int, max_seq_len: int) -> None:
-    for name, value in (("micro_token_budget", micro_token_budget), ("max_seq_len", max_seq_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    check_int("micro_token_budget", micro_token_budget, 1)
+    check_int("max_seq_len", max_seq_len, 1)
 
 
 def split_items_by_token_budget(
@@ -144,9 +144,8 @@ def micro_loss_scale(micro_items: int, total_items: int) -> float:
     gradient all-reduce *sum*, or the per-rank count with an averaging all-reduce when ranks hold equal
     counts.)
     """
-    for name, value in (("micro_items", micro_items), ("total_items", total_items)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"{name} must be a positive int, got {value!r}")
+    check_int("micro_items", micro_items, 1)
+    check_int("total_items", total_items, 1)
     if micro_items > total_items:
         raise ConfigError(f"micro_items ({micro_items}) cannot exceed total_items ({total_items})")
     return micro_items / total_items

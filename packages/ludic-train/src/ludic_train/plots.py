@@ -27,6 +27,7 @@ from typing import Any, TypeGuard
 import attrs
 
 from ludic_core.errors import ConfigError, DataError, missing_extra
+from ludic_core.validation import check_int
 
 __all__ = [
     "MetricSeries",
@@ -227,8 +228,7 @@ def plot_panels(
     The format follows the suffix of ``path`` (``.png``, ``.svg``, ``.pdf``, …); missing parent
     folders are created. Returns ``path``.
     """
-    if isinstance(dpi, bool) or not isinstance(dpi, int) or dpi < 1:
-        raise ConfigError(f"plot_panels: dpi must be an int >= 1, got {dpi!r}")
+    check_int("plot_panels: dpi", dpi, 1)
     path = Path(path)
     figure = draw_panels(panels, panel_size=panel_size)
     formats = figure.canvas.get_supported_filetypes()

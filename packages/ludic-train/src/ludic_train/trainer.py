@@ -32,6 +32,7 @@ from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
 from ludic_core.publisher import PolicyPublisher
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
+from ludic_core.validation import check_int
 from ludic_train.algorithm import TorchAlgorithm
 from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
 from ludic_train.config import TrainerConfig
@@ -241,8 +242,7 @@ class Trainer:
 
     async def train(self, num_steps: int) -> list[StepResult]:
         """Run ``num_steps`` more optimiser steps; returns their metrics."""
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
-            raise ConfigError(f"train(num_steps) must be an int >= 0, got {num_steps!r}")
+        check_int("train(num_steps)", num_steps, 0)
         set_total = getattr(self.logger, "set_total", None)
         if callable(set_total):
             set_total(self.step + num_steps, completed=self.step)

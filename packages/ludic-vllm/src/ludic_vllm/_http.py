@@ -15,6 +15,7 @@ import attrs
 
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.logs import get_logger
+from ludic_core.validation import int_at_least
 from ludic_vllm.errors import EngineDeadError, RequestRejectedError, ServerError
 
 __all__ = ["RETRYABLE_STATUSES", "RetryPolicy", "error_for_status", "retry_transient", "with_deadline"]
@@ -38,18 +39,10 @@ class RetryPolicy:
     ``[0, min(max_delay_s, initial_delay_s * 2**n)]``; at most ``max_attempts`` tries and never past
     ``deadline_s`` from the first try."""
 
-    max_attempts: int = attrs.field(default=5)
+    max_attempts: int = attrs.field(default=5, validator=int_at_least(1))
     initial_delay_s: float = attrs.field(default=0.5, validator=_positive)
     max_delay_s: float = attrs.field(default=8.0, validator=_positive)
     deadline_s: float = attrs.field(default=300.0, validator=_positive)
-
-    def __attrs_post_init__(self) -> None:
-        if (
-            isinstance(self.max_attempts, bool)
-            or not isinstance(self.max_attempts, int)
-            or self.max_attempts < 1
-        ):
-            raise ConfigError(f"RetryPolicy.max_attempts must be an int >= 1, got {self.max_attempts!r}")
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         return rng.uniform(0.0, min(self.max_delay_s, self.initial_delay_s * (2.0**attempt)))

@@ -28,7 +28,7 @@ from ludic_core.client_pool import ClientPool
 from ludic_core.errors import ConfigError
 from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.run.configs import server_urls
-from ludic_core.validation import positive_number
+from ludic_core.validation import int_at_least, positive_number
 from ludic_vllm.client import VLLMClient
 from ludic_vllm.launch import VLLMServer
 
@@ -82,7 +82,7 @@ class VLLMBackendConfig:
     transport: Transport = attrs.field(default="gloo", validator=_check_transport)
     weights_dir: str | None = None
     api_token: str | None = None
-    max_concurrency: int = 64
+    max_concurrency: int = attrs.field(default=64, validator=int_at_least(1))
     timeout_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=positive_number())
     start_server: bool = False
     server_args: str = ""
@@ -92,12 +92,6 @@ class VLLMBackendConfig:
             raise ConfigError(
                 "VLLMBackendConfig.transport='files' needs weights_dir (a directory the server can read)"
             )
-        if isinstance(self.max_concurrency, bool) or not isinstance(self.max_concurrency, int):
-            raise ConfigError(
-                f"VLLMBackendConfig.max_concurrency must be an int, got {self.max_concurrency!r}"
-            )
-        if self.max_concurrency < 1:
-            raise ConfigError(f"VLLMBackendConfig.max_concurrency must be >= 1, got {self.max_concurrency!r}")
         if self.start_server and self.urls != _DEFAULT_URLS:
             raise ConfigError(
                 f"VLLMBackendConfig.urls = {list(self.urls)} with start_server = true: the run starts one "

@@ -30,6 +30,7 @@ from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, Protoco
 from ludic_core.inference import TokenCompletionRequest
 from ludic_core.logs import get_logger
 from ludic_core.types import ChatResponse
+from ludic_core.validation import check_int
 from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient, with_deadline
 from ludic_vllm.control import ServerControl, ServerHealth
 from ludic_vllm.errors import RequestRejectedError
@@ -97,14 +98,7 @@ class VLLMClientConfig:
     """Seeds the client's own jitter RNG (never global state)."""
 
     def __attrs_post_init__(self) -> None:
-        if (
-            isinstance(self.max_concurrency, bool)
-            or not isinstance(self.max_concurrency, int)
-            or self.max_concurrency < 1
-        ):
-            raise ConfigError(
-                f"VLLMClientConfig.max_concurrency must be an int >= 1, got {self.max_concurrency!r}"
-            )
+        check_int("VLLMClientConfig.max_concurrency", self.max_concurrency, 1)
         if self.max_abort_retries < 0:
             raise ConfigError(
                 f"VLLMClientConfig.max_abort_retries must be >= 0, got {self.max_abort_retries!r}"

@@ -19,6 +19,7 @@ import attrs
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
 from ludic_core.logs import get_logger
+from ludic_core.validation import check_int
 from ludic_vllm._http import RetryPolicy, SessionHolder, error_for_status, retry_transient, with_deadline
 from ludic_vllm.errors import ServerError, UpdateRejectedError
 from ludic_vllm.update_wire import PAUSE_MODES, TRANSPORTS, Manifest
@@ -53,10 +54,7 @@ class UpdateResult:
 
 
 def _int_field(data: dict[str, Any], key: str, url: str) -> int:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DataError(f"{url} answered without an int {key!r}: {data!r}")
-    return value
+    return check_int(f"{url} answered {data!r}: {key!r}", data.get(key), error=DataError)
 
 
 class ServerControl:

@@ -28,6 +28,7 @@ import attrs
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError
 from ludic_core.logs import get_logger
+from ludic_core.validation import check_int, check_number
 from ludic_vllm import _compat
 from ludic_vllm.update_wire import DEFAULT_BUCKET_BYTES, PAUSE_MODES, TRANSPORTS, Manifest
 
@@ -69,9 +70,7 @@ def _pause_mode(body: Mapping[str, Any], what: str) -> str:
 
 def _timeout(body: Mapping[str, Any], what: str, default: float) -> float:
     value = body.get("timeout_s", default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"{what}: timeout_s must be a number > 0, got {value!r}")
-    return float(value)
+    return float(check_number(f"{what}: timeout_s", value, minimum=0, exclusive=True))
 
 
 @attrs.define
@@ -262,8 +261,7 @@ class UpdateService:
                 f"{what}: manifest_checksum {checksum} does not match the manifest ({manifest.checksum})"
             )
         bucket_bytes = body.get("bucket_bytes", DEFAULT_BUCKET_BYTES)
-        if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
-            raise ConfigError(f"{what}: bucket_bytes must be an int >= 1, got {bucket_bytes!r}")
+        check_int(f"{what}: bucket_bytes", bucket_bytes, 1)
         _pause_mode(body, what)
         timeout_s = _timeout(body, what, self.rpc_timeout_s)
 

@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import DataError
+from ludic_core.validation import check_int
 
 __all__ = [
     "DEFAULT_BUCKET_BYTES",
@@ -75,8 +76,7 @@ def _check_dtype(_i: Any, _a: Any, value: str) -> None:
 def _shape(values: Iterable[int]) -> tuple[int, ...]:
     out = tuple(values)
     for dim in out:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 0:
-            raise DataError(f"TensorSpec.shape must hold ints >= 0, got {list(out)!r}")
+        check_int(f"TensorSpec.shape {list(out)!r}: each dim", dim, 0, error=DataError)
     return out
 
 
@@ -164,8 +164,7 @@ class Bucket:
 def plan_buckets(manifest: Manifest, bucket_bytes: int) -> list[Bucket]:
     """Group consecutive same-dtype entries into buckets of at most ``bucket_bytes`` (an entry larger
     than that travels alone). Deterministic: both ends call it with the same arguments."""
-    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, int) or bucket_bytes < 1:
-        raise DataError(f"bucket_bytes must be an int >= 1, got {bucket_bytes!r}")
+    check_int("bucket_bytes", bucket_bytes, 1, error=DataError)
     buckets: list[Bucket] = []
     current: list[int] = []
     current_dtype = ""

@@ -21,13 +21,13 @@ Conventions shared by every spec:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
 import attrs
 
 from ludic_core.errors import ConfigError
+from ludic_core.validation import boolean, finite_number, one_of, positive_number
 
 __all__ = [
     "CISPO",
@@ -69,28 +69,6 @@ def _positive_or_none(instance: Any, attribute: attrs.Attribute[Any], value: obj
         _positive(instance, attribute, value)
 
 
-def _finite(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not (_is_number(value) and math.isfinite(value)):  # type: ignore[arg-type]
-        raise ConfigError(
-            f"{type(instance).__name__}.{attribute.name} must be a finite number, got {value!r}"
-        )
-
-
-def _boolean(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{type(instance).__name__}.{attribute.name} must be True or False, got {value!r}")
-
-
-def _one_of(*choices: str) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-        if value not in choices:
-            raise ConfigError(
-                f"{type(instance).__name__}.{attribute.name} must be one of {list(choices)}, got {value!r}"
-            )
-
-    return check
-
-
 class LossSpec:
     """Base of every loss spec. A backend maps each concrete spec type to its own loss."""
 
@@ -119,10 +97,10 @@ class ClippedSurrogate(LossSpec):
     The band has no default: GRPO's and GSPO's differ by three orders of magnitude.
     """
 
-    level: SurrogateLevel = attrs.field(validator=_one_of("token", "sequence"))
+    level: SurrogateLevel = attrs.field(validator=one_of("token", "sequence"))
     clip_eps_low: float = attrs.field(validator=_positive)
     clip_eps_high: float = attrs.field(validator=_positive)
-    length_normalize: bool = attrs.field(default=False, validator=_boolean)
+    length_normalize: bool = attrs.field(default=False, validator=boolean())
     ratio_clip: float | None = attrs.field(default=None, validator=_positive_or_none)
 
     @property
@@ -140,7 +118,7 @@ class CISPO(LossSpec):
 
     clip_eps_low: float = attrs.field(default=1e6, validator=_positive)
     clip_eps_high: float = attrs.field(default=0.2, validator=_positive)
-    length_normalize: bool = attrs.field(default=True, validator=_boolean)
+    length_normalize: bool = attrs.field(default=True, validator=boolean())
 
     @property
     def required_inputs(self) -> frozenset[str]:
@@ -153,7 +131,7 @@ class GMPO(LossSpec):
 
     clip_eps_low: float = attrs.field(default=0.4, validator=_positive)
     clip_eps_high: float = attrs.field(default=0.4, validator=_positive)
-    length_normalize: bool = attrs.field(default=True, validator=_boolean)
+    length_normalize: bool = attrs.field(default=True, validator=boolean())
     ratio_clip: float | None = attrs.field(default=None, validator=_positive_or_none)
 
     @property
@@ -171,7 +149,7 @@ class SAPO(LossSpec):
 
     tau_pos: float = attrs.field(default=1.0, validator=_positive)
     tau_neg: float = attrs.field(default=1.05, validator=_positive)
-    length_normalize: bool = attrs.field(default=False, validator=_boolean)
+    length_normalize: bool = attrs.field(default=False, validator=boolean())
 
     @property
     def required_inputs(self) -> frozenset[str]:
@@ -182,15 +160,15 @@ class SAPO(LossSpec):
 class Reinforce(LossSpec):
     """``−A · log π(a_t)``: no behaviour logprobs. Off-policy correction is :class:`TruncatedIS` around it."""
 
-    length_normalize: bool = attrs.field(default=False, validator=_boolean)
+    length_normalize: bool = attrs.field(default=False, validator=boolean())
 
 
 @attrs.frozen(kw_only=True)
 class TokenKL(LossSpec):
     """``coeff · (log π(a_t) − log μ(a_t))``: the k1 KL estimate to the behaviour policy."""
 
-    coeff: float = attrs.field(default=1.0, validator=_finite)
-    length_normalize: bool = attrs.field(default=True, validator=_boolean)
+    coeff: float = attrs.field(default=1.0, validator=finite_number())
+    length_normalize: bool = attrs.field(default=True, validator=boolean())
 
     @property
     def required_inputs(self) -> frozenset[str]:
@@ -205,8 +183,8 @@ class TokenKL(LossSpec):
 class Entropy(LossSpec):
     """The entropy bonus ``−coeff · H_t`` at each action position."""
 
-    coeff: float = attrs.field(default=0.01, validator=_finite)
-    length_normalize: bool = attrs.field(default=True, validator=_boolean)
+    coeff: float = attrs.field(default=0.01, validator=finite_number())
+    length_normalize: bool = attrs.field(default=True, validator=boolean())
 
     @property
     def reads_weights(self) -> bool:
@@ -217,15 +195,15 @@ class Entropy(LossSpec):
 class CrossEntropy(LossSpec):
     """Weighted masked cross-entropy ``−w · log π(a_t)`` on the action tokens (SFT)."""
 
-    length_normalize: bool = attrs.field(default=True, validator=_boolean)
+    length_normalize: bool = attrs.field(default=True, validator=boolean())
 
 
 @attrs.frozen(kw_only=True)
 class ReverseKL(LossSpec):
     """On-policy distillation: per-token ``coeff · KL(π ‖ π_teacher)`` with the score-function gradient."""
 
-    coeff: float = attrs.field(default=1.0, validator=_finite)
-    length_normalize: bool = attrs.field(default=True, validator=_boolean)
+    coeff: float = attrs.field(default=1.0, validator=finite_number())
+    length_normalize: bool = attrs.field(default=True, validator=boolean())
 
     @property
     def required_inputs(self) -> frozenset[str]:
@@ -249,7 +227,7 @@ class Term:
 
     name: str
     loss: LossSpec = attrs.field(validator=_spec)
-    weight: float = attrs.field(default=1.0, validator=_finite)
+    weight: float = attrs.field(default=1.0, validator=finite_number())
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or "/" in self.name:
@@ -290,15 +268,6 @@ class Composite(LossSpec):
         return any(term.loss.reads_weights for term in self.terms)
 
 
-def _cap(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    if not (_is_number(value) and math.isfinite(value) and value > 0):  # type: ignore[arg-type,operator]
-        raise ConfigError(
-            f"{type(instance).__name__}.{attribute.name} must be a finite number > 0 or None, got {value!r}"
-        )
-
-
 @attrs.frozen
 class TruncatedIS(LossSpec):
     """``inner`` reweighted by ``sg(min(π/μ, cap))``, the truncated importance ratio to the sampler.
@@ -310,8 +279,8 @@ class TruncatedIS(LossSpec):
     """
 
     inner: LossSpec = attrs.field(validator=_spec)
-    level: TISLevel = attrs.field(default="token", validator=_one_of("token", "sequence", "sequence_geomean"))
-    cap: float | None = attrs.field(default=2.0, validator=_cap)
+    level: TISLevel = attrs.field(default="token", validator=one_of("token", "sequence", "sequence_geomean"))
+    cap: float | None = attrs.field(default=2.0, validator=positive_number(optional=True))
 
     def __attrs_post_init__(self) -> None:
         if self.level == "token" and not self.inner.token_decomposable:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -32,6 +31,7 @@ from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.protocols.subtask_env import SubtaskEnv
 from ludic_core.seeding import derive_seed
 from ludic_core.types import AgentStep, EpisodeFailure, Info, Rollout, ToolCall, ToolResult
+from ludic_core.validation import check_int, check_number
 
 __all__ = [
     "DEFAULT_DELEGATE_TOOL",
@@ -73,11 +73,6 @@ def _short(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _check_count(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"DelegatingProtocol.{name} must be an int >= {minimum}, got {value!r}")
-
-
 def check_delegation_options(
     *,
     child_env_factory: object = None,
@@ -100,18 +95,14 @@ def check_delegation_options(
         )
     if not isinstance(delegate_tool, str) or not delegate_tool:
         raise ConfigError(f"DelegatingProtocol.delegate_tool must be a non-empty str, got {delegate_tool!r}")
-    _check_count("child_max_steps", child_max_steps, 1)
-    if (
-        isinstance(child_timeout_s, bool)
-        or not isinstance(child_timeout_s, (int, float))
-        or not 0 < child_timeout_s < math.inf
+    check_number("DelegatingProtocol.child_timeout_s", child_timeout_s, minimum=0, exclusive=True)
+    for name, count in (
+        ("child_max_steps", child_max_steps),
+        ("max_depth", max_depth),
+        ("max_concurrent_children", max_concurrent_children),
+        ("max_children", max_children),
     ):
-        raise ConfigError(
-            f"DelegatingProtocol.child_timeout_s must be a finite number > 0, got {child_timeout_s!r}"
-        )
-    _check_count("max_depth", max_depth, 1)
-    _check_count("max_concurrent_children", max_concurrent_children, 1)
-    _check_count("max_children", max_children, 1)
+        check_int(f"DelegatingProtocol.{name}", count, 1)
     if child_reward not in CHILD_REWARD_MODES:
         raise ConfigError(
             f"DelegatingProtocol.child_reward must be one of {list(CHILD_REWARD_MODES)}, got {child_reward!r}"

@@ -21,6 +21,7 @@ from ludic_core.harness import ActOptions, AgentActResult, AgentHarness
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams, VersionedClient
 from ludic_core.publisher import PolicyPublisher
 from ludic_core.types import TokenTrace
+from ludic_core.validation import check_bool
 
 __all__ = ["check_agent", "check_publisher"]
 
@@ -179,8 +180,7 @@ async def check_publisher(
     if not isinstance(publisher, PolicyPublisher):
         raise ConformanceError(f"check_publisher: {type(publisher).__name__} has no async publish/aclose")
     shares = getattr(publisher, "shares_trainer_weights", False)
-    if not isinstance(shares, bool):
-        raise ConformanceError(f"shares_trainer_weights must be a bool, got {shares!r}")
+    check_bool("shares_trainer_weights", shares, error=ConformanceError)
     payload: Mapping[str, Any] = {} if shares else named_tensors
     problems: list[str] = []
     try:

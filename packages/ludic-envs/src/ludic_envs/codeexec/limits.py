@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import attrs
 
-from ludic_core.errors import ConfigError
+from ludic_core.validation import positive_number
 
 __all__ = ["SandboxLimits"]
 
 MiB = 1024 * 1024
-
-
-def _positive(_i: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"SandboxLimits.{attribute.name} must be a positive number, got {value!r}")
 
 
 @attrs.frozen
@@ -30,12 +22,12 @@ class SandboxLimits:
     ``tmpfs_bytes`` the size of the run's private root (its whole writable space: the run directory,
     ``/tmp`` and ``/dev/shm``; see ``rootfs``)."""
 
-    cpu_s: float = attrs.field(default=2.0, validator=_positive)
-    wall_s: float = attrs.field(default=5.0, validator=_positive)
-    memory_bytes: int = attrs.field(default=512 * MiB, validator=_positive)
-    file_size_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
-    max_processes: int = attrs.field(default=32, validator=_positive)
-    max_open_files: int = attrs.field(default=64, validator=_positive)
-    stdout_bytes: int = attrs.field(default=1 * MiB, validator=_positive)
-    stderr_bytes: int = attrs.field(default=256 * 1024, validator=_positive)
-    tmpfs_bytes: int = attrs.field(default=16 * MiB, validator=_positive)
+    cpu_s: float = attrs.field(default=2.0, validator=positive_number())
+    wall_s: float = attrs.field(default=5.0, validator=positive_number())
+    memory_bytes: int = attrs.field(default=512 * MiB, validator=positive_number())
+    file_size_bytes: int = attrs.field(default=16 * MiB, validator=positive_number())
+    max_processes: int = attrs.field(default=32, validator=positive_number())
+    max_open_files: int = attrs.field(default=64, validator=positive_number())
+    stdout_bytes: int = attrs.field(default=1 * MiB, validator=positive_number())
+    stderr_bytes: int = attrs.field(default=256 * 1024, validator=positive_number())
+    tmpfs_bytes: int = attrs.field(default=16 * MiB, validator=positive_number())

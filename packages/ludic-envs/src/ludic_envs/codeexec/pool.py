@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from ludic_core.errors import ConfigError, LudicTimeoutError
 from ludic_core.logs import get_logger
+from ludic_core.validation import check_int
 from ludic_envs.codeexec.identities import UidLease, claim_uids
 from ludic_envs.codeexec.limits import SandboxLimits
 from ludic_envs.codeexec.memcap import DEFAULT_MEMORY_METHODS, MemoryMethod, MemoryPolicy
@@ -84,8 +85,7 @@ class SandboxPool:
         python_executable: str | None = None,
         base_dir: str | None = None,
     ) -> None:
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ConfigError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+        check_int("SandboxPool.max_concurrency", max_concurrency, 1)
         self.max_concurrency = max_concurrency
         self.limits = limits or SandboxLimits()
         self.isolate_network = isolate_network

@@ -9,6 +9,7 @@ from typing import Any
 from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError
 from ludic_core.types import Info, StepOutcome
+from ludic_core.validation import check_int
 from ludic_envs.delegation.grading import grade_number
 
 __all__ = ["ProductQAEnv", "parse_product"]
@@ -23,12 +24,6 @@ def parse_product(text: str) -> tuple[int, int]:
     if match is None:
         raise ConfigError(f"no product such as '23 × 45' in the task text {text[:120]!r}")
     return int(match.group(1)), int(match.group(2))
-
-
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"ProductQAEnv.{name} must be an int, got {value!r}")
-    return value
 
 
 class ProductQAEnv(SingleAgentEnv):
@@ -48,8 +43,8 @@ class ProductQAEnv(SingleAgentEnv):
         agent_id: str = "agent_0",
     ) -> None:
         super().__init__(agent_id=agent_id)
-        self.a = _check_int("a", a)
-        self.b = _check_int("b", b)
+        self.a = check_int("ProductQAEnv.a", a)
+        self.b = check_int("ProductQAEnv.b", b)
         self.correct_reward = float(correct_reward)
         self.incorrect_reward = float(incorrect_reward)
         self.answered = False
@@ -59,7 +54,10 @@ class ProductQAEnv(SingleAgentEnv):
         """The env of a delegate call: ``{"task": "23 × 45"}`` (any text holding one product), or
         ``{"a": 23, "b": 45}``. Use it as ``DelegatingProtocol(child_env_factory=...)``."""
         if "a" in arguments or "b" in arguments:
-            return cls(_check_int("a", arguments.get("a")), _check_int("b", arguments.get("b")))
+            return cls(
+                check_int("ProductQAEnv.a", arguments.get("a")),
+                check_int("ProductQAEnv.b", arguments.get("b")),
+            )
         task = arguments.get("task")
         if not isinstance(task, str):
             raise ConfigError(

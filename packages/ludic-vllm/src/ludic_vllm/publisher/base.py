@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
 from ludic_core.logs import get_logger
+from ludic_core.validation import check_int
 from ludic_vllm.control import ServerControl
 from ludic_vllm.names import normalize_names
 
@@ -62,8 +63,7 @@ class PublisherBase:
         return f"{self.run_id}-v{version}"
 
     def prepare(self, named_tensors: Mapping[str, Any], version: int) -> dict[str, Any]:
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise ConfigError(f"version must be an int >= 0, got {version!r}")
+        check_int("version", version, 0)
         tensors = normalize_names(named_tensors, lora=self.lora)
         if not tensors:
             raise DataError("nothing to publish: the state dict is empty")
