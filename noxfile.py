@@ -395,14 +395,16 @@ def disposable_venv(session_function: Callable[..., None]) -> Callable[..., None
 @nox.session(python=PYTHON)
 @disposable_venv
 def lint(session: nox.Session) -> None:
-    """Ruff lint (including the import bans), format check, and no import between two packages other
-    than into ludic-core (tools/check_package_imports.py)."""
+    """Ruff lint (including the import bans), format check, no import between two packages other than
+    into ludic-core (tools/check_package_imports.py), and hand-written int/bool checks within
+    tools/check_type_checks.py's limit."""
     _prepare(session)
     session.install(PIP_QUIET, RUFF)
     targets = _existing(("packages", "examples", "bench", "tests", "tools", "noxfile.py"))
     session.run("ruff", "check", *targets, *session.posargs)
     session.run("ruff", "format", "--check", *targets)
     session.run("python", "tools/check_package_imports.py")
+    session.run("python", "tools/check_type_checks.py")
 
 
 @nox.session(python=PYTHON)
