@@ -7,9 +7,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from check_type_checks import hand_written_checks  # noqa: E402
+from check_type_checks import hand_written_checks
 
-SOURCE = '''
+SOURCE = """
 def f(x, y, z):
     if isinstance(x, bool) or not isinstance(x, int) or x < 1:
         raise ValueError(x)
@@ -20,7 +20,7 @@ def f(x, y, z):
     if isinstance(x, int):
         return x
     return [v for v in (x, y) if isinstance(v, bool)]
-'''
+"""
 
 
 def test_counts_raising_int_and_bool_checks_only() -> None:
