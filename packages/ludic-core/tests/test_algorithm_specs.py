@@ -119,7 +119,7 @@ def test_preset_arguments_are_validated() -> None:
         ConfigError, match=r"grpo: unknown option\(s\) \['clip'\]; it takes \[.*'clip_eps_high'"
     ):
         grpo(clip=0.2)
-    with pytest.raises(ConfigError, match=r"group_size must be None or an int >= 1, got 0"):
+    with pytest.raises(ConfigError, match=r"group_size must be an int >= 1 or None, got 0"):
         grpo(group_size=0)
     with pytest.raises(ConfigError, match="level='sequence'"):
         with_truncated_is(gspo(group_size=2))

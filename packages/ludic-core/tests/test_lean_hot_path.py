@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 import pytest
 
-from ludic_core.errors import DataError
+from ludic_core.errors import ConfigError, DataError
 from ludic_core.ids import new_id
 from ludic_core.protocols.timeline import AgentTimeline
 from ludic_core.saw import SAWItem
@@ -77,7 +77,7 @@ def test_seed_deriver_gives_exactly_derive_seed() -> None:
         (5, (), (1,)),
     ]:
         assert seed_deriver(base, *prefix)(*rest) == derive_seed(base, *prefix, *rest)
-    with pytest.raises(TypeError, match="base must be an int"):
+    with pytest.raises(ConfigError, match="base must be an int"):
         seed_deriver(True)
 
 

@@ -109,5 +109,5 @@ async def test_deadline_bounds_the_whole_request() -> None:
 def test_bad_settings_name_the_field() -> None:
     with pytest.raises(ConfigError, match="base_url"):
         OpenAIChatClient("localhost:8000", "m")
-    with pytest.raises(ConfigError, match="max_concurrency must be an int > 0, got 0"):
+    with pytest.raises(ConfigError, match="max_concurrency must be an int >= 1, got 0"):
         OpenAIChatClient("http://x/v1", "m", max_concurrency=0)

@@ -68,7 +68,9 @@ def test_tracker_warm_start_and_validation() -> None:
     assert t.counts("q") == pytest.approx((6.0, 2.0))
     t.warm_start("q", [1, 0], effective_count=4)  # v0 = 1.5 / 3 = 0.5
     assert t.counts("q") == (2.0, 2.0)
-    with pytest.raises(DataError, match=r"success for prompt 'q' must be a number in \[0, 1\], got 1.5"):
+    with pytest.raises(
+        DataError, match=r"success for prompt 'q' must be a finite number >= 0 and <= 1, got 1.5"
+    ):
         t.update("q", 1.5)
     with pytest.raises(ConfigError, match=r"SPOValueTracker\.rho must be"):
         SPOValueTracker(rho=0.0)

@@ -213,5 +213,5 @@ def test_derive_seed_is_stable_distinct_and_bounded() -> None:
     assert len(seeds) == 1000 and all(0 <= s <= MAX_SEED for s in seeds)
     # Pinned value: the derivation must not change across releases (reproducibility of old runs).
     assert derive_seed(42, "agent_0", 0, 0) == 1938354301
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigError):
         derive_seed("1")  # type: ignore[arg-type]
