@@ -274,7 +274,7 @@ def test_an_item_longer_than_the_budget_trains_alone() -> None:
 
 def test_split_validates_its_arguments() -> None:
     items = make_items(3, seed=0)
-    with pytest.raises(ConfigError, match="max_seq_len must be a positive int, got 0"):
+    with pytest.raises(ConfigError, match="max_seq_len must be an int >= 1, got 0"):
         split_items_by_token_budget(items, micro_token_budget=8, max_seq_len=0)
     assert split_items_by_token_budget([], micro_token_budget=8, max_seq_len=8) == []
     assert collate_micro_batches([], pad_token_id=PAD, micro_token_budget=8, max_seq_len=8) == []
