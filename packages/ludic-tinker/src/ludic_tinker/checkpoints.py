@@ -119,8 +119,8 @@ class TinkerCheckpoint:
                 f"{str(path)!r} is not a Tinker checkpoint record of version {RECORD_VERSION}: "
                 f"record_version={data.get('record_version') if isinstance(data, dict) else data!r}"
             )
-        step, tinker_path, state = data.get("step"), data.get("tinker_path"), data.get("batch_source")
-        check_int(f"checkpoint record {str(path)!r}: step", step, 0, error=DataError)
+        tinker_path, state = data.get("tinker_path"), data.get("batch_source")
+        step = check_int(f"checkpoint record {str(path)!r}: step", data.get("step"), 0, error=DataError)
         if not isinstance(tinker_path, str) or not tinker_path.startswith("tinker://"):
             raise DataError(f"checkpoint record {str(path)!r}: tinker_path {tinker_path!r} is not tinker://")
         if state is not None and not isinstance(state, dict):
