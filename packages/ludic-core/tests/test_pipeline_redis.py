@@ -159,7 +159,7 @@ async def test_version_read_does_not_retry_config_errors_or_accept_nonsense() ->
     with pytest.raises(ConfigError, match="no version configured"):
         await read_policy_version(config, attempt_timeout_s=1, deadline_s=5)  # type: ignore[arg-type]
     assert config.calls == 1
-    with pytest.raises(ProtocolError, match=r"returned -1"):
+    with pytest.raises(ProtocolError, match=r"get_policy_version\(\) must be an int >= 0, got -1"):
         await read_policy_version(FlakyVersions(-1), attempt_timeout_s=1, deadline_s=5)  # type: ignore[arg-type]
 
 

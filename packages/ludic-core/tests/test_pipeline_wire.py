@@ -67,16 +67,16 @@ def test_rollouts_are_counted_by_distinct_id_and_items_without_one_count_alone()
 @pytest.mark.parametrize(
     ("version", "match"),
     [
-        (True, "policy_version True"),
-        (-1, "policy_version -1"),
-        (2.0, "policy_version 2.0"),
-        (None, "policy_version None"),
-        (_DROP, "policy_version None"),
+        (True, "policy_version must be an int >= 0, got True"),
+        (-1, "policy_version must be an int >= 0, got -1"),
+        (2.0, "policy_version must be an int >= 0, got 2.0"),
+        (None, "policy_version must be an int >= 0, got None"),
+        (_DROP, "policy_version must be an int >= 0, got None"),
     ],
 )
 def test_a_message_refuses_an_item_without_an_int_version_naming_it(version: object, match: str) -> None:
     items = [make_item(0, version=3), _with_meta(make_item(1, version=3), policy_version=version)]
-    with pytest.raises(DataError, match=rf"BatchMessage.items\[1\] \(rollout 'r1'\) has {match}"):
+    with pytest.raises(DataError, match=rf"BatchMessage.items\[1\] \(rollout 'r1'\) {match}"):
         BatchMessage(items=tuple(items), actor_id="a", batch_index=0, created_at=0.0)
 
 
@@ -427,7 +427,7 @@ _ITEMS_LOGPS = [-0.5, -1.25, -0.5, -1.375, -0.5, -1.5]  # message(3)'s actor_log
         ),
         (
             tampered(_set("items.sampling_temperatures.0", -0.5)),
-            r"items\[0\] \(rollout 'r0'\): sampling_temperature must be >= 0.0, got -0.5",
+            r"items\[0\] \(rollout 'r0'\): sampling_temperature must be a finite number >= 0.0, got -0.5",
         ),
         (tampered(_set("items.metas.1", [1])), r"items\[1\]: meta must be a map, got list"),
         (
@@ -450,7 +450,7 @@ _ITEMS_LOGPS = [-0.5, -1.25, -0.5, -1.375, -0.5, -1.5]  # message(3)'s actor_log
         ),
         (
             tampered(lambda d: d["items"]["metas"][0].pop("policy_version")),
-            r"items\[0\].*policy_version None",
+            r"items\[0\].*policy_version must be an int >= 0, got None",
         ),
         (
             tampered(_set("items.metas.2.step_info", {"score": [1.0, math.nan]})),

@@ -54,6 +54,7 @@ import attrs
 from ludic_core.errors import DataError, missing_extra
 from ludic_core.packed_saw import UINT32, PackedArrays, PackedSAWItem, packed_arrays
 from ludic_core.saw import LOGP_TOLERANCE, SAW_SCHEMA_VERSION, SAWItem
+from ludic_core.validation import check_number
 
 try:
     import msgpack  # type: ignore[import-untyped]  # ships no type information
@@ -462,10 +463,7 @@ def _check_logps(columns: ItemColumns, field: str, counts: list[int]) -> None:
 
 
 def _check_number(value: object, field: str, *, minimum: float | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise DataError(f"{field} must be a finite number, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise DataError(f"{field} must be >= {minimum}, got {value!r}")
+    check_number(field, value, minimum=minimum, error=DataError)
 
 
 def _check_columns(columns: ItemColumns) -> list[int]:

@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError, missing_extra
+from ludic_core.validation import check_number
 
 __all__ = ["AsyncRedis", "PinnedConnection", "close_client", "connect_redis", "redact_url", "redis_call"]
 
@@ -162,12 +163,7 @@ async def connect_redis(url: str, *, connect_timeout_s: float) -> AsyncRedis:
         raise ConfigError(
             f"redis_url must be a non-empty str such as 'redis://127.0.0.1:6379/0', got {url!r}"
         )
-    if (
-        isinstance(connect_timeout_s, bool)
-        or not isinstance(connect_timeout_s, (int, float))
-        or connect_timeout_s <= 0
-    ):
-        raise ConfigError(f"connect_timeout_s must be a number > 0, got {connect_timeout_s!r}")
+    check_number("connect_timeout_s", connect_timeout_s, minimum=0, exclusive=True)
     try:
         import redis.asyncio as redis_asyncio
     except ImportError as exc:

@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ludic_core.errors import ConfigError, LudicError, LudicTimeoutError
+from ludic_core.errors import LudicError, LudicTimeoutError
+from ludic_core.validation import check_number
 
 __all__ = [
     "RedisServerNotFound",
@@ -69,12 +70,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _check_startup_timeout(startup_timeout_s: object) -> None:
-    if (
-        isinstance(startup_timeout_s, bool)
-        or not isinstance(startup_timeout_s, (int, float))
-        or startup_timeout_s <= 0
-    ):
-        raise ConfigError(f"startup_timeout_s must be a number > 0, got {startup_timeout_s!r}")
+    check_number("startup_timeout_s", startup_timeout_s, minimum=0, exclusive=True)
 
 
 def _executable(binary: str | None) -> str:

@@ -300,11 +300,9 @@ class RedisBatchSource:
                     f"RedisBatchSource.load_state_dict: the checkpoint's {key} is {state.get(key)!r} but this "
                     f"source's is {expected!r}; resume each learner with its own queue and consumer name"
                 )
-        consumed = state.get("consumed")
-        if isinstance(consumed, bool) or not isinstance(consumed, int) or consumed < 0:
-            raise DataError(
-                f"RedisBatchSource.load_state_dict: consumed must be an int >= 0, got {consumed!r}"
-            )
+        consumed = check_int(
+            "RedisBatchSource.load_state_dict: consumed", state.get("consumed"), 0, error=DataError
+        )
         self._resume_to = consumed
         self._commit_to = None
         self._synced = False

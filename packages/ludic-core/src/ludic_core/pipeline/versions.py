@@ -14,6 +14,7 @@ import time
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError, TransportError
 from ludic_core.inference import VersionedClient
 from ludic_core.logs import get_logger
+from ludic_core.validation import check_int, check_number
 
 __all__ = ["read_policy_version"]
 
@@ -37,8 +38,7 @@ async def read_policy_version(
     non-transient errors (e.g. :class:`ConfigError`) immediately.
     """
     for name, value in (("attempt_timeout_s", attempt_timeout_s), ("deadline_s", deadline_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"read_policy_version: {name} must be a number > 0, got {value!r}")
+        check_number(f"read_policy_version: {name}", value, minimum=0, exclusive=True)
     getter = getattr(client, "get_policy_version", None)
     if not callable(getter):
         raise ConfigError(
@@ -67,8 +67,5 @@ async def read_policy_version(
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, max_backoff_s)
             continue
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise ProtocolError(
-                f"{type(client).__name__}.get_policy_version() returned {version!r}; expected an int >= 0"
-            )
+        check_int(f"{type(client).__name__}.get_policy_version()", version, 0, error=ProtocolError)
         return version

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import Any
@@ -41,6 +40,7 @@ import attrs
 from ludic_core.errors import DataError, missing_extra
 from ludic_core.pipeline.columns import check_finite_meta, pack_items, packed_or_none, unpack_items
 from ludic_core.saw import SAWItem
+from ludic_core.validation import check_int, check_number
 
 __all__ = [
     "DEFAULT_QUEUE_KEY",
@@ -107,11 +107,11 @@ def _check_items(_instance: Any, _attribute: Any, items: tuple[SAWItem, ...]) ->
         if not isinstance(item, SAWItem):
             raise DataError(f"BatchMessage.items[{i}] must be a SAWItem, got {type(item).__name__}")
         version = item.meta.get("policy_version")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-            raise DataError(
-                f"BatchMessage.items[{i}] (rollout {item.meta.get('rollout_id')!r}) has policy_version "
-                f"{version!r}; every pipeline item needs an int >= 0 for staleness control"
-            )
+        # every pipeline item needs a version for staleness control
+        rollout = item.meta.get("rollout_id")
+        check_int(
+            f"BatchMessage.items[{i}] (rollout {rollout!r}) policy_version", version, 0, error=DataError
+        )
 
 
 @attrs.frozen
@@ -129,12 +129,7 @@ class BatchMessage:
             raise DataError(f"BatchMessage.actor_id must be a non-empty str, got {self.actor_id!r}")
         if not _is_int(self.batch_index) or self.batch_index < 0:
             raise DataError(f"BatchMessage.batch_index must be an int >= 0, got {self.batch_index!r}")
-        if (
-            isinstance(self.created_at, bool)
-            or not isinstance(self.created_at, (int, float))
-            or not math.isfinite(self.created_at)
-        ):
-            raise DataError(f"BatchMessage.created_at must be a finite number, got {self.created_at!r}")
+        check_number("BatchMessage.created_at", self.created_at, error=DataError)
         if not isinstance(self.meta, dict):
             raise DataError(f"BatchMessage.meta must be a dict, got {type(self.meta).__name__}")
 
@@ -149,8 +144,7 @@ class BatchMessage:
 
 
 def _positive_int(_instance: Any, attribute: Any, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DataError(f"WireLimits.{attribute.name} must be an int >= 1, got {value!r}")
+    check_int(f"WireLimits.{attribute.name}", value, 1, error=DataError)
 
 
 @attrs.frozen
