@@ -86,7 +86,9 @@ BATCHES: dict[str, Callable[[], tuple[list[SAWItem], int]]] = {
 
 def step(make: type[TokenLogpContext], logits: Tensor, batch: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
     leaf = logits.detach().requires_grad_(True)
-    per_sequence, _ = TokenClippedSurrogateLoss().sequence_terms(make(leaf, batch), batch)
+    per_sequence, _ = TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.2).sequence_terms(
+        make(leaf, batch), batch
+    )
     loss = per_sequence.mean()
     loss.backward()
     assert leaf.grad is not None
