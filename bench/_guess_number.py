@@ -1,28 +1,66 @@
-"""The GuessNumber rollout setup both engine benchmarks run: scripted replies, byte tokens, RL returns."""
+"""The GuessNumber rollout setup both engine benchmarks run: scripted replies, byte tokens, RL returns.
+
+Two engines play them: :func:`make_engine` with the minimal test agent
+(:class:`~ludic_core.testing.ScriptedAgent`), and :func:`make_full_engine` with the agent users run,
+``ludic_agents.Agent`` (full-dialog context, a chat template, a parser). Both render the same
+``<|role|>content`` text and byte tokens as :func:`bare_episode`, so every side sends the same prompts.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ludic_agents import Agent, FullDialog
 from ludic_core.engine import RolloutEngine
 from ludic_core.inference import InferenceSpec, ReturnSpec, TokenCompletionRequest
 from ludic_core.protocols import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.testing import ByteTokenizer, GuessNumberEnv, ScriptedAgent, ScriptedChatClient
-from ludic_core.testing.scripted_agent import render_text_dialog
+from ludic_core.testing.scripted_agent import identity_parser, render_text_dialog
 from ludic_core.types import Message
 
 REPLIES = ["5", "3", "8", "1", "9", "2", "7", "4", "6", "10"]
 INFERENCE = InferenceSpec(return_=ReturnSpec.for_rl())
+TOKENIZER = ByteTokenizer()
+# The assistant cue as the bytes of its token ids (byte tokens fit in a byte for the default offset).
+_CUE = bytes(TOKENIZER.encode("<|assistant|>"))
 
 
 def reply(request: TokenCompletionRequest, _call_index: int) -> str:
     """REPLIES in order within each episode, whatever order concurrent episodes call the model in.
 
-    Keyed on the turn (the assistant cues in the rendered prompt), not the client's global call
-    counter: with a shared counter, concurrency would change which episode gets which reply, so the
-    sides of a comparison would play different games.
+    Keyed on the turn (the assistant cues in the prompt's tokens, which every agent sends; only some
+    send the prompt text), not the client's global call counter: with a shared counter, concurrency
+    would change which episode gets which reply, so the sides of a comparison would play different
+    games.
     """
-    turn = (request.prompt_text or "").count("<|assistant|>") - 1
+    turn = bytes(request.prompt_token_ids).count(_CUE) - 1
     return REPLIES[turn % len(REPLIES)]
+
+
+class TextChatTemplate:
+    """The bare loop's ``<|role|>content`` rendering over byte tokens, as a ``ludic_agents``
+    ChatTemplate: the full agent renders and tokenises exactly what the bare loop does."""
+
+    tool_parser = None
+    eos_token_ids = (TOKENIZER.eos_token_id,)
+
+    def render_text(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        text = render_text_dialog(messages)
+        return text if add_generation_prompt else text.removesuffix("<|assistant|>")
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        return tuple(TOKENIZER.encode(text))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return TOKENIZER.decode(token_ids)
 
 
 def make_client(latency_s: float = 0.0) -> ScriptedChatClient:
@@ -36,6 +74,19 @@ def make_engine(latency_s: float = 0.0) -> RolloutEngine:
         env_factories={"guess": GuessNumberEnv},
         protocol_factories={"single": lambda: SingleAgentProtocol(ScriptedAgent(client))},
     )
+
+
+def make_full_engine(latency_s: float = 0.0) -> RolloutEngine:
+    """The engine with ``ludic_agents.Agent``: a full dialog (the env's system prompt), the text chat
+    template, the parser the minimal agent uses; one agent per episode, as the CLI builds them."""
+    client = make_client(latency_s)
+    template = TextChatTemplate()
+
+    def protocol() -> SingleAgentProtocol:
+        agent = Agent(client=client, parser=identity_parser, chat_template=template, context=FullDialog())
+        return SingleAgentProtocol(agent)
+
+    return RolloutEngine(env_factories={"guess": GuessNumberEnv}, protocol_factories={"single": protocol})
 
 
 def requests(episodes: int) -> list[RolloutRequest]:
@@ -58,7 +109,7 @@ async def bare_episode(
     so both sides tokenise, send and check the same number of tokens. With ``keep``, it appends each
     step's response and env outcome there, and the episode's messages at its end, as a loop that
     returns what it ran would (the engine keeps every rollout until it returns them)."""
-    encode = ByteTokenizer().encode
+    encode = TOKENIZER.encode
     env = GuessNumberEnv()
     obs, _ = env.env_reset(seed=episode)
     messages: list[Message] = [

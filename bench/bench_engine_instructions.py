@@ -3,7 +3,9 @@
 ``bench_engine_overhead.py`` times the engine against a bare asyncio loop; on a shared machine its wall
 and CPU times swing with the load (the same run reads 24 or 70 µs per bare step). This benchmark runs
 the same sides (the same GuessNumber episodes, scripted client and byte tokenizer: see
-``_guess_number.py``) each in its own process under valgrind's ``cachegrind`` tool without cache
+``_guess_number.py``), the engine both with the minimal test agent (``engine``) and with the agent
+users run, ``ludic_agents.Agent`` with its full dialog, a chat template and a parser (``full``), each
+in its own process under valgrind's ``cachegrind`` tool without cache
 simulation, which counts the instructions the process executes; a run that only imports and builds
 the requests is subtracted, so what is left is the episodes' own work, garbage collection included.
 
@@ -17,7 +19,7 @@ simulated machine is valgrind's model, not this CPU: read the ratios, not the ab
 both this benchmark and the timed one: this one for a change's effect on the work done, the timed
 one for what it costs.
 
-``--attribute`` says where the engine's extra work goes: it counts the engine side again with one
+``--attribute`` says where the engine's extra work goes: it counts the engine and full sides again with one
 part of its per-call work replaced by a constant each time (``seeds``: each call's seed; ``ids``: the
 step and turn ids; ``call_timeouts``: each model call's timeout block), and reports the instructions
 per env step each part costs. The stand-ins exist only in the measured child process, and no episode
@@ -42,19 +44,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _guess_number import bare_episode, make_client, make_engine, requests
+from _guess_number import bare_episode, make_client, make_engine, make_full_engine, requests
 from _machine import emit, machine_facts
 
 from ludic_core import RolloutSettings
 from ludic_core.credit import MonteCarloReturn
 
-SIDES = ("none", "bare", "engine", "engine_batch")
+SIDES = ("none", "bare", "engine", "engine_batch", "full", "full_batch")
 
 
 def _constant_seeds() -> None:
+    import ludic_agents.agent
     from ludic_core.protocols.timeline import AgentTimeline
 
     AgentTimeline.call_seed = lambda self, sampling_seed, attempt, round_: 0  # type: ignore[method-assign]
+    ludic_agents.agent.derive_seed = lambda base, *parts: 0  # type: ignore[assignment]
 
 
 def _constant_ids() -> None:
@@ -66,12 +70,14 @@ def _constant_ids() -> None:
 
 
 def _no_call_timeouts() -> None:
+    import ludic_agents.agent
     import ludic_core.testing.scripted_agent
 
     def no_timeout(seconds: float | None) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
     ludic_core.testing.scripted_agent.call_timeout = no_timeout  # type: ignore[assignment]
+    ludic_agents.agent.call_timeout = no_timeout  # type: ignore[assignment]
 
 
 # --attribute: a part of the engine's per-call work, and what replaces it by a constant.
@@ -90,6 +96,12 @@ async def run_side(side: str, episodes: int, max_steps: int, concurrency: int) -
         return sum(len(r.env_steps) for r in result.rollouts)
     if side == "engine_batch":
         saw = await make_engine().generate_batch(batch, settings, credit_assigner=MonteCarloReturn())
+        return sum(1 for item in saw.items if item.meta["step_kind"] == "env")
+    if side == "full":
+        result = await make_full_engine().generate_rollouts(batch, settings)
+        return sum(len(r.env_steps) for r in result.rollouts)
+    if side == "full_batch":
+        saw = await make_full_engine().generate_batch(batch, settings, credit_assigner=MonteCarloReturn())
         return sum(1 for item in saw.items if item.meta["step_kind"] == "env")
     return 0
 
@@ -189,31 +201,41 @@ def main() -> None:
         "instructions_per_env_step": instructions,
         "ratio_engine_vs_bare": instructions["engine"] / instructions["bare"],
         "ratio_engine_batch_vs_bare": instructions["engine_batch"] / instructions["bare"],
+        "ratio_full_vs_bare": instructions["full"] / instructions["bare"],
+        "ratio_full_batch_vs_bare": instructions["full_batch"] / instructions["bare"],
     }
     if args.attribute:
-        engine_events = counts["engine"][0][INSTRUCTIONS]
-        extra = instructions["engine"] - instructions["bare"]
-        costs: dict[str, float] = {}
-        for part in STAND_INS:
-            part_events, part_steps = count("engine", args, without=part)
-            if part_steps != steps:
-                raise SystemExit(
-                    f"the engine without {part} took {part_steps} env steps, the bare loop {steps}"
-                )
-            costs[part] = (engine_events - part_events[INSTRUCTIONS]) / steps
-        result["instructions_per_env_step_by_part"] = costs
-        result["share_of_engine_extra_by_part"] = {part: cost / extra for part, cost in costs.items()}
+        for side in ("engine", "full"):
+            side_events = counts[side][0][INSTRUCTIONS]
+            extra = instructions[side] - instructions["bare"]
+            costs: dict[str, float] = {}
+            for part in STAND_INS:
+                part_events, part_steps = count(side, args, without=part)
+                if part_steps != steps:
+                    raise SystemExit(
+                        f"{side} without {part} took {part_steps} env steps, the bare loop {steps}"
+                    )
+                costs[part] = (side_events - part_events[INSTRUCTIONS]) / steps
+            suffix = "" if side == "engine" else f"_{side}"
+            result[f"instructions_per_env_step_by_part{suffix}"] = costs
+            result[f"share_of_{side}_extra_by_part"] = {part: cost / extra for part, cost in costs.items()}
     if args.simulate:
         for label, name in SIMULATED.items():
             events = per_step(label)
             result[f"{name}_per_env_step"] = events
             result[f"{name}_ratio_engine_vs_bare"] = events["engine"] / events["bare"]
+            result[f"{name}_ratio_full_vs_bare"] = events["full"] / events["bare"]
     headline = {
         "instructions per env step, engine": round(instructions["engine"]),
         "instructions per env step, bare loop": round(instructions["bare"]),
         "instructions, engine / bare loop": round(instructions["engine"] / instructions["bare"], 2),
         "instructions, engine batch / bare loop": round(
             instructions["engine_batch"] / instructions["bare"], 2
+        ),
+        "instructions per env step, full agent": round(instructions["full"]),
+        "instructions, full agent / bare loop": round(instructions["full"] / instructions["bare"], 2),
+        "instructions, full agent batch / bare loop": round(
+            instructions["full_batch"] / instructions["bare"], 2
         ),
     }
     emit(result, facts=facts, headline=headline)

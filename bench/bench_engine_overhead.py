@@ -5,7 +5,8 @@ rendering and byte tokenisation, a zero-latency scripted client), so they make t
 env steps; the difference is what the engine adds: a fresh env and protocol per episode, the protocol's
 timeline (AgentStep/EnvironmentStep objects, turn ids, truncation marks), seeds, meta, per-call and
 per-episode timeouts and the worker tasks. A third measurement adds credit assignment and SAW-item
-building (``generate_batch``). A second baseline, ``baseline_keeping``, is the same loop keeping every
+building (``generate_batch``), a fourth plays with the agent users run (``full_c64``:
+``ludic_agents.Agent``, its full dialog, a chat template, a parser) instead of the minimal test agent. A second baseline, ``baseline_keeping``, is the same loop keeping every
 step's response and env outcome until it returns, as the engine keeps its rollouts: the
 ``cpu_ratio_engine_c64_vs_baseline_keeping`` ratio leaves out what only holding on to results costs.
 
@@ -32,7 +33,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from _cpu_timer import CPUTimer
-from _guess_number import bare_episode, make_client, make_engine, requests
+from _guess_number import bare_episode, make_client, make_engine, make_full_engine, requests
 from _machine import emit, machine_facts
 
 from ludic_core import RolloutSettings
@@ -53,8 +54,9 @@ async def baseline_keeping(episodes: int, max_steps: int) -> int:
     return sum([await bare_episode(client, episode, max_steps, kept) for episode in range(episodes)])
 
 
-async def engine_rollouts(episodes: int, max_steps: int, concurrency: int) -> int:
-    result = await make_engine().generate_rollouts(
+async def engine_rollouts(episodes: int, max_steps: int, concurrency: int, *, full: bool = False) -> int:
+    """The engine's episodes, with the minimal test agent or (``full``) with ``ludic_agents.Agent``."""
+    result = await (make_full_engine() if full else make_engine()).generate_rollouts(
         requests(episodes), RolloutSettings(max_steps=max_steps, concurrency=concurrency)
     )
     return sum(len(r.env_steps) for r in result.rollouts)
@@ -95,6 +97,7 @@ def main() -> None:
         "engine_c1": lambda: engine_rollouts(n, k, 1),
         "engine_c64": lambda: engine_rollouts(n, k, 64),
         "engine_batch_c64": lambda: engine_batch(n, k, 64),
+        "full_c64": lambda: engine_rollouts(n, k, 64, full=True),
     }
     times: dict[str, list[float]] = {name: [] for name in sides}
     cpu_times: dict[str, list[float]] = {name: [] for name in sides}
@@ -132,6 +135,7 @@ def main() -> None:
             "cpu_ratio_engine_c64_vs_baseline": cpu["engine_c64"] / cpu["baseline"],
             "cpu_ratio_engine_batch_vs_baseline": cpu["engine_batch_c64"] / cpu["baseline"],
             "cpu_ratio_engine_c64_vs_baseline_keeping": cpu["engine_c64"] / cpu["baseline_keeping"],
+            "cpu_ratio_full_c64_vs_baseline": cpu["full_c64"] / cpu["baseline"],
             # Part of the CPU time above spent in the garbage collector (gc.callbacks).
             "gc_cpu_seconds_per_env_step": {name: t / env_steps for name, t in in_gc.items()},
         },
@@ -145,6 +149,7 @@ def main() -> None:
             "CPU, engine batch / bare loop, concurrency 64": round(
                 cpu["engine_batch_c64"] / cpu["baseline"], 2
             ),
+            "CPU, full agent / bare loop, concurrency 64": round(cpu["full_c64"] / cpu["baseline"], 2),
         },
     )
 

@@ -21,7 +21,7 @@ from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionReque
 from ludic_core.logs import get_logger
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.seeding import derive_seed
-from ludic_core.types import ChatResponse, Info, Message, ToolResult
+from ludic_core.types import ChatResponse, FrozenMessage, Info, Message, ToolResult
 from ludic_core.validation import check_number
 
 __all__ = ["DEFAULT_INCOMPLETE_FEEDBACK", "Agent", "make_chat_agent"]
@@ -131,20 +131,11 @@ class Agent:
         loop_index = self._turn_calls
         response = await self._complete(prompt_ids, options, loop_index)
         text = self.completion_text(response)
-        self._commit_completion(response, {"role": "assistant", "content": text})
         parse_result, parse_info = self.parse_env_output(text, response.finish_reason)
-        step = AgentActStep(
-            trace=response.to_trace(),
-            # A tuple of the context's frozen messages is shared as it is (a list would be re-checked).
-            prompt_messages=tuple(prompt_messages),
-            action=text,
-            action_target="env",
-            parse_result=parse_result,
-            loop_index=loop_index,
-            info={**self._call_info(response), **render_info, **parse_info},
+        info = {**self._call_info(response), **render_info, **parse_info}
+        return AgentActResult._one(
+            self._env_step(response, text, prompt_messages, loop_index, parse_result, info)
         )
-        self._close_turn()
-        return AgentActResult._one(step)
 
     # --- building blocks for subclasses -------------------------------------------------------
 
@@ -162,7 +153,27 @@ class Agent:
             )
         return result, {}
 
+    def _env_step(
+        self,
+        response: ChatResponse,
+        text: str,
+        prompt_messages: tuple[Message, ...],
+        loop_index: int,
+        parse_result: ParseResult,
+        info: Info,
+    ) -> AgentActStep:
+        """The turn's env-targeted last call; the turn closes after it."""
+        self._commit_completion(response, FrozenMessage(role="assistant", content=text))
+        # A checked response's trace and the turn's frozen messages: the converters would only copy them.
+        step = AgentActStep._trusted(
+            response.to_trace(), prompt_messages, text, "env", parse_result, loop_index, info=info
+        )
+        self._close_turn()
+        return step
+
     def _close_turn(self) -> None:
+        if self._turn is None:
+            return  # nothing is open: the pending results and awaited calls belong to a turn
         self._turn = None
         self._turn_calls = 0
         self._pending = []
@@ -170,14 +181,15 @@ class Agent:
 
     def _next_prompt(
         self, *, tools: Sequence[dict[str, Any]] | None, extra: Sequence[Message] = ()
-    ) -> tuple[tuple[int, ...], list[Message], Info]:
-        """The next prompt of the current turn: a fresh render at the start of a turn, otherwise the
-        turn's tokens extended by the pending messages (tool results) and ``extra`` (prompt-only
-        messages such as a final-answer instruction)."""
+    ) -> tuple[tuple[int, ...], tuple[Message, ...], Info]:
+        """The next prompt of the current turn (its ids and its frozen messages): a fresh render at the
+        start of a turn, otherwise the turn's tokens extended by the pending messages (tool results) and
+        ``extra`` (prompt-only messages such as a final-answer instruction)."""
         if self._turn is None:
-            messages = self.context.prompt_view() + list(extra)
-            self._turn = TurnPrompt.start(self.chat_template, messages, tools=tools)
-            return self._turn.prompt_ids, messages, {"prompt_render": "fresh"}
+            self._turn = TurnPrompt.start(
+                self.chat_template, [*self.context.prompt_view(), *extra], tools=tools
+            )
+            return self._turn.prompt_ids, self._turn.messages, {"prompt_render": "fresh"}
         if self._awaiting_external:
             raise ProtocolError(
                 f"act called while external tool calls {sorted(self._awaiting_external)} have no results; "
@@ -193,7 +205,7 @@ class Agent:
         self._pending = []
         if "retokenization_divergence" in report:
             log.debug("retokenization_divergence", **report["retokenization_divergence"])
-        return prompt_ids, list(self._turn.messages), {"prompt_render": "extended", **report}
+        return prompt_ids, self._turn.messages, {"prompt_render": "extended", **report}
 
     async def _complete(
         self,
@@ -204,8 +216,9 @@ class Agent:
         spec = options.inference if options.inference is not None else self.inference
         seed = None if options.sampling_seed is None else derive_seed(options.sampling_seed, loop_index)
         request = TokenCompletionRequest.from_spec(prompt_ids, spec, seed=seed, model=self.model)
-        bounds = [t for t in (options.timeout_s, self.call_timeout_s) if t is not None]
-        timeout = min(bounds) if bounds else None
+        timeout = options.timeout_s
+        if self.call_timeout_s is not None and (timeout is None or self.call_timeout_s < timeout):
+            timeout = self.call_timeout_s
         self._turn_calls += 1
         try:
             # Not wait_for (an extra task per call) nor asyncio.timeout (a loop timer per call).
@@ -229,11 +242,11 @@ class Agent:
     def completion_text(self, response: ChatResponse) -> str:
         """The completion as text, decoded from the sampled ids with end-of-sequence tokens dropped
         (decoding ourselves keeps special tokens such as ``<think>`` whatever the client's settings)."""
-        ids = list(response.completion_token_ids)
-        eos = set(self.chat_template.eos_token_ids)
-        while ids and ids[-1] in eos:
-            ids.pop()
-        return self.chat_template.decode(ids)
+        ids, eos = response.completion_token_ids, self.chat_template.eos_token_ids
+        end = len(ids)
+        while end and ids[end - 1] in eos:
+            end -= 1
+        return self.chat_template.decode(ids[:end])
 
     def _commit_completion(self, response: ChatResponse, message: Message) -> None:
         """Add the sampled tokens to the turn and the assistant message to the context."""

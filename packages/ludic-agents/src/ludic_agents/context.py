@@ -45,8 +45,9 @@ _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 def _own_copy(message: Message) -> FrozenMessage:
     # The caller keeps its dict (and the lists inside it): the history gets a deep copy, frozen, so
-    # prompts and steps can share it. Copies made from it (messages, prompt_messages) are plain dicts.
-    return FrozenMessage(copy.deepcopy(dict(message)))
+    # prompts and steps can share it; a frozen message is shared as it is. Copies made from the
+    # history (messages, prompt_messages) are plain dicts.
+    return message if type(message) is FrozenMessage else FrozenMessage(copy.deepcopy(dict(message)))
 
 
 class ContextStrategy(abc.ABC):

@@ -26,7 +26,6 @@ dropped) in ``info["retokenization_divergence"]``.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,7 +33,7 @@ import attrs
 
 from ludic_agents.chat_template import ChatTemplate
 from ludic_core.errors import ConfigError, DataError
-from ludic_core.types import Message
+from ludic_core.types import Message, freeze_message, freeze_messages
 
 __all__ = ["TurnPrompt", "assistant_closing", "divergence_report"]
 
@@ -75,12 +74,13 @@ def divergence_report(
 
 @attrs.define
 class TurnPrompt:
-    """The token state of one turn: the messages so far and the exact ids the model has seen/sampled."""
+    """The token state of one turn: the messages so far (frozen: shared, never copied per call) and the
+    exact ids the model has seen/sampled."""
 
     template: ChatTemplate
     tools: tuple[Mapping[str, Any], ...] | None
-    messages: list[Message]
-    token_ids: list[int]
+    messages: tuple[Message, ...]
+    token_ids: tuple[int, ...]
     prompt_len: int
     awaiting_completion: bool = True
 
@@ -94,28 +94,29 @@ class TurnPrompt:
     ) -> TurnPrompt:
         """Render the turn's first prompt fresh."""
         tools_t = tuple(tools) if tools else None
-        text = template.render_text(list(messages), tools=tools_t, add_generation_prompt=True)
-        ids = list(template.encode(text))
+        frozen = freeze_messages(messages)
+        text = template.render_text(frozen, tools=tools_t, add_generation_prompt=True)
+        ids = tuple(template.encode(text))
         if not ids:
             raise DataError("the chat template rendered an empty prompt")
         return cls(
             template=template,
             tools=tools_t,
-            messages=copy.deepcopy(list(messages)),
+            messages=frozen,
             token_ids=ids,
             prompt_len=len(ids),
         )
 
     @property
     def prompt_ids(self) -> tuple[int, ...]:
-        return tuple(self.token_ids[: self.prompt_len])
+        return self.token_ids[: self.prompt_len]  # the tuple itself while no completion follows
 
     def add_completion(self, completion_ids: Sequence[int], assistant_message: Message) -> None:
         """Record the sampled completion and the assistant message it stands for."""
         if not self.awaiting_completion:
             raise ConfigError("add_completion called twice without a new prompt in between")
-        self.token_ids.extend(int(t) for t in completion_ids)
-        self.messages.append(copy.deepcopy(dict(assistant_message)))
+        self.token_ids += tuple(completion_ids)
+        self.messages += (freeze_message(assistant_message),)
         self.awaiting_completion = False
 
     def extend(self, new_messages: Sequence[Message]) -> tuple[tuple[int, ...], dict[str, Any]]:
@@ -131,7 +132,7 @@ class TurnPrompt:
             raise ConfigError("extend needs at least one new message (a tool result, feedback, ...)")
         if not self.messages or self.messages[-1].get("role") != "assistant":
             raise ConfigError("extend expects the conversation to end with the sampled assistant message")
-        new = copy.deepcopy(list(new_messages))
+        new = freeze_messages(new_messages)
         closing = assistant_closing(self.template, self.tools)
         completion = self.token_ids[self.prompt_len :]
         remaining_closing, covered = self._remaining_closing(closing, completion)
@@ -148,7 +149,7 @@ class TurnPrompt:
             stand_in = {**self.messages[-1], "content": _SENTINEL}
             probe = [{"role": "user", "content": "ping"}, stand_in]
             before = self.template.render_text(probe, tools=self.tools, add_generation_prompt=False)
-            after = self.template.render_text(probe + new, tools=self.tools, add_generation_prompt=True)
+            after = self.template.render_text([*probe, *new], tools=self.tools, add_generation_prompt=True)
             if not (after.startswith(before) and before.endswith(closing)):
                 raise DataError(
                     "cannot render the new messages as an append-only suffix: the chat template renders the "
@@ -157,16 +158,16 @@ class TurnPrompt:
             new_text, method = after[len(before) :], "isolated_suffix"
 
         suffix = self.template.encode(remaining_closing + new_text)
-        self.token_ids.extend(suffix)
+        self.token_ids += tuple(suffix)
         self.prompt_len = len(self.token_ids)
-        self.messages.extend(new)
+        self.messages += new
         self.awaiting_completion = True
 
         report: dict[str, Any] = {"suffix_method": method, "closing_tokens_sampled": covered}
         divergence = divergence_report(self.template, self.token_ids, self.template.encode(full_text))
         if divergence is not None:
             report["retokenization_divergence"] = divergence
-        return tuple(self.token_ids), report
+        return self.token_ids, report
 
     def _remaining_closing(self, closing: str, completion: Sequence[int]) -> tuple[str, int]:
         """The part of ``closing`` the completion did not sample, and how many closing tokens it did."""

@@ -36,7 +36,7 @@ from ludic_agents.tools import Tool, run_tool_call
 from ludic_core.errors import ConfigError
 from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, AgentActStep
 from ludic_core.parsing import ParseResult
-from ludic_core.types import ChatResponse, Info, Message, ToolCall, ToolResult
+from ludic_core.types import Info, Message, ToolCall, ToolResult
 from ludic_core.validation import check_int, check_number
 
 __all__ = ["DEFAULT_FINAL_ANSWER_PROMPT", "ReActAgent", "ToolAgent", "ToolSpec"]
@@ -193,29 +193,6 @@ class ToolAgent(Agent):
             )
             if external:
                 return AgentActResult(steps=steps)
-
-    def _env_step(
-        self,
-        response: ChatResponse,
-        text: str,
-        prompt_messages: list[Message],
-        loop_index: int,
-        parse_result: ParseResult,
-        info: Info,
-    ) -> AgentActStep:
-        """The turn's env-targeted last call; the turn closes after it."""
-        self._commit_completion(response, {"role": "assistant", "content": text})
-        step = AgentActStep(
-            trace=response.to_trace(),
-            prompt_messages=prompt_messages,
-            action=text,
-            action_target="env",
-            parse_result=parse_result,
-            loop_index=loop_index,
-            info=info,
-        )
-        self._close_turn()
-        return step
 
     def _fresh_ids(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
         # Parsers number calls per completion; ids must be unique over the episode so that results

@@ -32,10 +32,10 @@ from ludic_core.types import (
     ToolCall,
     ToolResult,
     _check_action_target,
-    _messages,
     _slot_setters,
     _tool_calls,
     _tool_results,
+    freeze_messages,
 )
 
 __all__ = [
@@ -71,7 +71,7 @@ class AgentActStep:
     """
 
     trace: TokenTrace
-    prompt_messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    prompt_messages: tuple[Message, ...] = attrs.field(converter=freeze_messages)
     action: str
     action_target: ActionTarget = attrs.field(validator=_check_action_target)
     parse_result: ParseResult | None = None

@@ -24,7 +24,7 @@ MAX_SEED = 2**31 - 1
 def derive_seed(base: int, *parts: object) -> int:
     """Return a seed in ``[0, MAX_SEED]`` determined by ``base`` and ``parts`` (by their ``repr``)."""
     check_int("derive_seed: base", base)
-    text = "\x1f".join([str(base), *(repr(p) for p in parts)])
+    text = "\x1f".join([str(base), *map(repr, parts)])
     digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % (MAX_SEED + 1)
 

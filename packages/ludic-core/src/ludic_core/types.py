@@ -41,6 +41,7 @@ __all__ = [
     "ToolResult",
     "TruncationReason",
     "freeze_message",
+    "freeze_messages",
     "new_id",
     "seeded_ids",
 ]
@@ -434,11 +435,13 @@ def freeze_message(message: Message) -> FrozenMessage:
 _ONLY_FROZEN = frozenset({FrozenMessage})
 
 
-def _messages(values: Iterable[Message]) -> tuple[Message, ...]:
+def freeze_messages(values: Iterable[Message]) -> tuple[Message, ...]:
+    """``values`` as a tuple of frozen messages: a tuple of them is returned as it is, others are frozen."""
     # Frozen messages are shared: a context that keeps its history frozen hands every prompt to its
     # steps without copying the conversation (once per call, quadratic over an episode). The type
     # check runs in C (a set of the element types), not as a Python loop over the conversation.
-    if type(values) is tuple and set(map(type, values)) <= _ONLY_FROZEN:
+    values = tuple(values)  # the same object for a tuple
+    if set(map(type, values)) <= _ONLY_FROZEN:
         return values
     return tuple(m if type(m) is FrozenMessage else FrozenMessage(m) for m in values)
 
@@ -454,7 +457,7 @@ class AgentStep:
 
     index: int
     trace: TokenTrace
-    prompt_messages: tuple[Message, ...] = attrs.field(converter=_messages)
+    prompt_messages: tuple[Message, ...] = attrs.field(converter=freeze_messages)
     action: str
     action_target: ActionTarget = attrs.field(validator=_check_action_target)
     turn_id: str

@@ -20,7 +20,7 @@ from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, 
 from ludic_core.inference import ChatClient, InferenceSpec, TokenCompletionRequest
 from ludic_core.parsing import Parser, ParseResult
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode
-from ludic_core.types import ChatResponse, FrozenMessage, Info, Message, ToolCall, ToolResult, _messages
+from ludic_core.types import ChatResponse, FrozenMessage, Info, Message, ToolCall, ToolResult, freeze_messages
 
 __all__ = ["ScriptedAgent", "identity_parser", "render_text_dialog"]
 
@@ -116,7 +116,7 @@ class ScriptedAgent:
                 "expected a ChatResponse"
             )
         # Shared, not copied: the agent's history is frozen (a plain dict someone appended is frozen here).
-        prompt_messages = _messages(tuple(self.messages))
+        prompt_messages = freeze_messages(self.messages)
         text = response.text
         self.messages.append(FrozenMessage(role="assistant", content=text))
         finish_reason = response.finish_reason
