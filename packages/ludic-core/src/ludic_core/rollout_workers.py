@@ -1,40 +1,16 @@
 """Episodes in worker processes: what ``RolloutSettings(workers=N)`` runs.
 
-A CPU-bound env (code execution, math grading, a simulation in Python) holds the event loop while it
-steps, so one process steps one episode at a time however high ``concurrency`` is. With ``workers=N``
-the engine spawns N processes; each builds its own engine (envs, agents, clients) once and runs the
-episodes it is sent. The calling engine keeps everything else: episode indices and default seeds,
-scheduling in request order under ``concurrency``, the rollout log, ``on_episode_done`` and the failure
-policy. So a call returns the same episodes in the same order whatever N, and ``workers=1`` starts no
-process at all.
-
-What travels. Workers are *spawned*, not forked (a forked copy of a process running threads, torch or
-CUDA can deadlock), so they import everything afresh and receive, pickled: how to build their engine
-(the engine's ``worker_engine`` callable, or else its own factories and seed settings: module-level
-functions, classes and ``functools.partial`` of them pickle; lambdas and closures are refused with the
-name of the factory), then each request. A worker (:func:`serve`) answers ``("ready", base_seed,
-deterministic_ids)`` once its engine is built, then ``("done", id, fields)`` (the caller's
-:class:`~ludic_core.engine.EpisodeResult` after its index and request) or ``("error", id,
-*error_fields)`` for each episode, which runs as a task of its loop; records travel as the tuple of
-their slots (:func:`dumps`, half the cost of attrs' pickling). It stops when the caller closes its
-pipe (or dies): it cancels what still runs and closes its engine.
-
-A client holding an open connection or an in-process model cannot travel: give the engine a picklable
-``worker_engine`` (``functools.partial(make_engine, base_url, model)``) that builds the client in the
-worker. It may return the engine, or an async context manager yielding it (closed when the worker
-stops). The ``ludic`` command's ``openai`` and ``vllm`` backends build their clients this way; the
-``local`` backend (a model in the calling process) refuses ``workers > 1``.
-
-Waits and failures. Each worker has ``start_timeout_s`` to build its engine and each episode
-``episode_timeout_s`` (plus as much again, at most :data:`RESULT_GRACE_S`, for the trip) to come
-back: a worker whose loop is held by a blocking env step cannot fire its own timeout, so the caller's
-raises :class:`~ludic_core.errors.LudicTimeoutError`. An error raised in a worker is raised again in
-the caller with the worker's traceback as its cause; a worker that dies raises
-:class:`RolloutWorkerError` with its exit code. The engine stops every worker on any error, on
-cancellation and on ``KeyboardInterrupt`` (workers ignore SIGINT and leave the stopping to the
-caller). Spawned workers import the caller's ``__main__``: a script must start its run under ``if
-__name__ == "__main__":``. They do not inherit the caller's ``logging`` handlers (warnings still reach
-stderr); what the caller logs about each episode (the rollout log, failures) is unchanged.
+Each of N *spawned* processes builds its own engine once (from the engine's picklable ``worker_engine``,
+or its own factories and seed settings) and runs the episodes it is sent; the calling engine keeps
+indices, seeds, scheduling under ``concurrency``, the rollout log and the failure policy, so a call
+returns the same episodes in the same order whatever N (``workers=1`` starts no process). A worker
+(:func:`serve`) answers ``("ready", base_seed, deterministic_ids)``, then ``("done", id, fields)`` or
+``("error", id, *error_fields)`` per episode, records travelling as tuples of their slots (:func:`dumps`);
+it stops when the caller closes its pipe. The caller bounds engine builds (``start_timeout_s``) and each
+result (``episode_timeout_s`` plus at most :data:`RESULT_GRACE_S`), since a worker blocked in an env step
+cannot fire its own timeout; a worker's error is re-raised with its traceback as the cause, a dead worker
+raises :class:`RolloutWorkerError`, and any error, cancellation or ``KeyboardInterrupt`` stops every
+worker. Usage and pickling rules: docs/concepts/rollouts.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,16 @@
 """Atomic, resumable training checkpoints.
 
-Layout under ``output_dir``::
-
-    step_000010/
-        model.pt            model weights (all of them, or only trainable ones: ``weights="trainable"``)
-        optimizer.pt        optimizer state (``save_optimizer=True``)
-        state.pt            trainer state, batch-source position, RNG states (plain data + tensors)
-        trainer_state.json  the same trainer state, human-readable
-        manifest.json       sha256 and size of every file above, the step, the run line and the parent
-    latest.json             {"last_checkpoint": "step_000010", "step": 10, "line": "<run line id>"}
-
-A checkpoint is written into a hidden temporary directory (every file fsynced) and renamed into
-place, so every ``step_*`` directory is complete. Re-saving an existing step first renames the old copy
-to ``.prev-step_*`` and deletes it only once the new one is in place; a manager started after a kill
-in between renames it back. Loading verifies every file against the manifest, and a checkpoint
-without a readable manifest is never loaded; when resuming the newest checkpoint, one that fails is
-skipped with a warning naming why and the next older one on the run's line is tried. A save that
-fails (a full disk, say) raises :class:`CheckpointSaveError` naming the checkpoint, the file, the
-cause and the free space, and leaves the previous checkpoints as they were. Everything is read back with ``torch.load(weights_only=True)`` (no pickled code), so
-batch-source states and RNG states are stored as plain data; a file that does not load is reported
-by name, never with advice to unpickle it.
-
-Each save belongs to a *line*: a run continues the line of the checkpoint it resumed from when that
-was the line's newest, and starts a new line (whose parent is the resumed checkpoint) when it resumed
-an older one. ``latest.json`` follows the line that saved last, and only moves forward along it, so
-checkpoints of an abandoned continuation are never picked as "latest" (and are the first pruned).
-Resuming an older checkpoint points ``latest.json`` at it at once: a crash before the new line's
-first save resumes that checkpoint again, not the abandoned continuation.
-
-Under FSDP2, full state dicts are gathered with ``torch.distributed.checkpoint.state_dict`` (every rank
-joins), rank 0 writes, and loading broadcasts from rank 0. Each data-parallel rank reads its own data
-(its shard of a dataset, its own claims on a Redis queue), so ``state.pt`` keeps every rank's
-batch-source position (``batch_source_by_rank``) and each rank resumes its own; such a checkpoint
-resumes only with as many ranks as wrote it.
+Layout under ``output_dir``: ``step_000010/`` holds ``model.pt`` (all weights, or ``weights="trainable"``),
+``optimizer.pt``, ``state.pt`` (trainer state, batch-source positions, RNG states), ``trainer_state.json``
+and ``manifest.json`` (sha256 and size per file, step, run line, parent); ``latest.json`` names the newest.
+A checkpoint is written to a hidden fsynced temporary directory and renamed into place, so every
+``step_*`` is complete; loading verifies the manifest and reads with ``torch.load(weights_only=True)``.
+Resuming the newest falls back, with a warning, to older checkpoints that verify. A failed save raises
+:class:`CheckpointSaveError` (checkpoint, file, cause, free space) and leaves earlier ones intact. Each
+save belongs to a *line*: resuming an older checkpoint starts a new line, and ``latest.json`` only moves
+forward along the line that saved last, so an abandoned continuation is never "latest". Under FSDP2 rank
+0 writes gathered state dicts and ``state.pt`` keeps every rank's batch-source position, so a checkpoint
+resumes with as many ranks as wrote it. Details: docs/packages/ludic-train.md.
 """
 
 from __future__ import annotations

@@ -1,62 +1,16 @@
 """An in-process :class:`~ludic_core.inference.ChatClient` sampling from a transformers model.
 
-It shares the trainer's model object, so one CPU or GPU can run generate-then-train with no server:
-rollouts are sampled with the current weights, the trainer steps, and the next rollouts see the new
-weights at once. Its policy version is the trainer step (the trainer reports each step through
-:meth:`LocalPolicyClient.as_publisher`).
-
-Concurrent requests are batched: everything that arrives (up to ``max_batch_size``) before the event
-loop goes quiet is decoded together with a KV cache. "Quiet" is counted in event-loop iterations, not in
-seconds: the batch is cut once ``_QUIET_ITERATIONS`` iterations in a row bring no new request, so which
-requests share a batch follows from the program's order of events, not from how fast the machine ran
-them. ``batch_window_s`` adds a wall-clock wait on top, for requests that arrive from I/O (a remote
-environment, a tool call). Each request keeps its own sampling parameters, its own ``torch.Generator``
-(seeded from the request's seed) and its own stop tokens.
-
-How a batch is decoded, and why:
-
-* **Canonical row order.** The rows of a batch are sorted by (seed, prompt ids, sampling parameters)
-  before anything runs, so the order in which the same requests arrived does not change the numerics.
-* **Shared work, run once.** When the prompts of a batch share a token prefix (a system prompt and the
-  chat template's header), the prefix runs once at batch size 1 and its KV cache is copied to every row;
-  only the suffixes (left-padded between prefix and suffix, the pads masked, positions continuing from
-  the prefix) run at full batch size. Identical prompts (a GRPO group's first turn) run once too.
-* **Last position only.** Prefill asks the model for the last position's logits only
-  (``logits_to_keep=1`` where the model's forward takes it): the vocabulary projection of every prompt
-  position costs as much as several transformer layers and is thrown away.
-* **Batched sampling.** One decode step samples every row with batched tensor ops. A sampled row draws
-  one uniform number from its own generator per token and inverts its cumulative distribution, so a
-  seeded request draws the same random stream whatever else shares its batch. Finished rows leave the
-  batch (and its KV cache) at once.
-
-Reproducibility (same weights, machine and thread count): a request's tokens are a function of its
-logits and its own generator, and its logits are a function of the batch it is decoded in. The same set
-of requests in one batch gives bit-identical tokens and logprobs whatever their arrival order. A
-different set (other batch mates, hence another shared-prefix length, padding width and matrix shapes)
-changes the logits in the last bits (SmolLM2-135M in fp32 on CPU: logprobs up to ~2e-5 apart), which can
-flip a sampled token now and then. With ``batch_window_s=0`` (the default) batches are cut by event
-order, so a program whose episodes only wait on this client (in-process environments, no threads or
-sockets in the loop) sees the same batches, hence bit-identical rollouts, on every run with the same
-seeds. A positive ``batch_window_s`` makes batch membership depend on timing; ``max_batch_size=1`` is
-bit-reproducible whatever the timing (at the cost of all batching).
-
-Timeouts: ``timeout_s`` bounds a request's generation, counted from the moment its batch starts, so a
-large batch queued behind others does not time out for waiting; ``queue_timeout_s`` bounds the wait
-before that. Each error names its bound.
-
-Logprobs are the chosen tokens' log-probabilities under ``softmax(logits / temperature)`` — after
-temperature, before top-k / top-p / min-p filtering (the distribution a ratio-based loss recomputes).
-At temperature 0 (greedy) they are the untempered log-probabilities.
-
-Prompt logprobs (``ReturnSpec.return_prompt_logprobs``, what a teacher scores a student's tokens with)
-come from the same prefill that starts decoding: a batch in which some request asks for them has the
-model return the logits of every prompt position instead of the last one only (shared prefixes still
-run once; each prompt reads its logprobs from the rows that ran its tokens), and each prompt token
-after the first gets ``log_softmax(logits)`` of the position before it, in float32, untempered and
-unfiltered whatever the request's sampling parameters. Those logits are ``[rows, prompt length,
-vocabulary]``: bound the batch (``max_batch_size``, or the concurrency of whoever sends the requests)
-for long prompts and large vocabularies. The batch's other rows decode from the same forward pass, so
-which requests share a batch still fixes every number, as above.
+It shares the trainer's model object, so one CPU or GPU runs generate-then-train with no server; its
+policy version is the trainer step (reported through :meth:`LocalPolicyClient.as_publisher`).
+Concurrent requests (up to ``max_batch_size``) are decoded together with a KV cache; a batch is cut
+once ``_QUIET_ITERATIONS`` event-loop iterations in a row bring no new request (``batch_window_s`` adds a
+wall-clock wait), so batch membership follows event order, not machine speed. Each request keeps its own
+sampling parameters, stop tokens and ``torch.Generator``; rows run in a canonical order, a shared prompt
+prefix runs once, and prefill keeps only the last position's logits unless a request asks for prompt
+logprobs. The same batch gives bit-identical tokens whatever the arrival order. Logprobs are taken after
+temperature, before top-k/top-p/min-p filtering (untempered at temperature 0); prompt logprobs are
+untempered float32. ``timeout_s`` bounds generation from the batch's start, ``queue_timeout_s`` the wait
+before it. Batching, reproducibility and timeouts in detail: docs/packages/ludic-train.md.
 """
 
 from __future__ import annotations

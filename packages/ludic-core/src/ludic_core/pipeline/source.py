@@ -1,69 +1,16 @@
 """The learner side of pipeline RL: a :class:`~ludic_core.saw.BatchSource` that claims actor batches
 from Redis, exactly once.
 
-``next_batch`` takes whole actor messages until it holds at least ``min_items`` items; a message is
-never split, so GRPO groups arrive whole. One round trip claims several messages (as many as the largest
-message seen so far says are still missing, so a batch is made of the same messages as when taking one
-at a time); it waits, with an async ``BLMOVE`` bounded by ``poll_timeout_s`` (the event loop is never
-blocked), only when the queue is empty. If not enough data arrives within
-``wait_timeout_s`` it raises :class:`~ludic_core.errors.LudicTimeoutError` naming the queue; messages
-taken so far are kept and served by the next call, in order, so a caller that retries loses nothing.
-
-**Exactly-once delivery.** A message is *claimed*, not popped: ``LMOVE`` moves it atomically from the
-queue to this learner's processing list ``<queue_key>:processing:<consumer>``
-(:mod:`ludic_core.pipeline.claims`), where it stays until a checkpoint that trained on it is durable:
-
-* :meth:`RedisBatchSource.state_dict` records how many claimed messages went into served batches (the
-  ``consumed`` position); the trainer's checkpoint stores it with the weights.
-* :meth:`RedisBatchSource.checkpoint_committed` — called by the trainer once that checkpoint is on disk
-  — acknowledges them: they move to ``<queue_key>:trained:<consumer>`` (the last
-  ``keep_trained_messages`` are kept there), in one transaction with the acknowledged count.
-* After a kill, a source given the checkpoint's state (:meth:`load_state_dict`) moves the acknowledged
-  boundary to the checkpoint's position: forward if the learner died between writing the checkpoint
-  and acknowledging it, backward (re-queueing trained messages) when resuming an older checkpoint.
-  Everything after the position — claimed but never trained into a kept step — is then delivered
-  again, in the order it was first claimed, before anything new is claimed. A source without a state
-  resumes at the acknowledged boundary.
-
-So a message is trained into exactly one kept step: the ones before the resumed checkpoint are never
-delivered again, the ones after it always are. Learners share a queue by using different ``consumer``
-names (e.g. one per data-parallel rank): ``LMOVE`` hands each message to exactly one of them. A
-consumer name belongs to one running learner at a time; a restarted learner takes its old name back.
-
-Why lists and not a Redis stream with a consumer group: the actors' ``RPUSH``, their ``LLEN``
-back-pressure (which counts only messages no learner has claimed), ``python -m
-ludic_core.pipeline.dump`` and the wire format stay as they were; a learner trains its claims in
-order, so one acknowledged count per consumer says what is trained (no per-message ids to store in a
-checkpoint), and a resume from an older checkpoint needs the trained payloads, which a list keeps and
-trims by itself, where a stream's acknowledged entries would need trimming that never removes a
-pending one.
-
-Durability is Redis's: with ``appendonly yes`` and ``appendfsync always`` every claim, acknowledgement
-and push that was answered survives a kill of the server. Without it a server restart can lose
-claims a checkpoint counts on; the source then refuses to resume, saying so.
-
-**Dead letters.** A message the learner will not train goes, in one transaction that also puts a
-tombstone at its place in the processing list (so a re-delivery skips it and it is dead-lettered
-exactly once), to the list ``<queue_key>:dead``:
-
-* Malformed messages (not msgpack, wrong format or wire version, invalid items: token ids, masks,
-  non-finite or positive logprobs, non-finite weights, inconsistent lengths, items without a
-  ``policy_version``; see :mod:`ludic_core.pipeline.columns`), as they came. Then, with
-  ``on_malformed="raise"`` (default), :class:`~ludic_core.errors.DataError` quoting the start of the
-  message: data corruption usually means a version skew between actor and learner code, and a
-  training run should stop rather than train on a shrinking, biased subset. With
-  ``on_malformed="dead_letter"`` they are counted (``num_malformed``, and ``num_malformed_messages``
-  in the batch meta), logged as a warning, and the source goes on.
-* Messages from the future, when ``current_version`` is given (``lambda: trainer.step``): a message
-  holding an item whose ``policy_version`` is newer than the learner's current version was sampled by
-  weights of a continuation the learner discarded (it was killed after publishing them and resumed an
-  older checkpoint). Such data can never become on-policy for this run, and the trainer would stop on
-  it, so it is dead-lettered with ``meta["dead_letter_reason"]`` saying why, counted
-  (``num_future``, ``num_future_messages`` in the batch meta) and logged. Without ``current_version``
-  the trainer's own check refuses such items with an error.
-
-Staleness is the trainer's job (``TrainerConfig.max_lag`` compares ``item.meta["policy_version"]``
-with its step); this source only guarantees every item carries a version.
+``next_batch`` takes whole actor messages (a GRPO group is never split) until it holds ``min_items``
+items; it waits (async ``BLMOVE``, at most ``poll_timeout_s`` per round trip) only when the queue is
+empty, and raises :class:`~ludic_core.errors.LudicTimeoutError` after ``wait_timeout_s``, keeping what it
+took for the next call. A claim moves a message (``LMOVE``) to ``<queue_key>:processing:<consumer>``,
+where it stays until a checkpoint that trained on it is durable: :meth:`RedisBatchSource.state_dict`
+records the consumed position, :meth:`RedisBatchSource.checkpoint_committed` acknowledges it, and
+:meth:`RedisBatchSource.load_state_dict` resumes there, re-delivering in order what was claimed after
+it, so each message is trained into exactly one kept step. Malformed messages, and messages newer than
+``current_version``, go to ``<queue_key>:dead`` (``on_malformed`` picks raise or count-and-skip).
+Staleness is the trainer's check (``max_lag``). Full semantics: docs/packages/redis-pipeline.md.
 """
 
 from __future__ import annotations
