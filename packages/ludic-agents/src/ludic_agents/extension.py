@@ -1,27 +1,15 @@
 """Token-exact prompts within a turn.
 
-Within one turn (an ``act`` with its internal tool loop, plus any external tool rounds), every model
-call's prompt must start with the previous call's prompt + sampled completion, token for token: the
-turn becomes one training sequence whose completion tokens are exactly what the model sampled.
-
-Re-rendering the conversation with the chat template does not guarantee that. Templates re-render
-earlier assistant output from structured fields (Qwen's templates rewrite tool calls with ``tojson``),
-drop think blocks, or add an end-of-turn marker the model never sampled (a completion cut by
-``max_tokens``); and a tokenizer re-encoding text need not reproduce the token split the model sampled.
-
-:class:`TurnPrompt` therefore keeps the token ids of the turn so far and appends only the rendering
-of what is new:
-
-1. the rest of the assistant end-of-turn marker the completion did not already sample (the template's
-   marker is found by rendering a probe message; e.g. ``"<|im_end|>\\n"`` after a completion that
-   ended with ``<|im_end|>`` leaves ``"\\n"``);
-2. the new messages (tool results, feedback, a final-answer prompt) and the generation prompt: the
-   text that a full render adds after the conversation so far, or, when the template renders earlier
-   messages differently once new ones follow, the rendering of the new messages after the last
-   assistant message alone.
-
-Each extension is compared with a fresh full re-render; any difference is reported (never silently
-dropped) in ``info["retokenization_divergence"]``.
+Within one turn (an ``act`` with its tool loop, plus external tool rounds) every model call's prompt
+must start with the previous prompt + sampled completion, token for token, so the turn trains as one
+sequence of exactly the sampled tokens. Re-rendering with the chat template does not guarantee that
+(templates rewrite tool calls, drop think blocks, add end-of-turn markers never sampled; re-encoding
+text need not reproduce the sampled split). :class:`TurnPrompt` therefore keeps the turn's token ids
+and appends only the rendering of what is new: the rest of the end-of-turn marker the completion did
+not sample, then the new messages and the generation prompt (the text a full render adds, or the new
+messages rendered after the last assistant message when the template re-renders earlier ones). Each
+extension is compared with a fresh full render; a difference is reported in
+``info["retokenization_divergence"]``.
 """
 
 from __future__ import annotations

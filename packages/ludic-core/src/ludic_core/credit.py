@@ -1,24 +1,13 @@
 """Credit assignment: rollouts in, one weight per step out.
 
-Every assigner maps ``(rollout.id, step.index)`` to a float for **every** step of every rollout it is
-given (agent and env steps alike); the SAW builder then reads the weight of each turn's final step.
+Every assigner maps ``(rollout.id, step.index)`` to a float for every step of every rollout it is
+given; the SAW builder reads the weight of each turn's final step. Assigners count the rewards
+:attr:`Rollout.total_reward` counts (env-step rewards and env-targeted parse-failure penalties;
+:func:`counted_reward`), so an assigner never sees a reward the episode's return does not contain.
 
-Which rewards count
--------------------
-One rule, shared with :attr:`Rollout.total_reward`: the *counted reward* of a step is
-
-* an :class:`EnvironmentStep`'s ``reward`` (env reward plus the successful parser reward), and
-* the ``reward`` of an env-targeted :class:`AgentStep` that failed to parse (the format penalty that
-  stopped the action from reaching the env);
-
-every other agent step (internal or external tool-loop calls, the calls that led up to an env step)
-counts 0. So ``sum(counted_reward(s) for s in rollout.steps) == rollout.total_reward`` always, and an
-assigner never sees a reward the episode's return does not contain (the original's MonteCarloReturn
-also summed parser penalties on internal ReAct steps, which its ``total_reward`` ignored).
-
-* :class:`MonteCarloReturn` — discounted return-to-go of counted rewards, discounted per turn;
-* :class:`GroupNormalizedReturn` — GRPO / Dr.GRPO: ``total_reward`` minus the group mean (÷ group std),
-  optionally clamped at 0 before or after the std division;
+* :class:`MonteCarloReturn` — discounted return-to-go, discounted per turn;
+* :class:`GroupNormalizedReturn` — GRPO / Dr. GRPO: ``total_reward`` minus the group mean (÷ group std),
+  optionally clamped at 0;
 * :class:`HybridNormalizedReturn` — ScaleRL: group-mean centring, batch-std scaling;
 * :class:`PerStepReward` — the step's own counted reward;
 * :class:`EpisodicReturn` — ``total_reward`` on every step;

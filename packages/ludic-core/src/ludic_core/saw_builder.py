@@ -1,36 +1,15 @@
 """Rollouts → SAW items: one item per agent turn.
 
-A *turn* is a run of consecutive steps sharing a ``turn_id``: every model call the agent made for one
-decision (including internal tool-loop calls and external tool rounds) plus at most one env step,
-which closes the turn. The item's tokens are the turn's model calls concatenated:
-
-1. the first call's prompt (action mask 0) and completion (mask 1);
-2. for each later call, its prompt must start with the whole sequence so far — only the new suffix
-   (tool results, observations: mask 0) is appended, then the completion (mask 1).
-
-A later prompt that does not extend the sequence (a context that rewrote history inside a turn, or a
-chat template that re-renders earlier output differently) raises
-:class:`~ludic_core.errors.UnbuildableRolloutError` (a :class:`~ludic_core.errors.DataError`): training
-on a sequence the model never saw would be silently wrong. Batch builders
-(:func:`ludic_core.engine.credited_items`) drop such a rollout with its group and count it.
-
-Message-level model calls (sampled through a :class:`~ludic_core.message_client.MessageClient`, step
-info ``token_level: False``) carry no token ids and are refused with a :class:`~ludic_core.errors.DataError`:
-an on-policy loss needs the exact sampled tokens and their logprobs, and an empty item would train on
-nothing. Such rollouts become SFT data with ``retokenize_with=`` the student's chat template
-(:mod:`ludic_core.retokenize`): their items carry no logprobs and ``meta["retokenized"] = True``.
-
-Weight and reward come from the turn's final step: the env step, or the last agent step when the turn
-ended without one (a parse failure, an internal-only attempt).
-
-Items are :class:`~ludic_core.packed_saw.PackedSAWItem` s: the turn's token ids and logprobs are
-converted once, in C, into arrays (the only pass over them after the traces' own checks), and its
-mask is the calls' spans; the pipeline's actor packs such items for the wire from these buffers.
-They read, compare and serialise as any ``SAWItem``.
-
-The item's ``sampling_temperature`` is the one its calls' traces record. Calls of one turn sampled at
-different temperatures raise :class:`~ludic_core.errors.DataError`: the item's ``actor_logps`` would mix
-two distributions and one item carries one temperature.
+A *turn* is a run of steps sharing a ``turn_id``: every model call for one decision (tool loops
+included) plus at most one env step, which closes it. The item's tokens are the first call's prompt
+(action mask 0) and completion (mask 1), then for each later call the new suffix of its prompt (mask 0)
+and its completion (mask 1). A later prompt that does not extend the sequence so far raises
+:class:`~ludic_core.errors.UnbuildableRolloutError`, and message-level calls (no token ids) raise
+:class:`~ludic_core.errors.DataError`, since training on tokens the model never sampled is silently
+wrong; such rollouts become SFT data through ``retokenize_with=`` (:mod:`ludic_core.retokenize`).
+Weight and reward come from the turn's final step. ``sampling_temperature`` is the one the calls'
+traces record; calls of one turn at different temperatures raise :class:`~ludic_core.errors.DataError`.
+Items are :class:`~ludic_core.packed_saw.PackedSAWItem` s, converted once into arrays in C.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """The ``tinker`` backend of ``ludic eval`` / ``ludic rollouts``: completions sampled on the Tinker service.
 
-    export TINKER_API_KEY=tml-...
     ludic eval tictactoe --backend tinker --model Qwen/Qwen3-4B-Instruct-2507 -n 100
-    ludic eval tictactoe --backend tinker --model tinker://RUN/sampler_weights/NAME -n 100
 
-The registered ``"chat"`` agent (ludic-agents' ``Agent`` on the model's chat template) renders each
-prompt and :class:`~ludic_tinker.TinkerChatClient` samples it, so rollouts carry token ids and behaviour
-logprobs (trainable, like the ``local`` backend's). What each :class:`~ludic_core.run.configs.BackendConfig`
-field means here:
-
-* ``model`` — a Tinker base model name, or the ``tinker://`` path of saved sampler weights
-  (``save_weights_for_sampler``; a :class:`~ludic_tinker.TinkerTrainer` run's sampler checkpoints).
-  The tokenizer and chat template are the base model's, from the Hugging Face Hub or its cache.
-  ``fake/tiny-char-lm``, the model of ``ludic_tinker.testing``'s loopback fake service, samples with
-  the fake's byte tokenizer and plain-text template instead (offline dry runs and tests).
-* ``base_urls`` — the service (one). Left at its default (the ``openai`` backend's local server) it is the
-  SDK's own: ``TINKER_BASE_URL``, else production.
-* ``api_key_env`` — the variable holding the key. Left at its default (``OPENAI_API_KEY``) it is the
-  SDK's own: ``TINKER_API_KEY``, ``TINKER_CREDENTIAL_CMD`` or a ``tinker auth login``.
-* ``request_timeout_s`` — the longest wait for one sample, and for creating the sampling client.
-
-``max_concurrency``, ``max_retries`` and ``device`` do not apply (``rollout.concurrency`` bounds the
-requests in flight; the SDK retries; the model runs on the service). Registered as the
-``ludic.backends`` entry point ``tinker`` of ludic-tinker; the agent comes through the registry, so
-ludic-agents must be installed (``pip install "ludic-agents[hf]"``).
+The registered ``"chat"`` agent renders each prompt with the model's chat template and
+:class:`~ludic_tinker.TinkerChatClient` samples it, so rollouts carry token ids and logprobs. ``model``
+is a Tinker base model or a ``tinker://`` sampler-weights path (``fake/tiny-char-lm`` uses the loopback
+fake's byte tokenizer); ``base_urls`` and ``api_key_env`` left at their defaults mean the SDK's own
+(``TINKER_BASE_URL``, ``TINKER_API_KEY``); ``request_timeout_s`` bounds each sample and the sampler's
+creation. ``max_concurrency``, ``max_retries`` and ``device`` do not apply. Registered as the
+``ludic.backends`` entry point ``tinker``; needs ludic-agents (``pip install "ludic-agents[hf]"``).
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """The micro-batch token budget a model and a device can afford, for ``micro_token_budget=None``.
 
-A training micro-batch's memory is dominated by what the backward pass keeps per token: each decoder
-layer's activations (a few copies of the hidden state and of the MLP's intermediate state) and the
-logits over the vocabulary with their log-softmax and gradients. Per token, in the model's dtype
-(logits always in fp32, as the losses compute them)::
+The backward pass keeps, per token, each layer's activations and the fp32 logits with their
+log-softmax and gradients::
 
     layers * (16 * hidden_size + 8 * intermediate_size) * dtype_bytes + 5 * vocab_size * 4
 
-Measured on the CPU (one step of the GRPO loss, LoRA rank 8 on every layer, peak resident memory over
-the step minus before it; sequences of 128–512 tokens, SDPA attention): SmolLM2-135M 3.25–3.45 MB per
-token against the formula's 3.56 MB, the repository's 2-layer test model 27 KB against 29 KB. With
-gradient checkpointing only each layer's input is kept, plus one layer's activations during its
-recomputation.
-
-How much memory the activations may take:
-
-* CUDA: 60% of the device's free memory once the optimiser state (two AdamW moments) and the
-  gradients of the trainable parameters are set aside.
-* CPU: a quarter of the available memory, at most :data:`CPU_ACTIVATION_CAP_BYTES`. A CPU step's time
-  grows linearly with its tokens (SmolLM2-135M: 4.1, 8.5, 17.1 and 36.4 s for micro-batches of 256 to
-  2,048 tokens), so a bigger micro-batch buys no speed there, only memory; and with the cap a
-  machine's free memory rarely changes the budget, so a run packs the same micro-batches (and rounds
-  the same way) wherever it runs.
-
-The budget is rounded down to a power of two. An item longer than the budget trains alone in its
-micro-batch (:mod:`ludic_train.microbatch`): memory then exceeds the target by that item's excess.
+(a slight overestimate of measured peaks; with gradient checkpointing only each layer's
+input is kept). The activations may take 60% of a CUDA device's free memory after gradients and AdamW
+state, or a quarter of the available CPU memory capped at :data:`CPU_ACTIVATION_CAP_BYTES` (a CPU step's
+time grows linearly with its tokens, so a bigger micro-batch buys no speed, and the cap makes runs pack
+alike on any machine). The budget is rounded down to a power of two; a longer item trains alone in its
+micro-batch (:mod:`ludic_train.microbatch`).
 """
 
 from __future__ import annotations

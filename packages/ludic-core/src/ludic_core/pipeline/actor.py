@@ -1,37 +1,16 @@
 """The actor side of pipeline RL: generate SAW batches with the current policy and push them to Redis.
 
-Each iteration of :meth:`RedisPipelineActor.run`:
-
-1. **Back-pressure.** While the queue holds ``max_queue_len`` messages or more, wait (polling
-   ``LLEN``); after ``backpressure_timeout_s`` fail with :class:`~ludic_core.errors.LudicTimeoutError`
-   (a learner that stopped consuming must not let actors spin forever). Waiting *before* generating
-   keeps the data fresh: a batch is generated only when there is room for it. With several actors the
-   bound is soft by at most one message per actor.
-2. ``before_batch(step)`` if given (e.g. load newer weights into a local sampler).
-3. **Version.** ``client.get_policy_version()`` with a per-attempt timeout, retried with backoff until
-   ``version_deadline_s``, then a loud failure (never a default of 0).
-4. **Generate.** The actor's :class:`~ludic_core.batch_sources.RolloutBatchSource` makes the batch:
-   the same requests, rollout settings, credit and SAW-building code as the synchronous path (GRPO
-   groups are credited whole here).
-5. **Tag.** Items whose model calls reported a version keep it (the SAW builder takes the oldest
-   version a turn's calls were sampled with); the others get the version read in step 3, which is the
-   oldest weights any of their calls can have used, so staleness is never underestimated. Without a
-   ``client`` an untagged item is an error.
-6. **Push.** One msgpack message (:mod:`ludic_core.pipeline.wire`) per batch, with ``RPUSH``
-   (:meth:`RedisPipelineActor.push` takes several messages and sends them in one ``RPUSH``).
-
-Delivery: a push is one atomic ``RPUSH``, never retried. Once Redis answered it (with ``appendonly yes``
-and ``appendfsync always``: once it is on disk) the message is the learner's to deliver exactly once
-(:mod:`ludic_core.pipeline.source`); an actor killed before that loses only the batch it was
-generating, which no learner ever saw, and a restarted actor generates new batches under a new
-``actor_id``. A push whose answer was lost may have landed: it is then trained like any other, never
-twice.
-
-Stopping: ``stop_event`` is checked between batches and while waiting for room; a batch being
-generated when it is set is finished and pushed first, so no half-batch is ever lost or sent.
-``max_batches`` stops after that many pushes. Cancelling the task stops at once (the batch in flight is
-dropped). Errors in generation are not swallowed: per-episode failures are handled by the rollout
-settings' ``on_failure`` policy; anything else propagates.
+Each iteration of :meth:`RedisPipelineActor.run` waits while the queue holds ``max_queue_len`` messages
+(failing after ``backpressure_timeout_s``), so a batch is generated only when there is room for it;
+calls ``before_batch(step)``; reads ``client.get_policy_version()`` (retried until
+``version_deadline_s``, never defaulted); generates the batch through its
+:class:`~ludic_core.batch_sources.RolloutBatchSource`; tags each item with the version its calls
+reported, else the version just read (the oldest weights it can have used, so staleness is never
+underestimated); and pushes one msgpack message (:mod:`ludic_core.pipeline.wire`) with one ``RPUSH``,
+never retried. Once Redis answers, the message is the learner's to deliver exactly once; an actor killed
+before that loses only the batch no learner saw. ``stop_event`` is checked between batches (a batch in
+progress is finished and pushed first), ``max_batches`` bounds the pushes, cancelling drops the batch in
+flight, and errors outside the rollout settings' ``on_failure`` policy propagate.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """The pipeline's wire format: one msgpack message per actor batch, token arrays packed in binary.
 
-An actor pushes each batch it generates as **one** Redis list element, so the items of a GRPO group
-(credit was computed over the whole group on the actor) always reach the learner together. A message
-is a msgpack map::
-
-    {
-        "format": "ludic.pipeline.batch",  # what this is (anything else on the queue is refused)
-        "wire_version": 3,  # bumped on incompatible changes; readers refuse others
-        "actor_id": "host:1234:9f2c",  # who produced it
-        "batch_index": 7,  # the actor's step counter for this batch
-        "created_at": 1718000000.123,  # unix time the actor pushed it (queue-age metrics)
-        "policy_version": 3,  # the oldest policy_version among the items
-        "num_rollouts": 8,  # distinct rollouts the items come from
-        "meta": {...},  # the actor's batch meta (episode counts, rewards, ...)
-        "items": {...},  # the items as packed columns: see ludic_core.pipeline.columns
-    }
-
-The items travel as packed columns (:mod:`ludic_core.pipeline.columns`): about 6 bytes per token for
-1k-token items with 40% action tokens and a 151k vocabulary (the JSON of wire version 1, refused with
-an error that says so, took 18.7).
-
-msgpack, never pickle: the learner must not execute whatever bytes land on a shared queue, and msgpack
-only ever builds maps, lists, strings, numbers and bytes (numpy, in the same extra, checks the packed
-arrays). Floats outside the logprob columns stay float64 and round-trip exactly; NaN/inf are refused,
-in the batch meta and in every item's meta. Sizes are bounded (:class:`WireLimits`). ``python -m
+Each actor batch is **one** Redis list element, so a GRPO group reaches the learner whole. A message is
+a msgpack map with ``format`` (``"ludic.pipeline.batch"``), ``wire_version`` (3; readers refuse others),
+``actor_id``, ``batch_index``, ``created_at`` (unix time of the push), ``policy_version`` (the oldest
+among the items), ``num_rollouts``, ``meta`` (the actor's batch meta) and ``items``, packed columns
+(:mod:`ludic_core.pipeline.columns`, about 6 bytes per token). msgpack, never pickle: a learner must not
+execute whatever lands on a shared queue. Floats outside the logprob columns are float64 and round-trip
+exactly; NaN/inf are refused in every meta; sizes are bounded by :class:`WireLimits`. ``python -m
 ludic_core.pipeline.dump`` prints queued messages as JSON.
 """
 

@@ -1,32 +1,21 @@
 """The loss contract, the shared token-logprob context and the per-sequence reduction every loss uses.
 
-Conventions (one place, so every loss agrees):
+A collated micro-batch (:mod:`ludic_train.collate`) holds ``input_ids``, ``attention_mask`` and
+``action_mask`` ``[B,T]``, ``weight`` and ``temperature`` ``[B]``, ``logit_positions [K]`` and, when the
+items carry them, ``actor_logps`` / ``teacher_logps [B,T]`` and ``old_logp_action [B]``. Every loss
+follows one convention:
 
-* A collated micro-batch (see :mod:`ludic_train.collate`) holds ``input_ids [B,T]``,
-  ``attention_mask [B,T]``, ``action_mask [B,T]`` (float), ``weight [B]`` (the advantage or sample
-  weight), ``temperature [B]``, ``logit_positions [K]`` and, when the items carry them,
-  ``actor_logps [B,T]`` / ``old_logp_action [B]`` (behaviour policy) and ``teacher_logps [B,T]``;
-  per-token logprobs sit on the action positions, 0 elsewhere.
-* **Temperature.** The policy being scored is the one the sampler drew from, ``softmax(logits / τ_b)``
-  with ``τ_b = batch["temperature"][b]`` (the item's sampling temperature; 1 for greedy items and items
-  without one). Every per-token quantity — ``token_logp``, ``entropy``, hence every ratio against
-  ``actor_logps`` — is of that distribution, so on-policy ratios are 1 at any sampling temperature. A
-  batch without ``temperature`` is scored at τ = 1.
-* **Logits at some positions only.** ``logits`` may be ``[B, T, V]`` or ``[B, K, V]``: the logits at
-  the ``K`` positions ``batch["logit_positions"]`` (sorted; they must include every ``t`` with
-  ``action_mask[:, t+1] == 1``), as a model's ``logits_to_keep`` returns them. Both give the same
-  values; the second skips the lm-head on prompt positions.
-* **Causal shift.** The logits at position ``t`` score token ``t+1``. Every per-token quantity lives on
-  the shifted grid ``[B, T-1]``: ``token_logp[b, t] = log_softmax(logits[b, t])[input_ids[b, t+1]]`` and
-  the mask is ``action_mask[:, 1:]`` — the entropy bonus included (the original masked its entropy with
-  the unshifted mask, one position off from every other loss).
-* **Every loss is a mean over sequences.** A loss builds one term per sequence ``ℓ_b`` and returns
-  ``mean_b ℓ_b``. That is what makes token-budget micro-batching exact: scaling a micro-batch's loss by
-  ``num_items / total_items`` (:func:`ludic_train.microbatch.micro_loss_scale`) and summing gives the
-  gradient of the whole macro-batch. A per-token term is reduced per sequence by a masked sum, divided
-  by the sequence's action-token count ``n_b = max(1, Σ_t mask)`` when ``length_normalize``.
-* Stats are detached 0-d tensors, so a trainer moves a whole step's stats to the host in one transfer
-  (:func:`stats_to_host`).
+* it scores the sampling distribution ``softmax(logits / τ_b)`` (τ = 1 when absent), so on-policy ratios
+  are 1 at any temperature;
+* ``logits`` are ``[B, T, V]`` or ``[B, K, V]`` at ``logit_positions`` (which include every position
+  before an action token); both give the same values;
+* logits at ``t`` score token ``t+1``: per-token quantities live on ``[B, T-1]``, masked by
+  ``action_mask[:, 1:]``;
+* the loss is a mean over sequences of per-sequence terms (masked sums, divided by the action-token
+  count when ``length_normalize``), so summing micro-batch losses scaled by
+  :func:`ludic_train.microbatch.micro_loss_scale` gives the macro-batch's gradient exactly.
+
+Stats are detached 0-d tensors, moved to the host in one transfer (:func:`stats_to_host`).
 """
 
 from __future__ import annotations
