@@ -3,19 +3,13 @@
 A collated micro-batch (:mod:`ludic_train.collate`) holds ``input_ids``, ``attention_mask`` and
 ``action_mask`` ``[B,T]``, ``weight`` and ``temperature`` ``[B]``, ``logit_positions [K]`` and, when the
 items carry them, ``actor_logps`` / ``teacher_logps [B,T]`` and ``old_logp_action [B]``. Every loss
-follows one convention:
-
-* it scores the sampling distribution ``softmax(logits / τ_b)`` (τ = 1 when absent), so on-policy ratios
-  are 1 at any temperature;
-* ``logits`` are ``[B, T, V]`` or ``[B, K, V]`` at ``logit_positions`` (which include every position
-  before an action token); both give the same values;
-* logits at ``t`` score token ``t+1``: per-token quantities live on ``[B, T-1]``, masked by
-  ``action_mask[:, 1:]``;
-* the loss is a mean over sequences of per-sequence terms (masked sums, divided by the action-token
-  count when ``length_normalize``), so summing micro-batch losses scaled by
-  :func:`ludic_train.microbatch.micro_loss_scale` gives the macro-batch's gradient exactly.
-
-Stats are detached 0-d tensors, moved to the host in one transfer (:func:`stats_to_host`).
+scores the sampling distribution ``softmax(logits / τ_b)`` (τ = 1 when absent), so on-policy ratios are
+1 at any temperature; takes ``logits`` as ``[B, T, V]`` or as ``[B, K, V]`` at ``logit_positions`` (every
+position before an action token), with the same values; scores token ``t+1`` with the logits at ``t``
+(per-token quantities on ``[B, T-1]``, masked by ``action_mask[:, 1:]``); and returns a mean over
+sequences of per-sequence terms (masked sums, divided by the action-token count when
+``length_normalize``), so micro-batch losses scaled by :func:`ludic_train.microbatch.micro_loss_scale`
+sum to the macro-batch's gradient exactly. Stats are detached 0-d tensors (:func:`stats_to_host`).
 """
 
 from __future__ import annotations
