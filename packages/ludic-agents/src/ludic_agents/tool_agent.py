@@ -1,26 +1,15 @@
 """``ToolAgent`` and ``ReActAgent``: agents that call tools inside their turn.
 
-One ``act`` is a loop of model calls. After each call the chat template's tool parser reads the
-completion:
-
-* no tool calls → the output goes to the env (``action_target="env"``, parsed by the agent's parser);
-* internal tool calls → the agent runs them, feeds the results back and calls the model again
-  (``action_target="internal"`` for that call);
-* any external tool call → internal calls of the same completion run first, then the external ones
-  are handed to the protocol (``action_target="external"``); the turn continues in the next ``act``
-  after :meth:`on_tool_results`;
-* a tool-call block that cannot be read → an env-targeted parse failure with
-  ``tool_parse_error_penalty`` and ``tool_parse_error_feedback`` (``info["tool_parse_error"]``).
-
-Unknown tools, bad arguments, exceptions inside a tool and tool timeouts become tool messages the
-model sees; the loop goes on. The last allowed call is always env-targeted: whatever it
-contains is parsed as the answer (``ToolAgent`` allows ``max_calls_per_turn`` calls per turn,
-``ReActAgent`` ``max_react_steps`` per ``act``, restarting after each external round trip). ``ReActAgent`` adds a final-answer instruction to that last call's
-prompt (a prompt-only user message: it is part of the turn's tokens but not of the stored history).
-
-All model calls of a turn share one token sequence (see :mod:`ludic_agents.extension`); tool
-schemas stay in the prompt for the whole turn, the last call included, because removing them would
-re-render the system prompt and break the extension.
+One ``act`` is a loop of model calls; after each, the chat template's tool parser reads the completion.
+No tool calls: the output goes to the env (``action_target="env"``). Internal calls: the agent runs them
+and calls the model again (``"internal"``). Any external call: internal calls of the completion run
+first, the external ones go to the protocol (``"external"``) and the turn continues after
+:meth:`on_tool_results`. An unreadable tool-call block is an env-targeted parse failure
+(``tool_parse_error_penalty``, ``info["tool_parse_error"]``). Tool errors and timeouts become tool
+messages the model sees. The last allowed call (``max_calls_per_turn``; ``ReActAgent``:
+``max_react_steps`` per ``act``) is env-targeted, and ``ReActAgent`` adds a prompt-only final-answer
+instruction to it. All calls of a turn share one token sequence (:mod:`ludic_agents.extension`), so tool
+schemas stay in the prompt for the whole turn.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Tool-call parsers: find the tool calls a model wrote in its completion text.
 
-Formats, selectable by name with :func:`get_tool_parser`:
-
-* ``"hermes"`` (aliases ``"qwen2.5"``, ``"qwen3"``): ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
-  blocks holding one JSON object each (Hermes-2-Pro, Qwen2.5, Qwen3).
-* ``"qwen3_coder"``: the XML form of Qwen3-Coder::
-
-      <tool_call>
-      <function=get_weather>
-      <parameter=city>
-      Paris
-      </parameter>
-      </function>
-      </tool_call>
-
-  Parameter values are text; they are converted with the tool's schema when one is given
-  (``string`` stays text; other types are read as JSON), otherwise read as JSON when they parse and
-  kept as text when not.
-
-A parser never raises on model text. It returns the calls it could read, the text with every
-tool-call block removed (``content``), and one error string per block it could not read.
+Formats, by name through :func:`get_tool_parser`: ``"hermes"`` (aliases ``"qwen2.5"``, ``"qwen3"``),
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks of one JSON object each; and
+``"qwen3_coder"``, Qwen3-Coder's XML form (``<tool_call><function=NAME><parameter=ARG>value</parameter>
+...``), whose text values are converted with the tool's schema when given (``string`` stays text, other
+types are read as JSON), else read as JSON when they parse. A parser never raises on model text: it
+returns the calls it could read, the text without tool-call blocks (``content``) and one error string
+per block it could not read.
 """
 
 from __future__ import annotations

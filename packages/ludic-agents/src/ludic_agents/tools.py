@@ -1,19 +1,11 @@
 """Tools: Python callables described to the model by a JSON schema built from type hints and docstrings.
 
-:func:`tool` / :class:`Tool.from_function` read a function's signature:
-
-* ``int`` → integer, ``float`` → number, ``bool`` → boolean, ``str`` → string, ``None`` → null;
-* ``Optional[X]`` / ``X | None`` → ``X`` that may be null (and is not required if it has a default);
-* ``list[X]`` / ``tuple[X, ...]`` / ``set[X]`` → array of ``X``; ``dict[str, X]`` → object of ``X``;
-* ``Literal["a", "b"]`` and ``Enum`` subclasses → ``enum`` (enum members are passed back as members);
-* parameters without a default are required; defaults are shown in the schema.
-
-The description is the docstring's summary; per-parameter descriptions come from Google-style
-(``Args:``) or NumPy-style (``Parameters`` + dashes) sections when present.
-
-:func:`run_tool_call` executes one :class:`~ludic_core.types.ToolCall` and never raises for a model
-mistake: unknown tools, arguments that are not a JSON object, missing or unexpected arguments,
-exceptions inside the tool and timeouts all become an error message the model sees as the tool result.
+:func:`tool` / :meth:`Tool.from_function` map ``int``/``float``/``bool``/``str``/``None`` to JSON types,
+``Optional[X]`` to a nullable ``X``, ``list``/``tuple``/``set`` to arrays, ``dict[str, X]`` to objects,
+and ``Literal`` and ``Enum`` to ``enum``; parameters without a default are required. Descriptions come
+from the docstring's summary and its Google- or NumPy-style parameter sections. :func:`run_tool_call`
+runs one :class:`~ludic_core.types.ToolCall` and never raises for a model mistake: unknown tools, bad
+arguments, exceptions and timeouts become an error message the model sees as the tool result.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Evaluation: run requests, keep a record of everything that happened, reduce records to metrics.
 
-Two kinds of record, both plain JSON-friendly dicts:
-
-* **rollout records** — one per rollout (an agent's view of an episode), including failed episodes
-  and episodes that never reached the env (every turn failed to parse);
-* **sample records** — one per turn, including turns that ended in a parse failure.
-
-Nothing is left out of a denominator: a reducer's mean is over *all* records of its kind, and a
-record without the reduced key counts as 0 (an answer that never parsed is a wrong answer; the
-original's eval only recorded env steps, so parse failures vanished and accuracy was inflated).
-
+Records are JSON-friendly dicts: one per rollout (failed episodes and episodes that never reached the env
+included) and one per turn (parse failures included). A reducer's mean is over *all* records of its
+kind and a record without the reduced key counts 0, so an answer that never parsed is a wrong answer.
 Reducers: :class:`Reducer` (mean / sum / rate over samples or rollouts), :class:`PassAtK` and
-:class:`MeanAtK` over GRPO-style groups (requests expanded by
-:class:`~ludic_core.strategies.GRPORequestStrategy`).
+:class:`MeanAtK` over groups expanded by :class:`~ludic_core.strategies.GRPORequestStrategy`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The one logging path of every Ludic package: structlog call sites, stdlib ``logging`` records.
 
-Library code writes structured events::
-
-    from ludic_core.logs import get_logger
-
-    log = get_logger(__name__)
-    log.warning("engine.episode_failed", episode=3, error=repr(exc))
-
-and each event becomes one ordinary :mod:`logging` record on a logger under the ``ludic`` root
-(``ludic_core.engine`` -> ``ludic.core.engine``). Its message is the event name followed by the
-key-value pairs (``engine.episode_failed episode=3 error=ValueError('boom')``); the structured
-fields are also on the record as ``record.event_dict``.
-
-Nothing here configures logging, neither the stdlib's nor structlog's (``structlog.configure`` is
-process-global and belongs to the application). So Ludic is quiet by default: with no handler
-configured anywhere, the stdlib's last-resort handler prints WARNING and above to stderr, and info and
-debug events are dropped. The application decides the rest, e.g. ``logging.basicConfig(level=logging.INFO)``
-or ``logging.getLogger("ludic").setLevel(logging.DEBUG)`` plus a handler.
+``get_logger(__name__).warning("engine.episode_failed", episode=3)`` becomes one :mod:`logging` record on
+a logger under ``ludic`` (``ludic_core.engine`` -> ``ludic.core.engine``), its message the event name and
+its key-value pairs, its fields on ``record.event_dict``. Nothing here configures logging (neither the
+stdlib's nor structlog's, which is process-global): the application sets levels and handlers, and with
+none, only warnings and errors reach stderr.
 """
 
 from __future__ import annotations

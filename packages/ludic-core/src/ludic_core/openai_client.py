@@ -1,23 +1,13 @@
 """An OpenAI-compatible chat-completions client over aiohttp: a :class:`~ludic_core.message_client.MessageClient`.
 
-It speaks ``POST {base_url}/chat/completions`` to any OpenAI-compatible server (vLLM, SGLang, a hosted
-API), with no torch and no tokenizer. Replies are text only (see :mod:`ludic_core.message_client`).
-
-* **Bounded concurrency**: at most ``max_concurrency`` requests in flight; the rest wait their turn.
-* **One deadline per request**: ``request_timeout_s`` bounds the whole call from the moment it gets a
-  slot, its retries and back-off waits included, so a flapping server cannot stretch a call without
-  bound.
-* **Retries**: 429 and 5xx answers and dropped connections are retried up to ``max_retries`` times
-  with exponential back-off (a numeric ``Retry-After`` header is honoured, capped at ``max_backoff_s``);
-  other 4xx answers are the caller's mistake and fail at once, quoting the server's message.
-* **API key** from the environment variable ``api_key_env`` (``OPENAI_API_KEY``); none is sent when it
-  is unset, as local servers expect.
-
-Sampling parameters that OpenAI's own API lacks (``top_k``, ``min_p``, ``repetition_penalty``,
-``stop_token_ids``) are sent only when they differ from their defaults: vLLM and SGLang accept them, and
-a hosted API rejects the request rather than ignoring them silently.
-
-aiohttp is imported when the first request is made, so importing this module costs nothing.
+It speaks ``POST {base_url}/chat/completions`` to any OpenAI-compatible server, with no torch and no
+tokenizer; replies are text only. At most ``max_concurrency`` requests are in flight;
+``request_timeout_s`` bounds each call from when it gets a slot, retries and back-off included. 429, 5xx
+and dropped connections are retried up to ``max_retries`` times with exponential back-off (a numeric
+``Retry-After`` is honoured, capped at ``max_backoff_s``); other 4xx fail at once, quoting the server. The
+key comes from ``api_key_env`` (none is sent when unset). ``top_k``, ``min_p``, ``repetition_penalty``
+and ``stop_token_ids`` are sent only when not at their defaults, so a hosted API that lacks them rejects
+the request rather than ignoring them. aiohttp is imported on the first request.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """SAW items that keep their token arrays packed in binary buffers until something reads them.
 
-A batch of 16 items of 1k tokens holds 16k token ids, 16k mask entries and ~6k logprobs. As tuples of
-Python ints and floats they cost one object per token to create, to check and to free, more than
-Redis needs to move the token's bytes; and whoever consumes them reads each array once (a learner when
-it collates, an actor when it packs them for the wire). A :class:`PackedSAWItem` holds its arrays
-packed and unpacks each into the usual tuple on its first read (then keeps the tuple). It is built two
-ways:
-
-* :meth:`PackedSAWItem.from_arrays`, by a builder (:mod:`ludic_core.saw_builder`): from an
-  ``array`` of token ids, the action mask as run lengths and ``array("d")`` logprobs that the builder
-  filled directly. It runs the checks ``SAWItem``'s validators make, on the arrays: an ``array`` holds
-  only unsigned ints below 2**32 or floats by construction, so what is left are lengths and counts, and
-  no pass over Python objects. :func:`~ludic_core.pipeline.columns.pack_items` reads the buffers of
-  such an item with numpy instead of reading its tuples.
-* :meth:`PackedSAWItem.from_checked`, by :func:`~ludic_core.pipeline.columns.unpack_items` on the
-  learner: its arrays are slices of a message's columns, checked with vectorised checks (sizes, run
-  lengths, finite logprobs, see :mod:`ludic_core.pipeline.columns`).
-
-A :class:`PackedSAWItem` *is* a :class:`~ludic_core.saw.SAWItem`: every field reads as the same
-tuples, ints and floats; it compares equal to a ``SAWItem`` with equal fields; ``attrs.evolve``,
-``copy`` and ``pickle`` work (they set every field, as ``SAWItem.__init__`` does, and give a
-``PackedSAWItem`` that holds tuples and no packed arrays). Fields never change once an item exists
-(it is frozen), so an item's packed arrays, where it has them, always hold its fields' values.
+Whoever consumes an item reads each array once (a learner collating, an actor packing for the wire), so a
+:class:`PackedSAWItem` holds its arrays packed and unpacks each into the usual tuple on first read,
+saving a Python object per token. :meth:`PackedSAWItem.from_arrays` (the SAW builder) takes ``array``
+token ids, run-length action masks and ``array("d")`` logprobs and checks lengths and counts only, as the
+arrays' types guarantee the rest; :meth:`PackedSAWItem.from_checked`
+(:func:`~ludic_core.pipeline.columns.unpack_items`) takes slices of checked message columns. A
+:class:`PackedSAWItem` *is* a :class:`~ludic_core.saw.SAWItem`: fields read as the same tuples, it
+compares equal to an equal ``SAWItem``, and ``attrs.evolve``, ``copy`` and ``pickle`` give an item holding
+tuples. It is frozen, so its packed arrays always hold its fields' values.
 """
 
 from __future__ import annotations

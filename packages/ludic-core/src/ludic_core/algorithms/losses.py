@@ -1,22 +1,14 @@
 """Loss specs: what an algorithm optimises, as frozen values with no tensors in them.
 
-A spec names a loss and holds its hyper-parameters; each backend turns it into the loss it runs.
-ludic-train builds its torch loss from it (``ludic_train.algorithm.build_loss``), ludic-tinker picks the
-Tinker loss that computes the same objective (``ludic_tinker.losses.tinker_loss_for``), both by the
-spec's type. Specs mirror ludic-train's torch losses parameter for parameter; the formulas are in those
-classes' docstrings.
-
-Conventions shared by every spec:
-
-* ``length_normalize``: a per-token term is summed per sequence, then divided by the sequence's
-  action-token count when true; the loss is the mean over sequences.
-* ``clip_eps_low`` / ``clip_eps_high``: the ratio band is ``[1 − clip_eps_low, 1 + clip_eps_high]``
-  (in log space for :class:`GMPO`). ``ratio_clip`` caps the ratio itself before the surrogate.
-* ``required_inputs``: the optional SAW item fields the loss reads (:data:`~ludic_core.algorithms.spec.
-  KNOWN_INPUTS`): ``"actor_logps"`` for every loss with an importance ratio, ``"teacher_logps"`` for
-  distillation.
-* ``token_decomposable``: whether the loss is a reduction of per-token terms, which token-level
-  truncated importance sampling (:class:`TruncatedIS`) needs.
+A spec names a loss and holds its hyper-parameters; ludic-train builds its torch loss from it
+(``ludic_train.algorithm.build_loss``) and ludic-tinker picks the Tinker loss with the same objective
+(``ludic_tinker.losses.tinker_loss_for``), both by the spec's type. The formulas are in ludic-train's
+torch losses. Shared fields: ``length_normalize`` (divide each sequence's summed per-token term by its
+action-token count; the loss is a mean over sequences); ``clip_eps_low`` / ``clip_eps_high`` (the ratio
+band ``[1 − low, 1 + high]``, in log space for :class:`GMPO`) and ``ratio_clip`` (a cap on the ratio);
+``required_inputs`` (the optional SAW item fields the loss reads, from
+:data:`~ludic_core.algorithms.spec.KNOWN_INPUTS`); ``token_decomposable`` (a reduction of per-token
+terms, which :class:`TruncatedIS` at token level needs).
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """Algorithm presets as data: one table of rows, each a credit assigner, a loss spec and a preprocess.
 
-Each row (:class:`Preset`) states only what makes the algorithm: its credit assigner class and the values
-it sets there, its loss spec (whose other defaults are the spec class's own) and its preprocess. Calling a
-row builds the :class:`~ludic_core.algorithms.spec.AlgorithmSpec`: ``grpo(group_size=8)``. Every keyword
-names a field of one of the row's parts and sets it there:
-
-* a field of the credit assigner (``group_size``, ``normalize_adv``, ``positive_only``, ``clamp_order``,
-  ``gamma``, ``tracker`` …);
-* a field of the loss spec (``clip_eps_low``, ``length_normalize``, ``coeff`` …, set on every loss spec
-  of the row that has it), or ``<term>_weight`` for a term of a composite loss (a term of weight 0 is
-  left out);
-* a field of the baseline (``normalize``, for ``reinforce_baseline``);
-* ``drop_zero_weight`` / ``drop_zero_weight_eps`` (:class:`DropZeroWeight`), ``importance_sampling`` /
-  ``is_cap`` (:class:`TruncatedIS` around the loss: its ``level`` and ``cap``) and ``name``.
-
-A keyword no part takes is a :class:`ConfigError` naming the ones the row takes (:meth:`Preset.options`).
-A loss that reads no item weight (distillation alone) gets :class:`ConstantCredit`, so plain OPD needs
-no groups. The rows are registered by name as ``ludic.algorithms`` entry points of ludic-core
-(``ludic_core.registry.make_algorithm("grpo")``); every backend (ludic-train's ``Trainer``, ludic-tinker's
-``TinkerTrainer``) takes the spec they build. Group-based rows read each group's size from the meta the
-request strategy writes (``GRPORequestStrategy(group_size=8)``); ``group_size`` is for hand-made groups.
+Each row (:class:`Preset`) states only what makes the algorithm; calling it builds the
+:class:`~ludic_core.algorithms.spec.AlgorithmSpec` (``grpo(group_size=8)``). A keyword sets a field of the
+credit assigner, of every loss spec of the row that has it (``<term>_weight`` weights a composite's term;
+0 leaves it out), of the baseline, or ``drop_zero_weight[_eps]``, ``importance_sampling`` / ``is_cap``
+(:class:`TruncatedIS`) and ``name``; any other keyword is a :class:`ConfigError` naming the ones the row
+takes (:meth:`Preset.options`). A loss that reads no item weight gets :class:`ConstantCredit`. Rows are
+``ludic.algorithms`` entry points (``ludic_core.registry.make_algorithm("grpo")``). Group-based rows read
+each group's size from the request strategy's meta; ``group_size`` is for hand-made groups.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """``ludic rollouts <env> --keep <filter> [-o data.jsonl]``: collect rollouts for rejection sampling and
 SFT data from any backend.
 
-Kept rollouts are appended to ``-o`` (default ``<run_dir>/rollouts.jsonl``) as they finish (:class:`~ludic_core.rollout_log.RolloutLog`), and
-every finished request is recorded in ``<output>.requests.jsonl`` (its ``request_id`` and how many
-rollouts were kept), so a rerun with the same output skips the requests already done and collects the
-rest: an interrupted run resumes where it stopped. ``<output>.run.json`` holds what fixes the requests
-(env, env kwargs, seed, samples per prompt); a rerun with other values is refused rather than mixing
-two datasets in one file. A failed episode is not recorded as done, so a rerun retries it; a run in
-which more than ``rollout.max_failure_rate`` of the episodes failed exits non-zero with the first
-failure's cause. The table ends with the rate of each of the env profile's outcomes among the
-rollouts this run collected (``counts.json`` holds the counts).
-
-Rollouts from a message-level backend (``openai``) carry text but no token ids (step info
-``token_level: False``); re-tokenise them with the student's chat template before SFT.
+Kept rollouts are appended to ``-o`` (default ``<run_dir>/rollouts.jsonl``) as they finish; finished
+requests go to ``<output>.requests.jsonl``, so a rerun with the same output resumes where it stopped
+(failed episodes are retried). ``<output>.run.json`` holds what fixes the requests; a rerun with other
+values is refused rather than mixing two datasets. More than ``rollout.max_failure_rate`` failed
+episodes exits non-zero with the first cause. The table ends with the rate of each of the env profile's
+outcomes (``counts.json``). Message-level (``openai``) rollouts carry no token ids: re-tokenise them with
+the student's chat template before SFT.
 """
 
 from __future__ import annotations

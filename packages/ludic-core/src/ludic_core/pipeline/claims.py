@@ -1,26 +1,14 @@
 """A learner's claims on the pipeline queue, kept in Redis so that a restart finds them.
 
-Every learner has a *consumer* name (one per data-parallel rank, the same across its restarts) and
-three keys of its own next to the queue:
-
-* ``<queue>:processing:<consumer>`` — the messages it claimed and has not acknowledged, in the order
-  it claimed them. A claim is one ``LMOVE`` (``BLMOVE`` for a learner that waits) from the queue's
-  head to this list's tail: atomic, so a message is on exactly one list at any time and two learners
-  never claim the same message.
-* ``<queue>:trained:<consumer>`` — the last ``keep_trained`` acknowledged messages, in order: what a
-  resume from an older checkpoint re-delivers.
-* ``<queue>:acked:<consumer>`` — how many messages this consumer has acknowledged in all.
-
-Positions count the messages a consumer claimed since it first ran, so ``trained ++ processing`` is
-one log and ``acked`` the boundary in it: the processing list starts at position ``acked``.
-Acknowledging up to position ``p`` moves the boundary forward (``LMOVE`` processing → trained);
-resuming a checkpoint taken at ``p < acked`` moves it back (trained → processing), so everything
-after ``p`` is delivered again. Either is one ``MULTI`` transaction with the new ``acked``, so a kill
-(of the learner or of Redis with an append-only file) never leaves the two out of step.
-
-A message a learner dead-letters is replaced, in the same transaction that copies it to the dead-letter
-list, by :data:`TOMBSTONE`: it keeps its position (the positions of the others stay valid) and a
-re-delivery skips it instead of dead-lettering it twice.
+Each learner has a *consumer* name (one per data-parallel rank, kept across restarts) and three keys:
+``<queue>:processing:<consumer>``, the claimed, unacknowledged messages in claim order (a claim is one
+atomic ``LMOVE``/``BLMOVE`` from the queue, so two learners never claim one message);
+``<queue>:trained:<consumer>``, the last ``keep_trained`` acknowledged messages; and
+``<queue>:acked:<consumer>``, the acknowledged count. ``trained ++ processing`` is one log with ``acked``
+the boundary: acknowledging up to ``p`` moves it forward, resuming a checkpoint at ``p < acked`` moves it
+back so everything after ``p`` is delivered again, each in one ``MULTI`` with the new ``acked``. A
+dead-lettered message is replaced, in the same transaction, by :data:`TOMBSTONE`, so positions stay
+valid and a re-delivery skips it.
 """
 
 from __future__ import annotations
