@@ -1,19 +1,11 @@
 """Register and build envs, interaction protocols and agent harnesses by name.
 
-Packages register their components through entry points, so installing ``ludic-envs`` makes
-``make_env("tictactoe")`` work with no import by the user::
-
-    [project.entry-points."ludic.envs"]
-    tictactoe = "ludic_envs.tictactoe:TicTacToeEnv"
-
-Entry points are loaded lazily, only when their name is first requested, so an installed but unused
-package costs nothing at import time. Names registered in code take precedence over entry points.
-
-``ludic-core`` itself provides the standard protocols under their ``name``: ``"single_agent"``,
-``"multi_agent"`` and ``"delegating"`` (see :mod:`ludic_core.protocols.standard` for the kwargs they
-take). They are built in rather than declared as entry points so that they resolve even when the
-package's metadata is absent (a source checkout on ``sys.path``); they too load lazily, and a name
-registered in code replaces them.
+Packages register components as entry points (``[project.entry-points."ludic.envs"]`` ``tictactoe =
+"ludic_envs.tictactoe:TicTacToeEnv"``), so installing ``ludic-envs`` makes ``make_env("tictactoe")`` work
+with no import by the user. Entry points load lazily, on first request of their name, and names
+registered in code take precedence. ludic-core's standard protocols (``"single_agent"``,
+``"multi_agent"``, ``"delegating"``; kwargs in :mod:`ludic_core.protocols.standard`) are built in, not
+entry points, so they resolve without package metadata (a source checkout on ``sys.path``).
 """
 
 from __future__ import annotations

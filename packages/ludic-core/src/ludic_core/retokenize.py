@@ -1,19 +1,12 @@
 """Token ids for message-level model calls, rendered with the student's chat template.
 
-Rollouts sampled through a :class:`~ludic_core.message_client.MessageClient` (an OpenAI-compatible
-server, a hosted API) record the chat messages sent and the reply text, but no token ids: the server
-rendered and tokenised them with *its* template. Such data can still teach a student by supervised
-fine-tuning, once it is written in the student's own format. For each call:
-
-* the prompt is ``template.render_text(prompt_messages, add_generation_prompt=True)``, encoded;
-* the conversation with the reply appended as an assistant message is rendered without a generation
-  prompt; it must start with the prompt's text (a template that rewrites earlier turns, e.g. one that
-  strips reasoning from history, raises :class:`~ludic_core.errors.DataError` rather than training on
-  a sequence the model would never see), and the rest of it (the reply and the template's end-of-turn
-  marker) is the completion, encoded on its own, as a sampler continues from the prompt's tokens.
-
-The completion tokens are the action (mask 1); there are no behaviour logprobs, so such items suit
-cross-entropy (SFT) only, never an on-policy loss.
+Rollouts sampled through a :class:`~ludic_core.message_client.MessageClient` record messages and reply
+text but no token ids, so they teach a student only by SFT, once written in the student's format. Per
+call, the prompt is ``template.render_text(prompt_messages, add_generation_prompt=True)``, encoded; the
+conversation with the reply appended, rendered without a generation prompt, must start with the
+prompt's text (else :class:`~ludic_core.errors.DataError`, rather than train on a sequence the model
+would never see), and its rest (reply and end-of-turn marker), encoded alone, is the completion (action
+mask 1). There are no behaviour logprobs: such items suit cross-entropy only.
 """
 
 from __future__ import annotations

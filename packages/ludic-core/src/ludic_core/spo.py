@@ -1,27 +1,15 @@
 """Single-stream Policy Optimisation (SPO; Xu & Ding, "Single-stream Policy Optimization", arXiv 2509.13232).
 
-SPO drops GRPO's groups. Each prompt keeps a persistent success estimate, and a sample's baseline is
-that estimate *before* the sample's reward is seen, so every sample carries a learning signal (a group
-whose answers all agree gives GRPO nothing). Three pieces share one :class:`SPOValueTracker`:
-
-* :class:`SPOValueTracker` — a Beta(alpha, beta) posterior of each prompt's success probability,
-  with forgetting: ``alpha <- rho*alpha + s``, ``beta <- rho*beta + (1 - s)`` for a success ``s`` in
-  [0, 1]. The paper's discount adapts to how far the policy moved since the prompt was last seen,
-  ``rho = clip(2 ** (-D / d_half), rho_min, rho_max)`` with ``D`` that KL; without a KL the fixed
-  ``rho`` is used.
-* :class:`SPOAdvantage` — the credit assigner: ``A = R - baseline`` with the baseline read before the
-  update, then normalised over the whole batch, ``(A - mean) / (std + eps)``.
-* :class:`SPORequests` — the requests provider: draws prompts from a pool with probability
-  proportional to ``sqrt(p (1 - p)) + priority_eps`` (``p`` the tracker's estimate), so prompts whose
-  outcome is uncertain come up more often; one sample per prompt by default.
-
-Pass the same tracker to the credit assigner and the requests provider. The provider's ``state_dict``
-carries the tracker's, so :class:`~ludic_core.batch_sources.RolloutBatchSource` checkpoints both.
-
-Prompts are identified by a key read from the request meta (``key_fn``, by default the
-``sample_index`` that :class:`SPORequests` and :class:`~ludic_core.curriculum.SequenceRequests` add);
-a rollout's key comes from its ``request_meta``. One key is one prompt for one agent: multi-agent
-episodes, whose rollouts share their request meta, are not supported by the default key.
+SPO has no groups: each prompt keeps a persistent success estimate, and a sample's baseline is that
+estimate before its reward is seen. :class:`SPOValueTracker` holds a Beta(alpha, beta) posterior per
+prompt with forgetting (``alpha <- rho*alpha + s``, ``beta <- rho*beta + (1 - s)``; ``rho`` adapts to
+the policy's KL drift when given, ``clip(2 ** (-D / d_half), rho_min, rho_max)``, else is fixed).
+:class:`SPOAdvantage`, the credit assigner, gives ``R - baseline`` normalised over the batch.
+:class:`SPORequests` draws prompts with probability ∝ ``sqrt(p (1 - p)) + priority_eps``. Pass the
+same tracker to both; the provider's ``state_dict`` carries it, so
+:class:`~ludic_core.batch_sources.RolloutBatchSource` checkpoints it. Prompts are keyed by request meta
+(``key_fn``, default ``sample_index``); multi-agent episodes, whose rollouts share request meta, need
+their own key.
 """
 
 from __future__ import annotations

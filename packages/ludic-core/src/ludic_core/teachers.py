@@ -1,19 +1,12 @@
 """Teacher logprobs for distillation: one or more teacher models score a student's SAW items.
 
-On-policy distillation trains a student on its own samples towards a teacher: its loss (the reverse KL
-of ``ludic_train.losses.ReverseKLLoss``) reads ``SAWItem.teacher_logps``, the teacher's logprob of
-each action token. :class:`TeacherScorer` fills that field by asking a teacher
-(any :class:`~ludic_core.inference.ChatClient` that implements ``ReturnSpec.return_prompt_logprobs``)
-for the prompt logprobs of the item's whole token sequence: the action token at position ``p`` is
-scored by entry ``p - 1`` (the logits at ``p - 1`` predict token ``p``). The teacher sees exactly the
-student's tokens, so student and teacher must share a tokenizer.
-
-Multi-teacher distillation (MOPD) routes each item to its own teacher, e.g. a maths teacher for maths
-prompts and a coding teacher for code: by default by the item's ``meta["teacher"]``, which a
-:class:`~ludic_core.requests.RolloutRequest` sets for every item of its episode
-(``RolloutRequest(..., meta={"teacher": "math"})``; request meta scalars are copied into each item's
-meta). :class:`TeacherScoredBatchSource` scores every batch of any batch source before the trainer sees
-it.
+:class:`TeacherScorer` fills ``SAWItem.teacher_logps`` (what the reverse-KL loss reads) by asking a
+teacher (any :class:`~ludic_core.inference.ChatClient` with ``ReturnSpec.return_prompt_logprobs``) for
+the prompt logprobs of the item's whole sequence: the action token at ``p`` is scored by entry ``p - 1``.
+The teacher sees the student's tokens, so both must share a tokenizer. With several teachers (MOPD)
+each item goes to the one its ``meta["teacher"]`` names, set through
+``RolloutRequest(..., meta={"teacher": "math"})``. :class:`TeacherScoredBatchSource` scores every batch
+of any batch source before the trainer sees it.
 """
 
 from __future__ import annotations

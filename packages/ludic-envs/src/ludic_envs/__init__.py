@@ -1,18 +1,11 @@
 """ludic-envs: environments for Ludic.
 
-* Tic-Tac-Toe against a built-in opponent (:class:`TicTacToeEnv`) and two-player self-play
-  (:class:`TicTacToeSelfPlayEnv`);
-* dataset question answering (:class:`DatasetQAEnv`; GSM8K and MATH through :func:`make_gsm8k_env`,
-  :func:`make_math_env`) with answer checking;
-* Python programs run against tests in a sandbox (:class:`CodeExecEnv`, :class:`SandboxPool`);
-* datasets as resumable streams of rollout requests (:class:`DatasetRequestStream`).
-
-The submodules (:mod:`ludic_envs.tictactoe`, :mod:`ludic_envs.qa`, :mod:`ludic_envs.codeexec`,
-:mod:`ludic_envs.dataset_requests`) hold the rest and keep every name importable where it was.
-
-Every env is registered under the ``ludic.envs`` entry-point group, so
-``ludic_core.make_env("tictactoe")`` works once the package is installed. Importing this package
-imports none of the submodules (the names above resolve on first use); optional dependencies
+Tic-Tac-Toe against a built-in opponent (:class:`TicTacToeEnv`) and in self-play
+(:class:`TicTacToeSelfPlayEnv`); dataset question answering with answer checking (:class:`DatasetQAEnv`,
+:func:`make_gsm8k_env`, :func:`make_math_env`); Python programs run against tests in a sandbox
+(:class:`CodeExecEnv`, :class:`SandboxPool`); datasets as resumable request streams
+(:class:`DatasetRequestStream`). Every env is a ``ludic.envs`` entry point
+(``ludic_core.make_env("tictactoe")``). Names resolve on first use, and optional dependencies
 (``datasets``, ``math-verify``) are imported only when a feature needs them.
 """
 

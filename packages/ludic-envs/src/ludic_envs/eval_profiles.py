@@ -1,18 +1,11 @@
-"""Eval profiles of the envs in this package, for ``ludic eval`` and ``ludic rollouts``
-(:class:`ludic_core.run.profiles.EvalProfile`, registered by env name in the entry-point group
-``"ludic.eval_profiles"``).
+"""Eval profiles of this package's envs for ``ludic eval`` and ``ludic rollouts``
+(:class:`ludic_core.run.profiles.EvalProfile`, ``ludic.eval_profiles`` entry points by env name).
 
-* Tic-Tac-Toe: the reply must be one cell (``B2``, or ``<move>B2</move>``); outcomes win / draw / loss,
-  illegal (an occupied cell), parse_error (no single cell in the reply), failed, unfinished; success is a
-  win or a draw.
-* QA (GSM8K, MATH, any :class:`~ludic_envs.qa.DatasetQAEnv`): the whole reply goes to the env, which
-  extracts and grades the answer; outcomes correct / wrong / no_answer (nothing the env could read as an
-  answer) / parse_error (an empty reply) / failed; success is ``correct``.
-* Code execution: the whole reply goes to the env, which runs its program against the row's tests;
-  the generic outcomes.
-
-Each profile spreads the evaluated prompts over distinct starts (:mod:`ludic_envs.eval_starts`): both
-sides and distinct opening positions for Tic-Tac-Toe, distinct rows for the dataset envs.
+Tic-Tac-Toe: the reply is one cell (``B2`` or ``<move>B2</move>``); outcomes win / draw / loss, illegal,
+parse_error, failed, unfinished; success is a win or a draw. QA (any
+:class:`~ludic_envs.qa.DatasetQAEnv`): the env grades the whole reply; outcomes correct / wrong /
+no_answer / parse_error (empty reply) / failed; success is ``correct``. Code execution: the generic
+outcomes. Prompts are spread over distinct starts (:mod:`ludic_envs.eval_starts`).
 """
 
 from __future__ import annotations

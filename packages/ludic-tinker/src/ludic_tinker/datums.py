@@ -1,20 +1,11 @@
-"""SAW items → Tinker ``Datum``s: exactly one datum per item (one agent turn), never duplicated.
+"""SAW items → Tinker ``Datum``s: exactly one datum per item (one agent turn).
 
-For an item with tokens ``x_0 … x_{N-1}`` the datum has ``model_input = x_0 … x_{N-2}`` and, at each
-position ``i``, ``target_tokens[i] = x_{i+1}`` (position i predicts the next token). Per-token inputs
-are non-zero only where the target is an action token (``action_mask[i+1] == 1``):
-
-* ``logprobs[i]``: the behaviour policy's logprob of that action token (``SAWItem.actor_logps``);
-* ``advantages[i]`` (RL losses) or ``weights[i]`` (``cross_entropy``): the item's weight times the
-  loss's normalisation scale (see :mod:`ludic_tinker.losses`);
-* ``sequence_ratio_mask[i]`` (``gspo``): 1.
-
-Every tensor has length ``model_input.length``.
-
-Tinker computes the learner's logprobs from untempered logits (``forward_backward`` takes no
-temperature), so a loss that compares them with the sampler's logprobs (every loss with a ``logprobs``
-input) is only on-policy for items sampled at temperature 1 (or 0, greedy, whose logprobs are
-untempered); items sampled at any other temperature are refused.
+For tokens ``x_0 … x_{N-1}`` the datum has ``model_input = x_0 … x_{N-2}`` and ``target_tokens[i] =
+x_{i+1}``; every tensor has ``model_input.length`` entries, non-zero only where the target is an action
+token: ``logprobs`` (``SAWItem.actor_logps``), ``advantages`` or, for ``cross_entropy``, ``weights`` (the
+item's weight times the loss's scale, :mod:`ludic_tinker.losses`), and ``sequence_ratio_mask`` (``gspo``).
+Tinker scores untempered logits, so items sampled at a temperature other than 1 or 0 are refused for
+losses that read ``logprobs``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Which loss Tinker computes, and how SAW weights become its per-token inputs.
 
-Tinker's built-in losses are **sums** over tokens and datums. Ludic's
-losses average over sequences (and, with ``length_normalize``, over each sequence's action tokens).
-Every built-in objective below is linear in the per-token advantage (or CE weight), so the same
-objective is obtained exactly by scaling each datum's advantages: by ``1/B`` (``normalization=
-"sequence_mean"``) or ``1/(B·n_b)`` (``"token_mean_per_sequence"``), with B the batch size and n_b
-the item's action-token count.
-
-:func:`tinker_loss_for` maps an algorithm's loss spec (``ludic_core.algorithms``) by its type, reading
-the spec's fields (clip band, ``length_normalize``):
-
-| loss spec (presets)                                         | Tinker loss            | same objective?                                   |
-|-------------------------------------------------------------|------------------------|---------------------------------------------------|
-| ``ClippedSurrogate(level="token")`` (grpo, dr_grpo, spo)    | ``ppo``                | yes: clip thresholds 1−ε_low / 1+ε_high, A scaled |
-| ``CISPO`` (cispo, scalerl without KL)                       | ``cispo``              | yes: thresholds 1−ε_low / 1+ε_high, A scaled      |
-| ``ClippedSurrogate(level="sequence", length_normalize=True)`` (gspo) | ``gspo`` (SDK ≥ 0.34) | GSPO-token form: same value and gradient for per-sequence advantages |
-| ``CrossEntropy`` (sft)                                      | ``cross_entropy``      | yes: weights = w_b scaled                         |
-| ``Reinforce`` (reinforce, reinforce_baseline)               | ``importance_sampling``| same gradient on-policy (ratio 1); needs ``actor_logps`` |
-| ``TruncatedIS(Reinforce, level="token", cap=None)``         | ``importance_sampling``| same gradient (``sg(r)·∇log π = ∇r``)             |
-| (Tinker-native)                                             | ``dro``                | Tinker's DRO; no ludic preset                     |
-| ``GMPO``, ``SAPO``, ``TokenKL``, ``Entropy``, ``ReverseKL``, ``Composite`` (scalerl with KL, mopd with an outcome term), other ``TruncatedIS``, any ``ratio_clip`` | ``forward_backward_custom`` | no built-in: :func:`tinker_loss_for` raises, use :class:`CustomLoss` (the ``[torch]`` extra) |
+Tinker's built-in losses are sums over tokens and datums; Ludic's average over sequences (and, with
+``length_normalize``, over each sequence's action tokens). Every built-in objective is linear in the
+per-token advantage (or CE weight), so scaling each datum's advantages by ``1/B``
+(``normalization="sequence_mean"``) or ``1/(B·n_b)`` (``"token_mean_per_sequence"``) gives the same
+objective exactly. :func:`tinker_loss_for` maps a loss spec by its type: ``ClippedSurrogate`` to
+``ppo`` (token level) or ``gspo`` (sequence level), ``CISPO`` to ``cispo``, ``CrossEntropy`` to
+``cross_entropy``, ``Reinforce`` and untruncated token-level ``TruncatedIS(Reinforce)`` to
+``importance_sampling``; any other spec raises, naming :class:`CustomLoss`. The full table is in
+docs/packages/ludic-tinker.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,15 @@
-"""SAW items as packed binary columns: the ``items`` of a pipeline message (wire version 3; version 2 also sent an always all-ones attention mask).
+"""SAW items as packed binary columns: the ``items`` of a pipeline message (wire version 3).
 
-The items of one actor batch travel as **one** map of columns, not one map per item, so each long
-array is packed once per message and checked with one numpy call per message::
-
-    {
-        "schema_version": 1,  # SAW_SCHEMA_VERSION of the items
-        "lengths": [n_0, n_1, ...],  # tokens per item
-        "token_bytes": 4,  # 1, 2 or 4: the width of every token id (see below)
-        "input_ids": b"...",  # every item's ids, unsigned little-endian, concatenated
-        "action_runs": [[6, 4], ...],  # action_mask as run lengths: 0s, 1s, 0s, ... (the first may be 0)
-        "weights": [0.5, ...],  # float64: exact
-        "actor_logps": b"...",  # float32 little-endian, one per action token, items concatenated
-        "actor_logps_present": [True, ...],  # False: the item's actor_logps is None (it adds no values)
-        "teacher_logps": b"...",
-        "teacher_logps_present": [False, ...],
-        "sampling_temperatures": [0.7, None, ...],
-        "metas": [{...}, ...],  # each item's meta, a msgpack map
-    }
-
-**Token ids** take the narrowest unsigned width that holds the largest id of the message: 4 bytes for
-vocabularies past 65,536 (Qwen's 151k, Llama-3's 128k), 2 for Llama-2's or Mistral's 32k, 1 for toy
-tokenizers. **Masks** are a few contiguous spans (prompt, completion, the next turn's observation ...),
-so run lengths cost a few bytes per item.
-
-**Logprobs are float32**: the trainer collates them into float32 tensors, so the wire changes no
-tensor it trains on, and samplers compute them in float32 anyway (a float64 logprob from elsewhere
-moves by at most 6e-8 relative); it halves their bytes.
-
-**Checks.** :func:`unpack_items` checks every column before it builds an item (a learner never holds
-an item of a message it refuses), and :func:`pack_items` runs the same checks (an actor never pushes
-what a learner would refuse): lengths and run sums consistent, buffer sizes exact, logprobs finite
-and <= ``LOGP_TOLERANCE``, weights finite, temperatures ``None`` or finite >= 0, metas maps with no
-NaN/inf anywhere. They run as a few passes in C or numpy over whole columns; only when one fails does
-a loop over the items name the item, the field and the value. Ids, 0/1 masks and float logprobs hold
-by construction (unsigned buffers, run lengths, float32 buffers), so items skip ``SAWItem``'s
-per-element validators and keep their arrays packed until read
-(:class:`~ludic_core.packed_saw.PackedSAWItem`, also what the SAW builder makes: its buffers are
-joined into the columns with numpy, without a Python object per token).
+A batch's items travel as **one** map of columns (``schema_version``, ``lengths``, ``token_bytes``,
+``input_ids``, ``action_runs``, ``weights``, ``actor_logps`` / ``teacher_logps`` with their
+``*_present`` flags, ``sampling_temperatures``, ``metas``), so each array is packed and checked once per
+message. Token ids take the narrowest unsigned little-endian width (1, 2 or 4 bytes) that holds the
+message's largest id; action masks are run lengths (0s, 1s, 0s, …); logprobs are float32, as the trainer
+collates them; weights stay float64. :func:`pack_items` and :func:`unpack_items` run the same checks
+(consistent lengths and run sums, exact buffer sizes, logprobs finite and <= ``LOGP_TOLERANCE``, finite
+weights, temperatures ``None`` or finite >= 0, metas free of NaN/inf) as whole-column passes in C or
+numpy, naming the item, field and value on failure, so an actor never pushes what a learner refuses.
+Unpacked items are :class:`~ludic_core.packed_saw.PackedSAWItem` s.
 """
 
 from __future__ import annotations

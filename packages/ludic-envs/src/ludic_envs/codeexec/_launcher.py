@@ -1,21 +1,13 @@
 """The sandbox's first process: isolate, fork the program under limits, reap everything it leaves.
 
-Run as ``python -I -S _launcher.py CONFIG_JSON`` in a fresh session. It uses the standard library
-only and is a fresh single-threaded process, so none of the fork-in-a-threaded-parent hazards of
-``preexec_fn`` apply. Steps:
-
-1. join the run's cgroup (where the pool made one: the memory cap of the whole run); new mount and
-   IPC namespaces (inside a user namespace when not root) and a root file system built from nothing
-   (see ``rootfs``: a capped tmpfs with read-only binds of what the interpreter needs), entered with
-   ``pivot_root``; cut the network: a new network namespace or, where the kernel refuses one, a
-   seccomp filter that denies ``socket()`` (and io_uring, which can open sockets without it);
-2. become a child subreaper, so every orphan the program leaves is re-parented here and reaped here
-   (not by the host's init, which may never reap it and leave zombies that count against limits);
-3. fork; the child sets the rlimits, enters the run directory, drops to the sandbox uid and execs;
-4. report one JSON line on the status descriptor after setup, and one when the program exits; then
-   keep reaping until every descendant is gone (the parent kills them), and exit.
-
-The status descriptor is closed in the child before exec, so the program never sees it.
+Run as ``python -I -S _launcher.py CONFIG_JSON`` in a fresh session, standard library only and
+single-threaded (so ``preexec_fn``'s fork-in-a-threaded-parent hazards do not apply). It joins the run's
+cgroup, enters new mount and IPC namespaces (in a user namespace when not root) and ``pivot_root`` s into
+the root ``rootfs`` builds, cuts the network (a network namespace, else a seccomp filter denying
+``socket()`` and io_uring), becomes a child subreaper so it reaps every orphan, and forks; the child
+sets rlimits, enters the run directory, drops to the sandbox uid and execs. It reports one JSON line on
+the status descriptor (closed in the child) after setup and one at exit, then reaps until every
+descendant is gone.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """The file system a sandboxed run sees: built from nothing, not masked.
 
-Each run's root is a new, empty tmpfs of ``SandboxLimits.tmpfs_bytes`` (the run's whole writable
-space, its directory included) that holds only:
-
-* read-only binds, at their host paths, of what the interpreter needs: ``/usr`` (and ``/bin``,
-  ``/sbin``, ``/lib*``: recreated as the symlinks into ``/usr`` they are on merged-``/usr`` systems,
-  bound otherwise), the dynamic loader's cache and configuration from ``/etc``, the interpreter's
-  prefix and, for a virtual environment, the environment itself;
-* ``/dev/null``, ``/dev/zero``, ``/dev/full``, ``/dev/random`` and ``/dev/urandom``, bound from the
-  host; empty ``/tmp`` and ``/dev/shm``;
-* the run directory holding the program's files, owned by the run's uid.
-
-There is no ``/proc``, ``/sys``, ``/run``, ``/home`` or ``/var``. A host path, socket or directory
-is therefore reachable only if it lies under one of the read-only binds, whatever its name, depth or
-age, so a socket hard-linked or bound anywhere else (in this network namespace or another), or a
-world-writable directory made after the pool started, does not exist inside. The binds are system
-directories only root may write, mounted read-only; Unix sockets bound under them that
-``/proc/net/unix`` lists are masked all the same. The launcher (:mod:`._launcher`) builds the root
-in the run's mount namespace and ``pivot_root``\\ s into it, detaching the host's root.
-
-The spec is computed once per pool (it depends on the interpreter only).
+Each run's root is an empty tmpfs of ``SandboxLimits.tmpfs_bytes`` (its whole writable space) holding
+only read-only binds, at their host paths, of what the interpreter needs (``/usr`` and the merged-``/usr``
+links, the loader's ``/etc`` files, the interpreter's prefix and virtual environment), the harmless
+``/dev`` nodes, empty ``/tmp`` and ``/dev/shm``, and the run directory owned by the run's uid. There is no
+``/proc``, ``/sys``, ``/run``, ``/home`` or ``/var``, so a host path or socket outside the binds does not
+exist inside; Unix sockets under the binds that ``/proc/net/unix`` lists are masked. The launcher
+(:mod:`._launcher`) builds it and ``pivot_root`` s into it. The spec is computed once per pool.
 """
 
 from __future__ import annotations
