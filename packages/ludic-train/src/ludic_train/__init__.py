@@ -1,24 +1,12 @@
 """ludic-train: the torch side of Ludic.
 
-The concepts a user needs are importable from the package root::
-
-    from ludic_train import Trainer, TrainerConfig
-    from ludic_core.algorithms import grpo
-
-that is the :class:`Trainer` with its :class:`TrainerConfig` (it takes an algorithm spec such as
-``grpo()``), the loss protocols, collation, checkpoints, training-curve plots (:func:`plot_metrics`),
-:class:`LocalPolicyClient` for colocated runs, offline SFT data, and model wrapping
-(:func:`apply_lora`, :func:`shard_model`). What needs no torch lives in ludic-core and is imported from
-there: the algorithm specs, presets and preprocessing (``ludic_core.algorithms``), the metrics loggers, the
-``PolicyPublisher`` contract and the Redis actor/learner pipeline.
-
-The submodules hold the rest and keep every name importable where it was: ``ludic_train.losses``
-(every loss), ``ludic_train.microbatch``, ``ludic_train.weights`` and
-``ludic_train.testing`` (tiny models).
-
-The root resolves its names lazily, on first use: ``import ludic_train`` imports neither torch nor any
-submodule, and the optional dependencies (``peft``, ``matplotlib``) are imported
-only by the features that need them.
+The root exports what a user needs first: :class:`Trainer` and :class:`TrainerConfig` (which take an
+algorithm spec such as ``ludic_core.algorithms.grpo()``), the loss protocols, collation, checkpoints,
+:func:`plot_metrics`, :class:`LocalPolicyClient` for colocated runs, offline SFT data, and
+:func:`apply_lora` / :func:`shard_model`. Submodules hold the rest (``ludic_train.losses``,
+``microbatch``, ``weights``, ``testing``). What needs no torch (algorithm specs, metrics loggers,
+``PolicyPublisher``, the Redis pipeline) lives in ludic-core. Names resolve on first use:
+``import ludic_train`` imports neither torch nor ``peft`` nor ``matplotlib``.
 """
 
 # Not ``typing.TYPE_CHECKING``: importing ``typing`` would cost more than the rest of this module.

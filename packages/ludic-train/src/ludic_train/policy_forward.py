@@ -1,20 +1,14 @@
 """The training forward pass on a collated micro-batch: only the logits the loss reads, and a prompt
 prefix that every row shares run once.
 
-* **Logits at the loss's positions.** When the batch has ``logit_positions`` (collated batches do) and
-  the model takes ``logits_to_keep``, the lm-head runs only at those positions; with long prompts and a
-  large vocabulary the full ``[B, T, V]`` logits would be most of the step's time and memory.
-* **A shared prefix, run once.** The rows of a micro-batch usually begin alike (the system prompt and
-  the chat template's header open every turn of every episode). Under causal attention a prefix's
-  keys and values do not depend on what follows it, so the prefix runs once at batch size 1, its KV
-  cache is repeated for every row, and only the suffixes run at full batch size. The gradient flows
-  back through the repeated cache into the prefix pass (the repeat's backward sums every row's
-  contribution), so loss and gradient are the full pass's up to float rounding. The prefix ends before
-  the first position whose logits the loss reads, so every logit comes from the suffix pass.
-
-Prefix sharing needs a model that takes ``past_key_values``, ``position_ids``, ``use_cache`` and
-``logits_to_keep`` and returns a transformers ``Cache`` (transformers' causal LMs, PEFT-wrapped or
-not); other models, and prefixes shorter than :data:`MIN_SHARED_PREFIX` tokens, get one ordinary pass.
+With ``logit_positions`` and a model that takes ``logits_to_keep``, the lm-head runs only at the loss's
+positions. A token prefix every row shares (system prompt, chat-template header) runs once at batch
+size 1 and its KV cache is repeated for every row, so only the suffixes run at full batch size; the
+gradient flows back through the repeat into the prefix pass, so loss and gradient equal the full pass's
+up to rounding. The prefix ends before the first position the loss reads. Sharing needs a model that
+takes ``past_key_values``, ``position_ids``, ``use_cache`` and ``logits_to_keep`` and returns a
+transformers ``Cache`` (PEFT-wrapped or not); other models, and prefixes shorter than
+:data:`MIN_SHARED_PREFIX`, get one ordinary pass.
 """
 
 from __future__ import annotations

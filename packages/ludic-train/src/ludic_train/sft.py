@@ -1,19 +1,11 @@
 """Offline supervised fine-tuning through the same :class:`~ludic_train.trainer.Trainer`.
 
-Data comes from JSONL files of either kind Ludic writes:
-
-* rollout logs (``RolloutEngine(rollout_log=...)``, one rollout per line) — optionally
-  rejection-sampled with ``min_reward`` (keep rollouts whose ``total_reward`` reaches it), then one SAW
-  item per turn with constant credit 1.0;
-* SAW JSONL (``ludic_core.saw_io.write_saw_jsonl``), weights as stored.
-
-Rollouts sampled through a message-level client (``ludic rollouts --backend openai``: a hosted API or
-any OpenAI-compatible server) carry no token ids; pass ``chat_template=`` the student's chat template
-(``ludic_agents.HFChatTemplate(tokenizer)``) and their turns are re-tokenised in the student's format
-(:mod:`ludic_core.retokenize`). Without it they are refused, naming this fix.
-
-SFT is just the ``sft()`` preset (masked cross-entropy on action tokens) on an
-:class:`~ludic_core.batch_sources.OfflineBatchSource`; nothing about the trainer changes.
+Data comes from rollout logs (one rollout per line; ``min_reward`` keeps rollouts whose
+``total_reward`` reaches it; one item per turn, credit 1.0) or SAW JSONL
+(``ludic_core.saw_io.write_saw_jsonl``, weights as stored). Rollouts from a message-level client carry no
+token ids: pass ``chat_template=`` the student's template and their turns are re-tokenised
+(:mod:`ludic_core.retokenize`); without it they are refused, naming this fix. SFT is the ``sft()``
+preset on an :class:`~ludic_core.batch_sources.OfflineBatchSource`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """``ludic train <recipe> [run.toml ...] [key=value ...] [--dry-run] [--resume RUN_DIR]``.
 
-The recipe (``ludic recipes`` lists them) and the sampler ``backend.kind`` names give the run config class
-and its defaults; TOML files and ``key=value`` overrides go on top, and the whole config is validated
-(unknown keys, types, the recipe's checks) before any model is loaded. ``--dry-run`` prints the resolved config, builds every component
-(model, tokenizer, engine, algorithm, trainer) and stops without training or writing a run directory.
-
-A run writes its run directory first: ``config.json`` (the resolved config), ``versions.json`` (Python and
-package versions), ``recipe.json`` (the recipe's name); then checkpoints, metrics and rollouts.
-``--resume RUN_DIR`` reads the recipe and the config back from it (overrides still apply, e.g.
-``steps=60`` to train further) and continues from its newest checkpoint; the earlier leg's
-``config.json``, ``versions.json`` and ``summary.json`` move to ``history/<n>/``.
-
-Under ``torchrun`` (``torchrun --nproc-per-node N -m ludic_core.cli train <recipe> ...``) every rank
-resolves the same config, joins one process group (:func:`~ludic_train.recipes.components.data_parallel`)
-and runs the recipe; rank 0 alone chooses and writes the run directory, prints, and writes the summary.
+The recipe and ``backend.kind`` give the run config class and its defaults; TOML files and
+``key=value`` overrides go on top, and the whole config is validated before any model loads.
+``--dry-run`` prints the resolved config and builds every component without training. A run writes
+``config.json``, ``versions.json`` and ``recipe.json`` to its run directory first; ``--resume RUN_DIR``
+reads recipe and config back (overrides still apply), continues from the newest checkpoint and moves
+the earlier leg's files to ``history/<n>/``. Under ``torchrun`` every rank resolves the same config and
+joins one process group (:func:`~ludic_train.recipes.components.data_parallel`); rank 0 alone writes
+the run directory and prints.
 """
 
 from __future__ import annotations

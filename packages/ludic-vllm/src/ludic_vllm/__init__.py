@@ -1,22 +1,12 @@
 """ludic-vllm: the vLLM backend of Ludic.
 
-The client side is importable from the package root::
-
-    from ludic_vllm import GlooPublisher, VLLMClient, VLLMServer
-
-* :class:`VLLMClient` — the async token-in/token-out ``ChatClient`` (needs only aiohttp), with
-  :class:`ServerControl` for the ``/ludic/`` routes and the errors a server reports;
-* weight publishers (:class:`GlooPublisher`, :class:`NcclPublisher`, :class:`FilePublisher`,
-  :class:`Rank0OnlyPublisher`; publishing needs the ``publisher`` extra);
-* :class:`VLLMServer` to start and stop a server subprocess from scripts and tests, and
-  :class:`VLLMBackendConfig` / :func:`open_vllm_backend` to build a trainer's client and publisher.
-
-The server extension stays in its submodules, :mod:`ludic_vllm.serve`, :mod:`ludic_vllm.routes`,
-:mod:`ludic_vllm.worker` (``ludic-vllm serve``; needs the ``server`` extra). Every submodule keeps its
-names importable where they were. :mod:`ludic_vllm.sampler` registers the sampler ``vllm`` of the
-``ludic train`` RL recipes (``ludic train tictactoe-grpo backend.kind=vllm``).
-
-The root resolves its names lazily, on first use: ``import ludic_vllm`` imports neither aiohttp nor vLLM.
+The root exports the client side: :class:`VLLMClient` (token-in/token-out ``ChatClient``, aiohttp only)
+with :class:`ServerControl` for the ``/ludic/`` routes; the weight publishers (:class:`GlooPublisher`,
+:class:`NcclPublisher`, :class:`FilePublisher`, :class:`Rank0OnlyPublisher`; ``publisher`` extra);
+:class:`VLLMServer` to run a server subprocess; :class:`VLLMBackendConfig` / :func:`open_vllm_backend`.
+The server extension is in :mod:`ludic_vllm.serve`, :mod:`ludic_vllm.routes` and
+:mod:`ludic_vllm.worker` (``server`` extra); :mod:`ludic_vllm.sampler` registers the ``vllm`` sampler of
+the ``ludic train`` RL recipes. ``import ludic_vllm`` imports neither aiohttp nor vLLM.
 """
 
 # Not ``typing.TYPE_CHECKING``: importing ``typing`` would cost more than the rest of this module.

@@ -1,19 +1,16 @@
 """One value that says how a trainer samples from vLLM, and the call that builds it.
 
-:class:`VLLMBackendConfig` holds every choice (the servers' URLs or a server to start, weight
-transport, token, concurrency, timeout); :func:`open_vllm_backend` builds the client (one
+:class:`VLLMBackendConfig` holds every choice (server URLs or a server to start, weight transport,
+token, concurrency, timeout); :func:`open_vllm_backend` builds the client (a
 :class:`~ludic_vllm.client.VLLMClient`, or a :class:`~ludic_core.client_pool.ClientPool` of one per
-server, every request going to the least busy), the publisher for the chosen transport (it pushes every
-update to all the servers) and, with ``start_server``, a ``ludic-vllm serve`` subprocess on the
-trainer's model that is stopped when the backend is closed::
+server), the publisher that pushes every update to all servers, and with ``start_server`` a
+``ludic-vllm serve`` subprocess stopped on close::
 
     backend = await open_vllm_backend(VLLMBackendConfig(transport="upload"), model_dir=saved_model)
-    client, publisher = backend.client, backend.publisher
     ...
     await backend.aclose()
 
-The ``[vllm]`` table of ``ludic train <rl-recipe> backend.kind=vllm`` is this config (see
-:mod:`ludic_vllm.sampler`), so the library never depends on how an application reads its settings.
+The ``[vllm]`` table of ``ludic train <rl-recipe> backend.kind=vllm`` is this config.
 """
 
 from __future__ import annotations

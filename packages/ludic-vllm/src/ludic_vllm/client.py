@@ -1,18 +1,12 @@
 """Async token-in/token-out client for a vLLM server (``/v1/completions``), implementing
 :class:`ludic_core.inference.ChatClient` and :class:`~ludic_core.inference.VersionedClient`.
 
-One prompt per HTTP request: seeds stay independent (one seed on a multi-prompt request correlates the
-samples) and failures and retries stay per sample. Prompt ids go in as-is and the completion's ids,
-chosen-token logprobs (after temperature when the server runs ``--logprobs-mode processed_logprobs``,
-which ``ludic-vllm serve`` sets) and finish reason come back. Responses report the request's
-temperature as ``sampling_temperature``; at temperature 0 vLLM's processed logprobs are untempered.
-Prompt logprobs (``ReturnSpec.return_prompt_logprobs``) are asked for as ``prompt_logprobs: 0``: vLLM
-then returns the logprob of each prompt token itself, computed from the raw logits (no temperature,
-no filtering) whatever the logprobs mode; :func:`parse_prompt_logprobs` reads them.
-
-Policy versions come from the Ludic routes: the server stamps every ``/v1/*`` response with the version
-it held when the request arrived and when the response started (``x-ludic-policy-version-start`` /
-``x-ludic-policy-version``). A plain vLLM server without the Ludic routes gives ``None`` for both.
+One prompt per request, so seeds stay independent and retries per sample. Completion ids, chosen-token
+logprobs (after temperature under ``--logprobs-mode processed_logprobs``, which ``ludic-vllm serve``
+sets; untempered at temperature 0) and the finish reason come back, with the request's temperature as
+``sampling_temperature``. Prompt logprobs are requested as ``prompt_logprobs: 0`` and are raw
+(:func:`parse_prompt_logprobs`). Policy versions come from the ``x-ludic-policy-version-start`` /
+``x-ludic-policy-version`` headers the Ludic routes stamp; a plain vLLM server gives ``None``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """``--middleware ludic_vllm.routes.LudicRoutes``: the ``/ludic/*`` routes as a pure-ASGI middleware.
 
-A middleware is the one way to add routes that has stayed the same across vLLM 0.10.2 → 0.33: no fork
-of ``run_server``, no monkeypatching. It reaches the engine through ``scope["app"].state.engine_client``.
-Besides answering ``/ludic/*``, it stamps every ``/v1/*`` response with the policy version at arrival
-and at response time, and holds new generation requests while an update is being applied so that they
-start on the new weights.
-
-Weight-changing routes require ``Authorization: Bearer <token>`` when a token is configured
-(``LUDIC_VLLM_API_TOKEN`` in the server's environment; ``ludic-vllm serve --ludic-api-token``). Without
-a token they are refused, unless the operator opted in to trusting loopback callers
-(``LUDIC_VLLM_TRUST_LOOPBACK=1``; ``ludic-vllm serve --ludic-trust-loopback``, which refuses a server not
-bound to a loopback address). Even then a request that carries proxy headers (``Forwarded``,
-``X-Forwarded-For``, ...) is refused whatever its peer address: a proxy on the same host would otherwise
-make remote callers look local. Loads from a server path are confined to ``LUDIC_VLLM_LOAD_DIRS``
-(``--ludic-load-dir``).
+A middleware adds routes without forking vLLM's ``run_server`` or monkeypatching; it reaches the engine
+through ``scope["app"].state.engine_client``. It also stamps every ``/v1/*`` response with the policy
+version at arrival and at response time, and holds new generation requests while an update is applied.
+Weight-changing routes need ``Authorization: Bearer <token>`` (``LUDIC_VLLM_API_TOKEN``); without a
+token they are refused unless loopback callers are trusted (``LUDIC_VLLM_TRUST_LOOPBACK=1``, a server
+bound to loopback), and a request carrying proxy headers (``Forwarded``, ``X-Forwarded-For``, …) is
+refused anyway. Loads from a server path are confined to ``LUDIC_VLLM_LOAD_DIRS``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """``ludic-vllm serve <model> [vllm args…]`` (also ``python -m ludic_vllm.serve``).
 
-Runs stock vLLM's OpenAI server with the Ludic worker extension and routes injected, plus the flags RL
-needs, unless the caller already set them:
-
-* ``--worker-extension-cls ludic_vllm.worker.LudicWorkerExtension`` and
-  ``--middleware ludic_vllm.routes.LudicRoutes``;
-* ``--generation-config vllm`` so the model's ``generation_config.json`` does not silently change the
-  sampling defaults;
-* ``--logprobs-mode processed_logprobs`` so returned logprobs are those of the distribution actually
-  sampled from (after temperature), which importance ratios need.
-
-Ludic's own options (``--ludic-api-token``, ``--ludic-trust-loopback``, ``--ludic-load-dir``,
-``--ludic-initial-version``) are consumed here and passed to the server process through its
-environment. Weight routes need the token, or ``--ludic-trust-loopback`` on a server bound to a loopback
-``--host``; server-path loads need ``--ludic-load-dir``. ``--device cpu`` (or no CUDA) selects vLLM's CPU platform.
+Runs stock vLLM's OpenAI server with, unless the caller set them, the Ludic worker extension
+(``--worker-extension-cls ludic_vllm.worker.LudicWorkerExtension``), the routes (``--middleware
+ludic_vllm.routes.LudicRoutes``), ``--generation-config vllm`` (so ``generation_config.json`` cannot
+change sampling defaults) and ``--logprobs-mode processed_logprobs`` (logprobs of the distribution
+sampled, as importance ratios need). Ludic's options (``--ludic-api-token``, ``--ludic-trust-loopback``,
+``--ludic-load-dir``, ``--ludic-initial-version``) reach the server through its environment.
+``--device cpu`` (or no CUDA) selects vLLM's CPU platform.
 """
 
 from __future__ import annotations

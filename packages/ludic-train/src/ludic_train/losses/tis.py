@@ -1,24 +1,15 @@
 """Truncated importance sampling (TIS) for the inference/training mismatch.
 
-The sampler (vLLM, Tinker, a bf16 in-process model) and the trainer compute slightly different
-probabilities for the same weights, and a pipeline adds staleness on top. TIS reweights any loss by the
-ratio between the current policy's recomputed logprobs ``π`` and the sampler's ``μ`` (``actor_logps``),
-truncated at ``cap`` so a few tokens the sampler found unlikely cannot dominate the update:
+The sampler and the trainer compute slightly different probabilities for the same weights, and a
+pipeline adds staleness. TIS reweights any loss by the ratio of the recomputed policy ``π`` to the
+sampler's ``μ`` (``actor_logps``), truncated at ``cap`` and detached (it rescales the gradient):
 
-* ``level="token"``: each token term of a :class:`TokenLoss` is multiplied by
-  ``sg(min(π(a_t)/μ(a_t), cap))`` before the per-sequence reduction;
-* ``level="sequence"``: each sequence term of any :class:`SequenceLoss` is multiplied by
-  ``sg(min(Π_t π(a_t)/μ(a_t), cap))``. ``TruncatedISCorrection(ReinforceLoss(), level="sequence",
-  cap=None)`` is the classic off-policy REINFORCE ``−sg(r_b) A_b log π(a_b)`` (the original Ludic's
-  ``ReinforceLoss(length_normalize=False)``);
-* ``level="sequence_geomean"``: as ``"sequence"`` with the length-normalised ratio
-  ``exp(mean_t (log π(a_t) − log μ(a_t)))`` over the sequence's action tokens (the geometric mean of the
-  token ratios; 1 for a sequence without action tokens), truncated the same way. It does not grow or
-  vanish exponentially with the sequence length. ``TruncatedISCorrection(ReinforceLoss(length_normalize=
-  True), level="sequence_geomean", cap=None)`` is the original Ludic's
-  ``ReinforceLoss(length_normalize=True)``, ``−sg(r̄_b) A_b mean_t log π(a_t)``.
-
-The weights are detached: they rescale the gradient, they are not optimised.
+* ``level="token"``: each token term of a :class:`TokenLoss` times ``sg(min(π(a_t)/μ(a_t), cap))``;
+* ``level="sequence"``: each sequence term of a :class:`SequenceLoss` times
+  ``sg(min(Π_t π(a_t)/μ(a_t), cap))`` (with ``ReinforceLoss`` and ``cap=None``: off-policy REINFORCE);
+* ``level="sequence_geomean"``: the same with the geometric mean of the token ratios
+  ``exp(mean_t (log π − log μ))`` (1 without action tokens), which does not grow or vanish
+  exponentially with the sequence length.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """The pipeline recipes: ``pipeline-actor`` (sample, credit, push to Redis) and ``pipeline-learner``
-(pop, train, publish weights to a shared directory), as separate processes on any number of machines
-that reach the same Redis and weights directory.
+(claim, train, publish weights to a shared directory), separate processes on any number of machines.
 
     ludic train pipeline-learner run.toml run_dir=runs/learner pipeline.clear_queue=true
     ludic train pipeline-actor run.toml run_dir=runs/actor-0      # as many as you like
 
-An actor samples with its own copy of the base model (the learner publishes merged weights, LoRA
-included, under the base model's names) and stops after ``pipeline.actor_batches`` batches or on
-Ctrl-C / SIGTERM, after pushing the batch in flight.
-
-The learner runs data-parallel under ``torchrun`` (FSDP2)::
-
-    torchrun --nnodes 1 --nproc-per-node 2 -m ludic_core.cli train pipeline-learner run.toml run_dir=runs/learner
-
-Each rank claims its own actor batches from the queue as consumer ``learner-<rank>`` (exactly once:
-a batch goes to one rank, and each rank's checkpointed position is kept and resumed separately), so a
-step trains on one actor batch per rank; the ranks take the same steps. Rank 0 publishes the
-weights, which every rank gathers, and alone clears the queue (``pipeline.clear_queue``) before any
-rank claims from it.
+An actor samples with its own copy of the base model (the learner publishes merged weights under the
+base model's names) and stops after ``pipeline.actor_batches`` batches or on Ctrl-C / SIGTERM, after
+pushing the batch in flight. Under ``torchrun`` (FSDP2) each learner rank claims its own batches as
+consumer ``learner-<rank>`` and resumes its own position; rank 0 publishes the weights and alone clears
+the queue (``pipeline.clear_queue``) before any rank claims.
 """
 
 from __future__ import annotations
