@@ -3,8 +3,7 @@
 The unmodified ``tinker`` SDK talks HTTP to a server on ``127.0.0.1`` that speaks the endpoints and wire
 formats the SDK uses, backed by a tiny byte-level torch model, so sampling, logprobs, ``forward_backward``
 (every built-in loss) and ``optim_step`` (Adam) are real computations and a recipe's whole loop runs in
-seconds on a CPU. Requests the real service would reject or misread fail and are recorded in
-:attr:`FakeTinkerService.violations`; :attr:`FakeTinkerService.fail_next` injects failures.
+seconds on a CPU. Requests the real service would reject fail and go to :attr:`FakeTinkerService.violations`.
 
     with fake_tinker_service() as service:  # sets TINKER_BASE_URL / TINKER_API_KEY inside the block
         training = await create_training_client(connect(), FAKE_BASE_MODEL, rank=4)
