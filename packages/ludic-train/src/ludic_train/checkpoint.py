@@ -693,7 +693,7 @@ class CheckpointManager:
         inside = path.parent.resolve() == self.cfg.output_dir.resolve()
         self._parent = path.name if inside else None
         if inside and not continues and _rank() == 0:
-            # The fork is the run's line from now on, before its first save (see the module docstring).
+            # The fork becomes the run's line before its first save: a crash before then resumes here.
             _write_json_atomic(
                 self.cfg.output_dir / "latest.json",
                 {"last_checkpoint": path.name, "step": manifest.get("step"), "line": self._line},
