@@ -135,15 +135,6 @@ def _attrs_class(tp: Any) -> type | None:
     return None
 
 
-def _class_at(cls: type, path: Sequence[str]) -> type:
-    for part in path:
-        nested = _attrs_class(_field_types(cls).get(part))
-        if nested is None:
-            return cls
-        cls = nested
-    return cls
-
-
 Problem = tuple[list[str], str]
 """A config problem: the key path it is about (``[]``: the whole config) and its message."""
 
