@@ -23,8 +23,6 @@ KNOWN_SHARED: dict[tuple[str, object], str] = {
     ("algorithm", "grpo"): "the online and offline RL run configs of different packages",
     ("device", "cpu"): "the sampler backend's device and the offline trainer's device",
     ("eps", 1e-08): "Adam's epsilon in the torch and the Tinker optimiser configs",
-    ("max_concurrency", 64): "the vLLM run backend and the vLLM client it builds",
-    ("max_to_keep", 2): "CheckpointConfig and the recipes' run settings that build it",
     ("run_dir", ""): "the episodes and offline run configs (empty: a fresh directory)",
     ("seed", 0): "the episodes and offline run configs",
     ("coeff", 1.0): "TokenKL and ReverseKL: each loss's own unit coefficient",

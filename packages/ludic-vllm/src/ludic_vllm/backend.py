@@ -26,7 +26,7 @@ from ludic_core.errors import ConfigError
 from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.run.configs import server_urls
 from ludic_core.validation import int_at_least, positive_number
-from ludic_vllm.client import VLLMClient
+from ludic_vllm.client import VLLMClient, VLLMClientConfig
 from ludic_vllm.launch import VLLMServer
 
 __all__ = [
@@ -79,7 +79,9 @@ class VLLMBackendConfig:
     transport: Transport = attrs.field(default="gloo", validator=_check_transport)
     weights_dir: str | None = None
     api_token: str | None = None
-    max_concurrency: int = attrs.field(default=64, validator=int_at_least(1))
+    max_concurrency: int = attrs.field(
+        default=attrs.fields(VLLMClientConfig).max_concurrency.default, validator=int_at_least(1)
+    )
     timeout_s: float = attrs.field(default=DEFAULT_MODEL_CALL_TIMEOUT_S, validator=positive_number())
     start_server: bool = False
     server_args: str = ""

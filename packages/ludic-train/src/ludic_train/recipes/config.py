@@ -22,6 +22,7 @@ from ludic_core.errors import ConfigError
 from ludic_core.run.configs import at_least
 from ludic_core.run.rl import RLEpisodesConfig
 from ludic_core.validation import boolean, number_in, positive_number
+from ludic_train.checkpoint import CheckpointConfig
 from ludic_train.config import FROM_TOKENIZER, TrainerConfig
 
 __all__ = [
@@ -65,7 +66,9 @@ class RunSettings:
     ``save_final``: export the trained (merged) model to ``<run_dir>/final``."""
 
     checkpoint_every: int = attrs.field(default=10, validator=at_least(0))
-    max_to_keep: int = attrs.field(default=2, validator=at_least(1))
+    max_to_keep: int = attrs.field(
+        default=attrs.fields(CheckpointConfig).max_to_keep.default, validator=at_least(1)
+    )
     loggers: tuple[Literal["print", "rich", "jsonl", "wandb"], ...] = ("print", "jsonl")
     save_final: bool = False
 
