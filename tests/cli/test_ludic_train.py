@@ -490,7 +490,7 @@ def test_gsm8k_recipe_takes_the_local_recipes_defaults(tmp_path: Path) -> None:
         ("vllm.transport=smoke-signals", "vllm.transport = 'smoke-signals': expected Literal"),
         ("vllm.transport=files", "transport='files' needs weights_dir"),
         ("vllm.transport=nccl", "NCCL broadcasts from a CUDA device"),
-        ("vllm.max_concurrency=0", "VLLMBackendConfig.max_concurrency must be >= 1, got 0"),
+        ("vllm.max_concurrency=0", "VLLMBackendConfig.max_concurrency must be an int >= 1, got 0"),
         ("vllm.timeout_s=0", "VLLMBackendConfig.timeout_s must be a finite number > 0"),
         (
             "vllm.start_server=true vllm.urls=http://gpu1:8000",
