@@ -46,8 +46,9 @@ nox.options.sessions = [
     "examples",
     # `bench` is not here: benchmarks are measurements (minutes of timed runs), run with `nox -s bench`.
     "demo",
-    "selfplay",
-    "tool_use",
+    # `selfplay` and `tool_use` are not here: each trains SmolLM2 for 8-18 minutes on 2 cores to check that
+    # the example learns (`--smoke --check`); tests/examples runs both end to end at a tiny size, and
+    # docs/training-results.md gives their measured results. Run them with `nox -s selfplay tool_use`.
     "commands",
     "docs",
     "doctest-md",
@@ -352,7 +353,7 @@ def _report_args(session: nox.Session, part: str = "") -> tuple[str, ...]:
     )
 
 
-def _run_pytest(session: nox.Session, *args: str, markers: str = TEST_MARKERS) -> None:
+def _run_pytest(session: nox.Session, *args: str, markers: str = TEST_MARKERS, part: str = "") -> None:
     # Exit code 5 means "no tests collected": a package whose tests are not written yet is not a failure.
     session.run(
         "pytest",
@@ -360,7 +361,8 @@ def _run_pytest(session: nox.Session, *args: str, markers: str = TEST_MARKERS) -
         "-m",
         markers,
         f"--timeout={TEST_TIMEOUT_S}",
-        *_report_args(session),
+        "--durations=8",  # the slowest tests, in the log: where CI's minutes go
+        *_report_args(session, part),
         *session.posargs,
         env=ONE_TORCH_THREAD,
         success_codes=[0, 5],
@@ -433,18 +435,20 @@ def tests(session: nox.Session, package: str) -> None:
 
 
 @nox.session(python=NEWER_PYTHONS)
-@nox.parametrize("package", LIGHT_PACKAGES, ids=LIGHT_PACKAGES)
 @disposable_venv
-def light(session: nox.Session, package: str) -> None:
-    """The torch-free packages' tests on Python 3.12 and 3.13 (the other sessions run 3.11); tests
-    marked ``slow`` (a minute of pipeline chaos, say) run on 3.11 only: they test timing-heavy logic,
-    not the interpreter."""
+def light(session: nox.Session) -> None:
+    """The torch-free packages' tests on Python 3.12 and 3.13 (the other sessions run 3.11), in one
+    environment per Python; tests marked ``slow`` (a minute of pipeline chaos, say) run on 3.11 only:
+    they test timing-heavy logic, not the interpreter."""
     _prepare(session)
-    requirements = _test_requirements(package)
+    requirements = [text for package in LIGHT_PACKAGES for text in _test_requirements(package)]
     if _needs_torch(requirements):
-        session.error(f"{package}'s tests need torch; they belong in the `tests` session only")
+        session.error(f"the tests of {LIGHT_PACKAGES} need torch; they belong in the `tests` session only")
     _install_local(session, requirements, editable=True)
-    _run_pytest(session, f"packages/{package}/tests", markers=f"{TEST_MARKERS} and not slow")
+    for package in LIGHT_PACKAGES:  # one pytest per package: each reads its own package's pytest settings
+        _run_pytest(
+            session, f"packages/{package}/tests", markers=f"{TEST_MARKERS} and not slow", part=package
+        )
 
 
 @nox.session(python=PYTHON)
