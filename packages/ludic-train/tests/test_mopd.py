@@ -130,7 +130,10 @@ def test_without_the_outcome_term_the_item_weights_do_not_matter() -> None:
         ({"coeff": float("inf")}, r"ReverseKL.coeff must be a finite number, got inf"),
         ({"outcome_weight": float("nan"), "group_size": 2}, r"Term.weight must be a finite number, got nan"),
         ({"outcome_weight": -1.0}, r"term weights must be >= 0, got outcome_weight=-1.0"),
-        ({"outcome_weight": 1.0, "group_size": 0}, r"GroupNormalizedReturn.group_size must be an int >= 1 or None, got 0"),
+        (
+            {"outcome_weight": 1.0, "group_size": 0},
+            r"GroupNormalizedReturn.group_size must be an int >= 1 or None, got 0",
+        ),
     ],
 )
 def test_bad_settings_name_the_field_and_value(kwargs: dict[str, float], problem: str) -> None:
