@@ -14,14 +14,10 @@ import torch
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_core.testing import check_client
-from ludic_train.local_client import (
-    LocalPolicyClient,
-    _BatchSampler,
-    _filter_rows,
-    _inverse_cdf,
-    _plan_levels,
-)
+from ludic_train.local_client import LocalPolicyClient
+from ludic_train.prefix_levels import plan_levels
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
+from ludic_train.token_sampling import BatchSampler, filter_rows, inverse_cdf
 
 
 @pytest.fixture(scope="module")
@@ -228,11 +224,11 @@ def nested_prompts() -> list[tuple[int, ...]]:
 
 def test_levels_run_each_shared_prefix_once_and_leave_every_prompt_its_last_token() -> None:
     prompts = nested_prompts()
-    assert _plan_levels(prompts) == [(30, [0] * 6), (60, [0, 0, 0, 1, 1, 1])]
+    assert plan_levels(prompts) == [(30, [0] * 6), (60, [0, 0, 0, 1, 1, 1])]
     # A prompt that is a prefix of another keeps its last token for the final level.
-    assert _plan_levels([prompts[0][:40], prompts[0]]) == [(39, [0, 0])]
+    assert plan_levels([prompts[0][:40], prompts[0]]) == [(39, [0, 0])]
     # Nothing shared, or one prompt: no levels.
-    assert _plan_levels([(1, 2, 3), (4, 5, 6)]) == [] and _plan_levels([prompts[0]]) == []
+    assert plan_levels([(1, 2, 3), (4, 5, 6)]) == [] and plan_levels([prompts[0]]) == []
 
 
 async def test_nested_shared_prefixes_match_the_unshared_path(tok, model) -> None:  # type: ignore[no-untyped-def]
@@ -366,7 +362,7 @@ def test_batched_filters_keep_what_the_per_row_filters_keep() -> None:
         (1, 0.5, 0.2),
     ]
     logits = torch.randn(len(params), 300, generator=gen) * 3
-    batched = _filter_rows(
+    batched = filter_rows(
         logits,
         top_k=[k or 0 for k, _, _ in params],
         top_p=[p for _, p, _ in params],
@@ -376,7 +372,7 @@ def test_batched_filters_keep_what_the_per_row_filters_keep() -> None:
     for row, (k, p, m) in enumerate(params):
         expected = _filter_one_row(logits[row], top_k=k, top_p=p, min_p=m)
         assert torch.equal(torch.isinf(batched[row]), torch.isinf(expected)), (k, p, m)
-    assert _filter_rows(logits, top_k=[0] * 6, top_p=[1.0] * 6, min_p=[0.0] * 6) is None
+    assert filter_rows(logits, top_k=[0] * 6, top_p=[1.0] * 6, min_p=[0.0] * 6) is None
 
 
 def test_batched_sampler_draws_from_the_filtered_distribution() -> None:
@@ -388,7 +384,7 @@ def test_batched_sampler_draws_from_the_filtered_distribution() -> None:
     ):
         requests = [TokenCompletionRequest(prompt_token_ids=[1], sampling=sampling, seed=i) for i in range(n)]
         generators = [torch.Generator().manual_seed(i) for i in range(n)]
-        tokens, logps = _BatchSampler(requests, generators, torch.device("cpu")).sample(logits.clone())
+        tokens, logps = BatchSampler(requests, generators, torch.device("cpu")).sample(logits.clone())
         scaled = logits[0] / sampling.temperature
         expected = torch.softmax(_filter_one_row(scaled, top_k=sampling.top_k, top_p=1.0, min_p=0.0), -1)
         counts = torch.bincount(torch.tensor(tokens), minlength=6).float() / n
@@ -399,14 +395,14 @@ def test_batched_sampler_draws_from_the_filtered_distribution() -> None:
 
 
 @pytest.mark.parametrize("vocab", [512, 1000])  # a whole number of blocks, and a padded last block
-def test_inverse_cdf_never_picks_a_zero_weight_token_and_inverts_the_cumulative_mass(vocab: int) -> None:
+def testinverse_cdf_never_picks_a_zero_weight_token_and_inverts_the_cumulative_mass(vocab: int) -> None:
     gen = torch.Generator().manual_seed(0)
     weights = torch.rand(7, vocab, generator=gen) * (torch.rand(7, vocab, generator=gen) < 0.3)
     weights[:, 0] = 0.0  # mass only later, so a uniform of 0 must skip index 0
     weights[1] = 0.0
     weights[1, vocab - 2] = 1e-30  # one token of tiny mass: every draw lands on it
     uniforms = torch.tensor([0.0, 0.5, 1 - 2**-53, 0.25, 0.75, 0.999, 0.001], dtype=torch.float64)
-    picked = _inverse_cdf(weights, uniforms)
+    picked = inverse_cdf(weights, uniforms)
     assert all(weights[row, i] > 0 for row, i in enumerate(picked.tolist()))
     assert picked[1] == vocab - 2
     cdf = weights.double().cumsum(-1)
@@ -602,3 +598,16 @@ async def test_its_publisher_keeps_the_publisher_contract() -> None:
         await check_publisher(client.as_publisher(), named_tensors={}, versions=(1, 3), version_source=client)
     finally:
         await client.aclose()
+
+
+async def test_a_failure_after_generation_reaches_every_caller_at_once(tok, model) -> None:  # type: ignore[no-untyped-def]
+    client = LocalPolicyClient(model, tok, timeout_s=600.0)
+
+    def broken_decode(ids: object) -> str:
+        raise RuntimeError("decode broke")
+
+    client._decode = broken_decode  # type: ignore[method-assign]
+    calls = [client.complete_tokens(req(tok, p, max_tokens=2)) for p in ("hello", "Board:")]
+    results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), timeout=60)
+    for result in results:
+        assert isinstance(result, TransportError) and "RuntimeError: decode broke" in str(result)

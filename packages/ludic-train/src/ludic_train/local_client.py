@@ -16,9 +16,7 @@ before it. Batching, reproducibility and timeouts in detail: docs/packages/ludic
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
-import itertools
 import random
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,6 +32,8 @@ from ludic_core.seeding import MAX_SEED
 from ludic_core.types import ChatResponse
 from ludic_core.validation import check_int
 from ludic_train.model_signature import forward_takes
+from ludic_train.prefix_levels import plan_levels
+from ludic_train.token_sampling import BatchSampler, chosen_logprobs
 
 if TYPE_CHECKING:
     import torch
@@ -44,11 +44,6 @@ log = get_logger(__name__)
 
 # Sampling fields this backend implements; the others must stay at their defaults (checked per request).
 _UNSUPPORTED_SAMPLING = ("frequency_penalty", "presence_penalty", "repetition_penalty")
-
-# Prompt sharing (see _plan_levels): at most this many levels of shared prefixes, each counted as this
-# many extra prompt tokens (one more forward pass and a copy of the KV cache rows).
-_MAX_LEVELS = 4
-_LEVEL_COST_TOKENS = 16
 
 # A batch is cut after this many event-loop iterations in a row bring no new request. An episode that
 # just got its completion needs a handful of iterations (future callbacks, task wake-ups, a semaphore
@@ -259,42 +254,48 @@ class LocalPolicyClient:
                     results = await asyncio.to_thread(self._generate, [p.request for p in batch])
                     self.stats["generate_s"] += time.perf_counter() - t0
             except asyncio.CancelledError:  # aclose() while a batch decodes
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(
-                            TransportError("LocalPolicyClient closed while the request ran")
-                        )
+                _fail(batch, TransportError("LocalPolicyClient closed while the request ran"))
                 raise
             except Exception as exc:
                 log.warning("local_client.generate_failed", error=repr(exc), batch=len(batch))
-                err = TransportError(f"LocalPolicyClient generation failed: {type(exc).__name__}: {exc}")
-                err.__cause__ = exc
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(err)
+                _fail(
+                    batch,
+                    TransportError(f"LocalPolicyClient generation failed: {type(exc).__name__}: {exc}"),
+                    exc,
+                )
                 continue
             self.stats["batches"] += 1
             self.stats["requests"] += len(batch)
-            version_end = self._version
-            for p, (ids, logps, reason, prompt_logps) in zip(batch, results, strict=True):
-                if p.future.done():
-                    continue
-                self.stats["generated_tokens"] += len(ids)
-                want_logps = p.request.return_.return_chosen_logprobs
-                p.future.set_result(
-                    ChatResponse(
-                        text=self._decode(ids),
-                        prompt_token_ids=p.request.prompt_token_ids,
-                        completion_token_ids=ids,
-                        completion_logprobs=logps if want_logps else None,
-                        finish_reason=reason,
-                        policy_version_start=p.version_start,
-                        policy_version_end=version_end,
-                        # The logprobs are under softmax(logits / temperature), untempered at 0.
-                        sampling_temperature=p.request.sampling.temperature,
-                        prompt_logprobs=prompt_logps,
-                    )
+            try:
+                self._deliver(batch, results)
+            except Exception as exc:  # a bug here must reach the callers now, not at their timeout
+                _fail(
+                    batch,
+                    TransportError(f"LocalPolicyClient failed to deliver: {type(exc).__name__}: {exc}"),
+                    exc,
                 )
+
+    def _deliver(self, batch: Sequence[_Pending], results: Sequence[_Decoded]) -> None:
+        version_end = self._version
+        for p, (ids, logps, reason, prompt_logps) in zip(batch, results, strict=True):
+            if p.future.done():
+                continue
+            self.stats["generated_tokens"] += len(ids)
+            want_logps = p.request.return_.return_chosen_logprobs
+            p.future.set_result(
+                ChatResponse(
+                    text=self._decode(ids),
+                    prompt_token_ids=p.request.prompt_token_ids,
+                    completion_token_ids=ids,
+                    completion_logprobs=logps if want_logps else None,
+                    finish_reason=reason,
+                    policy_version_start=p.version_start,
+                    policy_version_end=version_end,
+                    # The logprobs are under softmax(logits / temperature), untempered at 0.
+                    sampling_temperature=p.request.sampling.temperature,
+                    prompt_logprobs=prompt_logps,
+                )
+            )
 
     # --- generation ---------------------------------------------------------------------------------
 
@@ -336,7 +337,7 @@ class LocalPolicyClient:
                 cache, logits, attention, next_pos, prompt_logps = self._prefill(
                     [r.prompt_token_ids for r in requests], device, prompt_logprobs=any(want_prompt_logps)
                 )
-                sampler = _BatchSampler(requests, generators, device)
+                sampler = BatchSampler(requests, generators, device)
                 # Rows leave the batch when they finish, where the cache can be re-indexed.
                 prunable = _can_copy_rows(cache)
                 rows = list(range(n))  # the request behind each row of the batch
@@ -414,7 +415,7 @@ class LocalPolicyClient:
         self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, list[list[float]] | None] | None:
         """Run each distinct prompt once, and each prefix that several of them share once (in the
-        levels :func:`_plan_levels` picks); ``None`` when the model's cache cannot be copied between
+        levels :func:`plan_levels` picks); ``None`` when the model's cache cannot be copied between
         rows."""
         import torch
 
@@ -425,7 +426,7 @@ class LocalPolicyClient:
         cache: Any = None
         start = 0
         rows_before: list[int] = []  # the row of the previous level each prompt continues
-        for cut, rows in _plan_levels(unique):
+        for cut, rows in plan_levels(unique):
             # One row per distinct prefix of length `cut`: its tokens from `start` on, no padding.
             members: list[int] = []  # the first prompt of each row (rows are numbered in that order)
             for u, row in enumerate(rows):
@@ -447,7 +448,7 @@ class LocalPolicyClient:
                 # Positions start..cut-1 of a row score tokens start+1..cut of each prompt it carries;
                 # the prompts of a row agree up to `cut - 1` but may differ at `cut`.
                 for u, row in enumerate(rows):
-                    scores[u].extend(_chosen_logprobs(every[row], unique[u][start + 1 : cut + 1]))
+                    scores[u].extend(chosen_logprobs(every[row], unique[u][start + 1 : cut + 1]))
             self.stats["prefill_tokens"] += ids.numel()
             if not _can_copy_rows(cache):
                 return None
@@ -504,7 +505,7 @@ class LocalPolicyClient:
                 # Row i holds its suffix in the last lengths[i] columns; the last one scores the
                 # completion, the ones before it the prompt's next tokens.
                 rows = every[i, width - lengths[i] : width - 1]
-                scores[i].extend(_chosen_logprobs(rows, p[prefix + 1 :]))
+                scores[i].extend(chosen_logprobs(rows, p[prefix + 1 :]))
         return cache, logits, attention, positions[:, -1:] + 1
 
     def _forward_last(
@@ -574,17 +575,6 @@ class LocalPolicyClient:
         return int(pad) if pad is not None else eos[0]
 
 
-def _chosen_logprobs(logits: torch.Tensor, targets: Sequence[int]) -> list[float]:
-    """``log_softmax(logits[k])[targets[k]]`` for each row ``k`` of ``[len(targets), V]`` logits, in float32."""
-    import torch
-
-    if not targets:
-        return []
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    index = torch.tensor(list(targets), dtype=torch.long, device=logits.device)[:, None]
-    return [float(x) for x in logprobs.gather(-1, index).squeeze(-1).tolist()]
-
-
 def _canonical_key(request: TokenCompletionRequest) -> tuple[Any, ...]:
     s = request.sampling
     return (
@@ -601,215 +591,17 @@ def _canonical_key(request: TokenCompletionRequest) -> tuple[Any, ...]:
     )
 
 
-def _plan_levels(prompts: Sequence[tuple[int, ...]]) -> list[tuple[int, list[int]]]:
-    """How to run the prefixes that distinct ``prompts`` share: a list of levels ``(cut, rows)``.
-
-    Level ``l`` runs tokens ``[cut_{l-1}, cut_l)`` once per distinct prefix of length ``cut_l``
-    (``rows[i]``: the row of prompt ``i``, rows numbered in order of first appearance); every prompt then
-    runs its own tokens from the last cut on. Cuts are the same positions for every prompt, so a level
-    needs no padding, and they stop short of the shortest prompt, so every prompt keeps a last position
-    of its own. The cuts minimise the tokens run, each level counted ``_LEVEL_COST_TOKENS`` extra (its
-    forward pass and KV-cache copy); no level at all when sharing saves nothing.
-    """
-    n = len(prompts)
-    if n < 2:
-        return []
-    order = sorted(range(n), key=prompts.__getitem__)
-    # Lexicographic neighbours: prompts i and j share a prefix of length c iff every neighbour pair
-    # between them does.
-    lcps = [_common_len(prompts[a], prompts[b]) for a, b in itertools.pairwise(order)]
-    shortest, longest = min(len(p) for p in prompts), max(len(p) for p in prompts)
-    # The number of distinct prefixes of length c only grows just past a neighbour LCP, so the best cut
-    # positions are those LCPs.
-    candidates = sorted({min(c, shortest - 1) for c in lcps} - {0})
-    if not candidates:
-        return []
-    sorted_lcps = sorted(lcps)
-    distinct = [1 + bisect.bisect_left(sorted_lcps, c) for c in candidates]
-    inf = float("inf")
-    # cost[k][j]: tokens run by k levels, the last cut at candidates[j]; back[k][j]: the cut before it.
-    cost = [[inf] * len(candidates) for _ in range(_MAX_LEVELS + 1)]
-    back = [[-1] * len(candidates) for _ in range(_MAX_LEVELS + 1)]
-    for j, c in enumerate(candidates):
-        cost[1][j] = distinct[j] * c + _LEVEL_COST_TOKENS
-    for k in range(2, _MAX_LEVELS + 1):
-        for j, c in enumerate(candidates):
-            for i in range(j):
-                value = cost[k - 1][i] + distinct[j] * (c - candidates[i]) + _LEVEL_COST_TOKENS
-                if value < cost[k][j]:
-                    cost[k][j], back[k][j] = value, i
-    best, best_k, best_j = float(n * longest), 0, -1  # no levels: every prompt runs whole
-    for k in range(1, _MAX_LEVELS + 1):
-        for j, c in enumerate(candidates):
-            value = cost[k][j] + n * (longest - c)
-            if value < best:
-                best, best_k, best_j = value, k, j
-    cuts: list[int] = []
-    while best_k > 0:
-        cuts.append(candidates[best_j])
-        best_j, best_k = back[best_k][best_j], best_k - 1
-    levels = []
-    for cut in reversed(cuts):
-        rows = [0] * n
-        row = 0
-        for position, i in enumerate(order):
-            if position and lcps[position - 1] < cut:
-                row += 1
-            rows[i] = row
-        # Renumber rows by first appearance in `prompts` order, so that level batches follow it.
-        renumber = {r: k for k, r in enumerate(dict.fromkeys(rows))}
-        levels.append((cut, [renumber[r] for r in rows]))
-    return levels
-
-
-def _common_len(a: Sequence[int], b: Sequence[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+def _fail(batch: Sequence[_Pending], error: TransportError, cause: BaseException | None = None) -> None:
+    """Fail every request of ``batch`` still waiting with ``error`` (caused by ``cause``)."""
+    error.__cause__ = cause
+    for p in batch:
+        if not p.future.done():
+            p.future.set_exception(error)
 
 
 def _can_copy_rows(cache: Any) -> bool:
     """Whether a KV cache can be repeated and re-indexed along the batch (a transformers ``Cache``)."""
     return hasattr(cache, "batch_repeat_interleave") and hasattr(cache, "batch_select_indices")
-
-
-class _BatchSampler:
-    """Picks one token per row of a decode step, all rows at once.
-
-    Greedy rows (temperature 0) take the argmax. Sampled rows scale by their temperature, apply their
-    top-k / min-p / top-p filters (only rows that set one pay for it) and invert their cumulative
-    distribution at one uniform number drawn from their own generator: a request's random stream is one
-    draw per token, whatever else shares the batch.
-    """
-
-    def __init__(
-        self,
-        requests: Sequence[TokenCompletionRequest],
-        generators: Sequence[torch.Generator],
-        device: torch.device,
-    ) -> None:
-        self._device = device
-        self._requests = list(requests)
-        self._generators = list(generators)
-        self._refresh()
-
-    def select(self, keep: Sequence[int]) -> None:
-        """Keep only these rows (positions in the current batch), in this order."""
-        self._requests = [self._requests[j] for j in keep]
-        self._generators = [self._generators[j] for j in keep]
-        self._refresh()
-
-    def _refresh(self) -> None:
-        import torch
-
-        sampling = [r.sampling for r in self._requests]
-        temps = [s.temperature for s in sampling]
-        self._sampled = [j for j, t in enumerate(temps) if t > 0]
-        self._all_sampled = len(self._sampled) == len(temps)
-        # Greedy rows keep their untempered logits (their logprobs are untempered).
-        self._unit_temps = all(t in (0.0, 1.0) for t in temps)
-        self._temps = torch.tensor([t if t > 0 else 1.0 for t in temps], device=self._device)
-        rows = [sampling[j] for j in self._sampled]
-        self._top_k = [s.top_k or 0 for s in rows]
-        self._top_p = [s.top_p for s in rows]
-        self._min_p = [s.min_p for s in rows]
-        self._sampled_index = torch.tensor(self._sampled, dtype=torch.long, device=self._device)
-        greedy = [j for j, t in enumerate(temps) if t == 0]
-        self._greedy_index = torch.tensor(greedy, dtype=torch.long, device=self._device)
-
-    def sample(self, logits: torch.Tensor) -> tuple[list[int], list[float]]:
-        """``logits``: ``[rows, vocab]`` float32. Returns each row's token and its logprob."""
-        import torch
-
-        scaled = logits if self._unit_temps else logits / self._temps[:, None]
-        logprobs = torch.log_softmax(scaled, dim=-1)
-        if not self._sampled:
-            tokens = torch.argmax(logits, dim=-1)
-        else:
-            rows = scaled if self._all_sampled else scaled[self._sampled_index]
-            filtered = _filter_rows(rows, top_k=self._top_k, top_p=self._top_p, min_p=self._min_p)
-            if filtered is not None:
-                probs = torch.softmax(filtered, dim=-1)
-            else:
-                probs = (logprobs if self._all_sampled else logprobs[self._sampled_index]).exp()
-            uniforms = torch.cat(
-                [torch.rand(1, generator=self._generators[j], dtype=torch.float64) for j in self._sampled]
-            )
-            picked = _inverse_cdf(probs, uniforms.to(probs.device))
-            if self._all_sampled:
-                tokens = picked
-            else:
-                tokens = torch.empty(logits.shape[0], dtype=torch.long, device=logits.device)
-                tokens[self._sampled_index] = picked
-                tokens[self._greedy_index] = torch.argmax(logits[self._greedy_index], dim=-1)
-        chosen = logprobs.gather(1, tokens[:, None]).squeeze(1)
-        return [int(t) for t in tokens.tolist()], [float(x) for x in chosen.tolist()]
-
-
-# Tokens per block of the two-level inverse CDF.
-_CDF_BLOCK = 256
-
-
-def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """Per row of non-negative ``weights``, the first index whose cumulative weight exceeds
-    ``uniform × total``: a draw from the normalised weights, never of a zero-weight index.
-
-    Two levels, because a float32 running sum over a 50k vocabulary rounds away the mass of tail tokens
-    and a float64 one costs several passes over the logits: per-block sums in float32 (each exact to a
-    few ulps of its block's own mass), their running sum in float64, then a float64 running sum inside
-    the chosen block only.
-    """
-    import torch
-
-    rows, vocab = weights.shape
-    if vocab % _CDF_BLOCK:
-        weights = torch.nn.functional.pad(weights, (0, _CDF_BLOCK - vocab % _CDF_BLOCK))
-    blocks = weights.contiguous().view(rows, -1, _CDF_BLOCK)
-    block_cdf = blocks.sum(-1).double().cumsum_(-1)
-    targets = uniforms * block_cdf[:, -1]
-    block = torch.searchsorted(block_cdf, targets[:, None], right=True).squeeze(1)
-    block = block.clamp_(max=block_cdf.shape[1] - 1)
-    before = block_cdf.gather(1, (block - 1).clamp(min=0)[:, None]).squeeze(1).masked_fill_(block == 0, 0.0)
-    inner = blocks[torch.arange(rows, device=weights.device), block].double().cumsum_(-1)
-    index = torch.searchsorted(inner, (targets - before)[:, None], right=True).squeeze(1)
-    # The block sum and this running sum round differently; a target past the block's running total
-    # takes the block's last token of positive weight, never a zero-weight one after it.
-    last = (inner < inner[:, -1:]).sum(-1)
-    return block * _CDF_BLOCK + torch.minimum(index, last)
-
-
-def _filter_rows(
-    logits: torch.Tensor, *, top_k: Sequence[int], top_p: Sequence[float], min_p: Sequence[float]
-) -> torch.Tensor | None:
-    """Top-k, then min-p, then top-p per row (``top_k`` 0: off); ``None`` when no row filters."""
-    import torch
-
-    vocab = logits.shape[-1]
-    ks = [k if 0 < k < vocab else 0 for k in top_k]
-    use_k, use_min_p, use_top_p = any(ks), any(m > 0 for m in min_p), any(p < 1.0 for p in top_p)
-    if not (use_k or use_min_p or use_top_p):
-        return None
-    out = logits
-    neg_inf = float("-inf")
-    if use_k:
-        k = torch.tensor(ks, device=out.device)
-        kth = torch.topk(out, max(ks), dim=-1).values.gather(1, (k - 1).clamp(min=0)[:, None])
-        kth = torch.where(k[:, None] > 0, kth, torch.full_like(kth, neg_inf))
-        out = out.masked_fill(out < kth, neg_inf)
-    if use_min_p:
-        probs = torch.softmax(out, dim=-1)
-        floor = torch.tensor(min_p, dtype=probs.dtype, device=out.device)[:, None] * probs.amax(
-            -1, keepdim=True
-        )
-        out = out.masked_fill(probs < floor, neg_inf)
-    if use_top_p:
-        sorted_logits, order = torch.sort(out, descending=True, dim=-1)
-        sorted_probs = torch.softmax(sorted_logits, dim=-1)
-        # Rows without top-p never drop (their mass before a tail token can round up to 1.0).
-        threshold = torch.tensor([p if p < 1.0 else float("inf") for p in top_p], device=out.device)
-        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
-        drop_sorted = sorted_probs.cumsum(-1) - sorted_probs >= threshold[:, None]
-        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
-        out = out.masked_fill(drop, neg_inf)
-    return out
 
 
 class SharedWeightsPublisher:
