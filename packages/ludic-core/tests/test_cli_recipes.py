@@ -1,5 +1,5 @@
-"""The recipe registry behind ``ludic recipes`` and ``ludic train``, and the recipe defaults layer of
-run configs (torch-free: no recipe here is run)."""
+"""The recipe registry behind ``ludic recipes`` and ``ludic train``, the run defaults of envs, and the
+recipe defaults layer of run configs (torch-free: no recipe here is run)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from ludic_core.cli.main import main
 from ludic_core.errors import ConfigError
 from ludic_core.run.loading import load_config
-from ludic_core.run.recipes import RECIPES, Recipe, get_recipe
+from ludic_core.run.recipes import RECIPES, RUN_DEFAULTS, Recipe, env_run_defaults, get_recipe
 
 
 @attrs.frozen(kw_only=True)
@@ -91,3 +91,23 @@ def test_each_rank_samples_whole_groups_and_the_ranks_together_sample_one_proces
     assert train_requests(config, default_profile(), rank=1, world_size=2)(5) == shares[1]  # replayable
     with pytest.raises(ConfigError, match="episodes = 4 does not split over the 3 data-parallel ranks"):
         train_requests(config, default_profile(), rank=0, world_size=3)
+
+
+def test_env_run_defaults_are_found_by_env_name_and_name_the_env_they_lack() -> None:
+    from ludic_core.registry import ENVS
+    from ludic_core.testing.envs import GuessNumberEnv
+
+    with pytest.raises(ConfigError, match=r"unknown env 'no-such-env'"):
+        env_run_defaults("no-such-env")
+    ENVS.register("bare-env", GuessNumberEnv)
+    try:
+        with pytest.raises(ConfigError, match=r"env 'bare-env' has no run defaults \(entry-point group"):
+            env_run_defaults("bare-env")
+        RUN_DEFAULTS.register("bare-env", lambda: {"episodes": 3})
+        assert env_run_defaults("bare-env") == {"env": "bare-env", "episodes": 3}
+        RUN_DEFAULTS.register("bare-env", lambda: ["episodes"], overwrite=True)
+        with pytest.raises(ConfigError, match="run defaults of env 'bare-env' are list, not a mapping"):
+            env_run_defaults("bare-env")
+    finally:
+        ENVS.unregister("bare-env")
+        RUN_DEFAULTS.unregister("bare-env")

@@ -12,12 +12,21 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import ConfigError
-from ludic_core.registry import Registry
+from ludic_core.registry import ENVS, Registry
 from ludic_core.run.loading import merged
 from ludic_core.run.samplers import _import_path, get_sampler, import_path
 from ludic_core.suggestions import did_you_mean
 
-__all__ = ["RECIPES", "RENAMED", "Recipe", "RecipeRun", "get_recipe", "recipe_path"]
+__all__ = [
+    "RECIPES",
+    "RENAMED",
+    "RUN_DEFAULTS",
+    "Recipe",
+    "RecipeRun",
+    "env_run_defaults",
+    "get_recipe",
+    "recipe_path",
+]
 
 RecipeRun = Callable[..., Mapping[str, Any]]
 """``run(config, run_dir: Path, *, dry_run: bool, resume: bool) -> summary``: a dry run builds every
@@ -75,6 +84,28 @@ class Recipe:
 
 RECIPES: Registry[Any] = Registry("recipe", "ludic.recipes")
 """Recipe name -> a callable taking no arguments and returning its :class:`Recipe`."""
+
+
+RUN_DEFAULTS: Registry[Any] = Registry("run defaults", "ludic.run_defaults")
+"""Env name -> a callable taking no arguments and returning the run-config defaults of a training recipe
+on that env (system prompt, ``env_kwargs``, sampling, rollout limits, group sizes), declared with the
+env so that every backend's recipe reads them from there (:func:`env_run_defaults`)."""
+
+
+def env_run_defaults(env: str) -> dict[str, Any]:
+    """The registered run defaults of ``env``, with ``env`` itself; an unknown env, or one without
+    run defaults, is a :class:`ConfigError` naming it."""
+    if env not in ENVS:
+        raise ConfigError(ENVS.unknown(env))
+    if env not in RUN_DEFAULTS:
+        raise ConfigError(
+            f"env {env!r} has no run defaults (entry-point group {RUN_DEFAULTS.entry_point_group!r}; "
+            f"envs with run defaults: {', '.join(RUN_DEFAULTS.names()) or 'none'})"
+        )
+    defaults = RUN_DEFAULTS.build(env)
+    if not isinstance(defaults, Mapping):
+        raise ConfigError(f"run defaults of env {env!r} are {type(defaults).__name__}, not a mapping")
+    return {"env": env, **defaults}
 
 
 def get_recipe(name: str) -> Recipe:

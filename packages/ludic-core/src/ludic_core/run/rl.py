@@ -37,9 +37,6 @@ from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.suggestions import did_you_mean
 
 __all__ = [
-    "GSM8K_RL_DEFAULTS",
-    "TICTACTOE_RL_DEFAULTS",
-    "TICTACTOE_SYSTEM_PROMPT",
     "RLEpisodesConfig",
     "build_algorithm",
     "check_envs_build",
@@ -49,46 +46,6 @@ __all__ = [
     "rollout_source",
     "train_requests",
 ]
-
-
-# The Tic-Tac-Toe RL recipes' shared settings (every backend's): run-config data for the registered env
-# "tictactoe", kept here so that each backend's recipe (ludic-train, ludic-tinker) states them once.
-TICTACTOE_SYSTEM_PROMPT = (
-    "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>."
-)
-
-TICTACTOE_RL_DEFAULTS: dict[str, Any] = {
-    "env": "tictactoe",
-    # Outcome rewards only (no per-move bonus, which would pay for winning slowly); both sides, drawn
-    # from the env seed, so a GRPO group always plays one side; the opponent's move is on the board.
-    "env_kwargs": {
-        "opponent": "random",
-        "agent_mark": "random",
-        "show_opponent_move": False,
-        "rewards": {"win": 1.0, "forced_draw": 0.5, "unforced_draw": 0.5, "loss": 0.0, "illegal_move": -1.0},
-    },
-    "system_prompt": TICTACTOE_SYSTEM_PROMPT,
-    # Generation stops at the closing tag: nothing after the move is sampled, rewarded or trained on.
-    "sampling": {"temperature": 1.0, "max_tokens": 10, "stop": ["</move>"]},
-    "episodes": 4,
-    "samples_per_prompt": 8,
-    "rollout": {"max_steps": 5},
-    "algorithm": "grpo",
-}
-
-
-# The GSM8K RL recipes' shared settings: one-shot answers graded by the registered env "gsm8k", trained
-# on its train split and evaluated on its test split; each backend's recipe adds its model's sampling
-# budget and evaluation size.
-GSM8K_RL_DEFAULTS: dict[str, Any] = {
-    "env": "gsm8k",
-    "env_kwargs": {"split": "train"},
-    "eval_env_kwargs": {"split": "test"},
-    "episodes": 4,
-    "samples_per_prompt": 8,
-    "rollout": {"max_steps": 1},
-    "algorithm": "grpo",
-}
 
 
 @attrs.frozen(kw_only=True)

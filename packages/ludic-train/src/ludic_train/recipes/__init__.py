@@ -1,17 +1,17 @@
 """The recipes ludic-train registers for ``ludic train`` (entry-point group ``"ludic.recipes"``).
 
-Each function returns a :class:`~ludic_core.run.recipes.Recipe`: its defaults and, unless the recipe is
-trained where ``backend.kind`` says (the RL recipes: ``local``, ``vllm``, ``tinker``, or any registered
-sampler), its run config class. Nothing here imports torch: the runners in :mod:`.rl` and :mod:`.sft` are imported
-only when a recipe runs. The CPU smoke configs are under ``examples/`` (``*_smoke.toml``).
+Each function returns a :class:`~ludic_core.run.recipes.Recipe`: its defaults (over its env's registered
+run defaults, :func:`~ludic_core.run.recipes.env_run_defaults`) and, unless the recipe is trained where
+``backend.kind`` says (the RL recipes: ``local``, ``vllm``, ``tinker``, or any registered sampler), its
+run config class. Nothing here imports torch: the runners in :mod:`.rl` and :mod:`.sft` are imported only
+when a recipe runs. The CPU smoke configs are under ``examples/`` (``*_smoke.toml``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ludic_core.run.recipes import Recipe
-from ludic_core.run.rl import GSM8K_RL_DEFAULTS, TICTACTOE_RL_DEFAULTS
+from ludic_core.run.recipes import Recipe, env_run_defaults
 from ludic_train.recipes.config import FROM_TOKENIZER, OfflineRLRunConfig, PipelineRunConfig, SFTRunConfig
 
 __all__ = [
@@ -37,7 +37,7 @@ def _trainer(**settings: Any) -> dict[str, Any]:
 def tictactoe_grpo() -> Recipe:
     return Recipe(
         summary="GRPO + LoRA on Tic-Tac-Toe against a random opponent (backend.kind: local, vllm, tinker)",
-        defaults={**TICTACTOE_RL_DEFAULTS, "backend": {"kind": "local"}},
+        defaults={**env_run_defaults("tictactoe"), "backend": {"kind": "local"}},
         backend_defaults={
             "local": {
                 "backend": {"model": "smollm2"},
@@ -73,7 +73,7 @@ def _gsm8k(algorithm: str, summary: str) -> Recipe:
     return Recipe(
         summary=f"{summary} (backend.kind: local, vllm, tinker)",
         defaults={
-            **GSM8K_RL_DEFAULTS,
+            **env_run_defaults("gsm8k"),
             "algorithm": algorithm,
             "eval_episodes": 200,
             "backend": {"kind": "local"},
@@ -104,7 +104,7 @@ def _pipeline(role: str, summary: str) -> Recipe:
         runner=f"ludic_train.recipes.pipeline:run_{role}",
         checks=("ludic_train.recipes.pipeline:check_pipeline",),
         defaults={
-            **TICTACTOE_RL_DEFAULTS,
+            **env_run_defaults("tictactoe"),
             "backend": _LOCAL_SMOLLM2,
             "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, max_lag=2),
         },
