@@ -58,15 +58,6 @@ TRAIN_TEMPERATURE = 1.0
 MIN_REWARD_RISE = 0.1
 MATCH_CONCURRENCY = 64
 
-# Outcome rewards for each seat. A forfeit (the other seat's illegal move) is a win: the game's result.
-SELFPLAY_REWARDS = {
-    "win": 1.0,
-    "forced_draw": 0.5,
-    "unforced_draw": 0.5,
-    "loss": 0.0,
-    "illegal_move": -1.0,
-    "opponent_forfeit": 1.0,
-}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "default": {
@@ -141,16 +132,18 @@ def make_selfplay_engine(
     """An engine over the two-player env (``"ttt_selfplay"``, board-only prompts as in the demo) whose
     protocol ``"seats"`` puts ``seats(spec)`` behind X and O: ``seats`` maps the protocol spec's
     ``trained`` kwarg (``"both"``, ``"x"`` or ``"o"``) to a ``{"x": client, "o": client}`` mapping."""
-    from common import make_agent
+    from common import REWARDS, make_agent
 
     from ludic_core.engine import RolloutEngine
     from ludic_core.protocols.multi_agent import MultiAgentProtocol
     from ludic_envs.tictactoe import TicTacToeSelfPlayEnv
 
+    # The demo's outcome rewards for each seat, and a forfeit (the other seat's illegal move) is a win:
+    # the game's result.
+    rewards = {**REWARDS, "opponent_forfeit": 1.0}
+
     def env(start_board: str | None = None) -> TicTacToeSelfPlayEnv:
-        return TicTacToeSelfPlayEnv(
-            rewards=SELFPLAY_REWARDS, show_opponent_move=False, start_board=start_board
-        )
+        return TicTacToeSelfPlayEnv(rewards=rewards, show_opponent_move=False, start_board=start_board)
 
     def protocol(trained: str = "both") -> MultiAgentProtocol:
         clients = seats(trained)

@@ -34,17 +34,16 @@ from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.rollout_settings import RolloutSettings
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
+from ludic_envs.run_defaults import tictactoe_run_defaults
 from ludic_envs.tictactoe import Board, TicTacToeEnv
 
-SYSTEM_PROMPT = "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>."
-
-REWARDS = {"win": 1.0, "forced_draw": 0.5, "unforced_draw": 0.5, "loss": 0.0, "illegal_move": -1.0}
-"""Outcome rewards. A draw pays the same whether or not a win was available: against a random
-opponent, "could have won" is already paid for by the wins."""
-
-MOVE_STOP = "</move>"
-MAX_MOVES = 5  # X moves at most five times: a game against a bot never needs more agent steps
-MAX_MOVE_TOKENS = 10  # "<move>B2</move>" is 8 SmolLM2 tokens; two spare for a leading space or newline
+# The game `ludic train tictactoe-grpo` plays, declared once with the env (the reasons are there).
+_RUN_DEFAULTS = tictactoe_run_defaults()
+SYSTEM_PROMPT: str = _RUN_DEFAULTS["system_prompt"]
+REWARDS: dict[str, float] = _RUN_DEFAULTS["env_kwargs"]["rewards"]
+(MOVE_STOP,) = _RUN_DEFAULTS["sampling"]["stop"]
+MAX_MOVES: int = _RUN_DEFAULTS["rollout"]["max_steps"]
+MAX_MOVE_TOKENS: int = _RUN_DEFAULTS["sampling"]["max_tokens"]
 
 _STRICT_MOVE = re.compile(r"\s*<move>([ABC][123])</move>\s*")
 _LEGAL_LIST = re.compile(r"Your move \(([A-C1-3, ]+)\)")
