@@ -54,8 +54,9 @@ from _machine import emit, machine_facts  # noqa: E402
 
 from ludic_core.peak_memory import peak_rss_mb, reset_peak_rss  # noqa: E402
 
+# The demo's settings (examples/demo.py; its game length is Tic-Tac-Toe's rollout.max_steps in
+# ludic_envs.run_defaults), stated once here so the workload does not move with it.
 MAX_MOVES = 5
-# The demo's settings (examples/demo.py), stated once here so the workload does not move with it.
 WARM_START = {"teacher_games": 64, "sft_steps": 20, "sft_batch": 16, "sft_lr": 2e-3}
 LORA = {"rank": 16, "layers": 8}
 GRPO = {"group_size": 8, "groups_per_step": 4, "lr": 1e-3, "temperature": 1.0}

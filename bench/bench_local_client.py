@@ -184,8 +184,8 @@ def make_requests(
     return requests
 
 
-# The CPU demo's system prompt (examples/tic_tac_toe/common.py), copied so the workload does not move
-# when the demo's wording does.
+# The CPU demo's system prompt (Tic-Tac-Toe's run defaults, ludic_envs.run_defaults), copied so the
+# workload does not move when the demo's wording does.
 DEMO_SYSTEM_PROMPT = (
     "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>."
 )
