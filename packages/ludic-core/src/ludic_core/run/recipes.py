@@ -86,26 +86,16 @@ RECIPES: Registry[Any] = Registry("recipe", "ludic.recipes")
 """Recipe name -> a callable taking no arguments and returning its :class:`Recipe`."""
 
 
-RUN_DEFAULTS: Registry[Any] = Registry("run defaults", "ludic.run_defaults")
-"""Env name -> a callable taking no arguments and returning the run-config defaults of a training recipe
-on that env (system prompt, ``env_kwargs``, sampling, rollout limits, group sizes), declared with the
-env so that every backend's recipe reads them from there (:func:`env_run_defaults`)."""
+RUN_DEFAULTS: Registry[Any] = Registry("run defaults for env", "ludic.run_defaults")
+"""Env name -> a callable taking no arguments and returning the run-config values every training recipe
+on that env starts from (system prompt, ``env_kwargs``, sampling, group sizes), declared with the env."""
 
 
 def env_run_defaults(env: str) -> dict[str, Any]:
-    """The registered run defaults of ``env``, with ``env`` itself; an unknown env, or one without
-    run defaults, is a :class:`ConfigError` naming it."""
+    """``env``'s registered run defaults and ``env`` itself; refused, naming ``env``, if either is missing."""
     if env not in ENVS:
         raise ConfigError(ENVS.unknown(env))
-    if env not in RUN_DEFAULTS:
-        raise ConfigError(
-            f"env {env!r} has no run defaults (entry-point group {RUN_DEFAULTS.entry_point_group!r}; "
-            f"envs with run defaults: {', '.join(RUN_DEFAULTS.names()) or 'none'})"
-        )
-    defaults = RUN_DEFAULTS.build(env)
-    if not isinstance(defaults, Mapping):
-        raise ConfigError(f"run defaults of env {env!r} are {type(defaults).__name__}, not a mapping")
-    return {"env": env, **defaults}
+    return {"env": env, **RUN_DEFAULTS.build(env)}
 
 
 def get_recipe(name: str) -> Recipe:
