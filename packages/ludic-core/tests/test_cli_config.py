@@ -7,8 +7,11 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
+import attrs
 import pytest
 
 from ludic_core.errors import ConfigError
@@ -123,6 +126,24 @@ def test_a_whole_config_problem_names_the_files_it_was_read_from(tmp_path: Path)
         load_config(EvalConfig, files=[path])
     message = str(info.value)
     assert "1000 x 1001" in message and message.endswith(f"(config read from config file {str(path)!r})")
+
+
+@attrs.frozen(kw_only=True)
+class _Renamed(EvalConfig):
+    RENAMED_KEYS: ClassVar[Mapping[str, str]] = {"backend.url": "backend.base_urls", "old.steps": "episodes"}
+
+
+def test_a_renamed_key_is_refused_naming_its_new_spelling() -> None:
+    overrides = ["backend.url=http://h:1/v1", "old.steps=5", "old.other=1"]
+    with pytest.raises(ConfigError) as raised:
+        load_config(_Renamed, flags={"env": "tictactoe"}, overrides=overrides)
+    message = str(raised.value)
+    assert (
+        "override 'backend.url=http://h:1/v1': 'backend.url' was renamed: set 'backend.base_urls' instead"
+        in message
+    )
+    # A table holding a renamed key names that key; its other keys wait for the next run.
+    assert "'old.steps' was renamed: set 'episodes' instead" in message and "old.other" not in message
 
 
 def test_a_toml_syntax_error_names_the_file_line_and_column(tmp_path: Path) -> None:

@@ -120,10 +120,6 @@ def read_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def _attrs_class(tp: Any) -> type | None:
     """The attrs class inside ``tp`` (``X`` or ``X | None``), if any."""
     if attrs.has(tp):
@@ -256,8 +252,13 @@ def load_config(
     :class:`~ludic_core.errors.ConfigError` listing every problem.
 
     A nested table given in part keeps the rest of its field's default: ``rollout.concurrency=4``
-    changes the concurrency only, not the command's other rollout settings."""
+    changes the concurrency only, not the command's other rollout settings. A key that ``cls``'s
+    ``RENAMED_KEYS`` (old dotted key -> new) lists is refused with its new spelling named."""
     data, layers = _layered(nested_defaults(cls), files, overrides, flags, defaults)
+    if renamed := _renamed(cls, data):
+        raise ConfigError(
+            f"invalid {cls.__name__}:\n  " + "\n  ".join(_located(p, layers, data) for p in renamed)
+        )
     try:
         return make_converter().structure(data, cls)
     except (ClassValidationError, ForbiddenExtraKeysError) as exc:
@@ -269,6 +270,16 @@ def load_config(
         if located == str(exc):
             raise
         raise ConfigError(located) from exc
+
+
+def _renamed(cls: type, data: Mapping[str, Any]) -> list[Problem]:
+    """The keys of ``data`` that ``cls.RENAMED_KEYS`` (old dotted key -> new) lists, naming the new key."""
+    renamed: Mapping[str, str] = getattr(cls, "RENAMED_KEYS", {})
+    return [
+        (old.split("."), f"{old!r} was renamed: set {new!r} instead")
+        for old, new in renamed.items()
+        if _holds(data, old.split("."))
+    ]
 
 
 def nested_defaults(cls: type) -> dict[str, Any]:
