@@ -358,7 +358,7 @@ async def _run(
         batch_source=source,
         config=TrainerConfig(
             lr=args.grpo_lr,
-            eval_every_steps=args.eval_every or None,
+            eval_every_steps=args.eval_every,
             **base_config,  # type: ignore[arg-type]
         ),
         publisher=client.as_publisher(),

@@ -270,6 +270,11 @@ def test_tinker_recipe_dry_runs_and_trains_against_the_fake_service(tmp_path: Pa
     local_config = json.loads(local.stdout[: local.stdout.rindex("}") + 1])["config"]
     for key in ("env", "env_kwargs", "system_prompt", "sampling", "algorithm"):
         assert tinker_config[key] == local_config[key]
+    # One vocabulary: every [trainer], [lora] and [run] key Tinker reads means the same locally.
+    for table in ("trainer", "lora", "run"):
+        assert set(tinker_config[table]) < set(local_config[table]), table
+    assert tinker_config["trainer"]["lr"] == 4e-5 and tinker_config["lora"] == {"rank": 32}  # Tinker's
+    assert "LoRA rank 32" in dry.stdout and "Adam lr 4e-05" in dry.stdout
     done = ludic("train", "tictactoe-grpo", str(smoke), "run_dir=run", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
@@ -286,6 +291,12 @@ def test_tinker_recipe_dry_runs_and_trains_against_the_fake_service(tmp_path: Pa
         ("tinker.tokenizer=some/tokenizer", "vocabulary is bytes"),
         ("algorithm=sapo", "Tinker cannot run the loss spec SAPO"),
         ("backend.model=Qwen/Qwen3-4B-Instruct-2507", "this recipe takes it from tinker.base_model"),
+        ("tinker.lora_rank=4", "'tinker.lora_rank' was renamed: set 'lora.rank' instead"),
+        (
+            "tinker.adam.learning_rate=1e-4",
+            "'tinker.adam.learning_rate' was renamed: set 'trainer.lr' instead",
+        ),
+        ("lora.rank=0", "Tinker trains LoRA adapters only"),
     ],
 )
 def test_tinker_recipe_refuses_what_it_cannot_honour(tmp_path: Path, override: str, reason: str) -> None:

@@ -22,7 +22,7 @@ LOSS_MODULES = ("ludic-train/src/ludic_train/losses", "ludic-tinker/src/ludic_ti
 KNOWN_SHARED: dict[tuple[str, object], str] = {
     ("algorithm", "grpo"): "the online and offline RL run configs of different packages",
     ("device", "cpu"): "the sampler backend's device and the offline trainer's device",
-    ("eps", 1e-08): "Adam's epsilon in the torch and the Tinker optimiser configs",
+    ("eps", 1e-08): "Adam's epsilon in the shared [trainer] settings and the Tinker optimiser config",
     ("run_dir", ""): "the episodes and offline run configs (empty: a fresh directory)",
     ("seed", 0): "the episodes and offline run configs",
     ("coeff", 1.0): "TokenKL and ReverseKL: each loss's own unit coefficient",

@@ -13,7 +13,7 @@ from ludic_tinker.testing import FAKE_API_KEY, FakeTinkerService
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 TIMEOUT_S = 240
-SMALL = ("steps=2", "episodes=2", "samples_per_prompt=2", "eval_episodes=2", "tinker.eval_every=2")
+SMALL = ("steps=2", "episodes=2", "samples_per_prompt=2", "eval_episodes=2", "trainer.eval_every_steps=2")
 """``ludic train`` overrides that cut a full-size example config to two small steps."""
 
 

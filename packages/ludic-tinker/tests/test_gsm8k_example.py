@@ -64,7 +64,7 @@ def test_full_size_config_trains_on_the_service(
     config = EXAMPLES / "gsm8k" / "grpo_tinker.toml"
     done = ludic(
         "train", "gsm8k-grpo", str(config), *SMALL, *ROWS, f"algorithm={algorithm}", "sampling.max_tokens=8",
-        f"tinker.base_model={FAKE_BASE_MODEL}", "tinker.lora_rank=4", "run_dir=run",
+        f"tinker.base_model={FAKE_BASE_MODEL}", "lora.rank=4", "run_dir=run",
         service=fake_service, cwd=tmp_path,
     )  # fmt: skip
     if loss_fn not in supported_loss_fns():  # gspo before SDK 0.34: refused before any remote call

@@ -22,7 +22,7 @@ def test_full_size_config_trains_on_the_service(fake_service: FakeTinkerService,
     config = EXAMPLES / "tic_tac_toe" / "grpo_tinker.toml"
     done = ludic(
         "train", "tictactoe-grpo", str(config), *SMALL, f"tinker.base_model={FAKE_BASE_MODEL}",
-        "tinker.lora_rank=4", "run_dir=run", service=fake_service, cwd=tmp_path,
+        "lora.rank=4", "run_dir=run", service=fake_service, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     fake_service.raise_for_violations()

@@ -27,6 +27,7 @@ from ludic_train.config import TrainerConfig
         ("betas", (math.nan, 0.9)),
         ("eps", 0.0),
         ("max_grad_norm", math.inf),
+        ("max_grad_norm", None),
         ("max_seq_len", 1.5),
         ("micro_token_budget", 0),
         ("publish_every_steps", -1),
@@ -38,7 +39,8 @@ from ludic_train.config import TrainerConfig
         ("max_refills", 2.5),
         ("log_every", 0),
         ("eval_at_start", "no"),
-        ("eval_every_steps", 0),
+        ("eval_every_steps", -1),
+        ("eval_every_steps", None),
         ("max_consecutive_skipped_steps", 0),
     ],
 )
@@ -54,4 +56,4 @@ def test_hostile_values_are_refused_naming_the_field(field: str, value: object) 
 def test_defaults_and_devices_pass() -> None:
     for device in (None, "cpu", "cuda", "cuda:1", "mps"):
         assert TrainerConfig(pad_token_id=0, device=device).device == device
-    assert TrainerConfig(pad_token_id=0, max_grad_norm=None, max_lag=None).max_grad_norm is None
+    assert TrainerConfig(pad_token_id=0, max_grad_norm=0, max_lag=None).max_grad_norm == 0

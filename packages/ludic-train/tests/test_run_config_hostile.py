@@ -9,7 +9,7 @@ import pytest
 
 from ludic_core.errors import ConfigError
 from ludic_core.run.loading import load_config
-from ludic_train.recipes.config import LoraSettings, RLRunConfig
+from ludic_train.recipes.config import LocalLoraSettings, RLRunConfig
 
 HOSTILE = [
     "episodes=0", "episodes=inf", "episodes=1.5", "episodes=true",
@@ -25,7 +25,7 @@ HOSTILE = [
     "trainer.lr=nan", "trainer.lr=0", "trainer.weight_decay=inf", "trainer.weight_decay=-1",
     "trainer.betas=[0.9, 1.0]", "trainer.eps=0", "trainer.max_grad_norm=inf", "trainer.max_seq_len=1.5",
     "trainer.micro_token_budget=0", "trainer.publish_every_steps=-1", "trainer.max_lag=-1",
-    "trainer.max_refills=0", "trainer.log_every=0", "trainer.eval_every_steps=0",
+    "trainer.max_refills=0", "trainer.log_every=0", "trainer.eval_every_steps=-1",
     "trainer.max_consecutive_skipped_steps=0", "trainer.share_prompt_prefix=2",
     "lora.rank=-1", "lora.alpha=-1", "lora.alpha=nan", "lora.dropout=5.0", "lora.dropout=nan",
     "lora.include_lm_head=3",
@@ -44,7 +44,7 @@ def test_a_missing_chat_template_file_is_refused_before_the_model_loads(tmp_path
 
     missing = str(tmp_path / "nope.jinja")
     with pytest.raises(ConfigError, match=r"chat_template: '.*nope\.jinja' is not a readable file"):
-        build_model("/nonexistent-model", device="cpu", lora=LoraSettings(), chat_template=missing)
+        build_model("/nonexistent-model", device="cpu", lora=LocalLoraSettings(), chat_template=missing)
 
 
 @pytest.mark.parametrize("override", HOSTILE)

@@ -89,7 +89,7 @@ def _delta_after_one_sgd_step(
             optimizer="sgd",
             lr=1.0,
             weight_decay=0.0,
-            max_grad_norm=None,
+            max_grad_norm=0,
             max_seq_len=64,
             micro_token_budget=budget,
             publish_every_steps=0,

@@ -16,7 +16,7 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.run.rl import build_algorithm, check_envs_build, check_rl_episodes
 from ludic_tinker.cli_backend import TinkerBackend, fake_model_tokenizer
-from ludic_tinker.recipes import TinkerRLRunConfig
+from ludic_tinker.recipes import TinkerRLRunConfig, adam_config
 
 __all__ = ["check_tinker_rl", "run_tinker_rl"]
 
@@ -38,6 +38,8 @@ def check_tinker_rl(config: TinkerRLRunConfig) -> None:
             raise ConfigError(
                 f"backend.{field} = {value!r}: this recipe takes it from tinker.{owner}; set that instead"
             )
+    if config.lora.rank < 1:
+        raise ConfigError(f"lora.rank = {config.lora.rank}: Tinker trains LoRA adapters only (rank >= 1)")
     settings = config.tinker
     if settings.fake_service:
         # The fake cannot honour these; ignoring one would run something other than what was asked.
@@ -107,9 +109,9 @@ async def _run(
     # Validation built the envs already; a dry run lists them with the other components.
     envs = check_envs_build(config, profile) if dry_run else {}
     trainer_config = TinkerTrainerConfig(
-        adam=settings.adam,
+        adam=adam_config(config.trainer),
         sampler_every=1,
-        checkpoint_every=settings.checkpoint_every,
+        checkpoint_every=config.run.checkpoint_every,
         checkpoint_dir=str(run_dir / "checkpoints"),
         checkpoint_prefix=f"ludic-{config.env}",
         timeouts=settings.timeouts,
@@ -122,7 +124,7 @@ async def _run(
         training_client = await create_training_client(
             service,
             settings.base_model,
-            rank=settings.lora_rank,
+            rank=config.lora.rank,
             seed=config.seed,
             timeouts=settings.timeouts,
         )
@@ -169,11 +171,11 @@ async def _run(
     if dry_run:
         await trainer.aclose()
         return {
-            "model": f"{settings.base_model} on Tinker ({'fake service' if settings.fake_service else 'service'}), LoRA rank {settings.lora_rank}",
+            "model": f"{settings.base_model} on Tinker ({'fake service' if settings.fake_service else 'service'}), LoRA rank {config.lora.rank}",
             "tokenizer": f"{type(tokenizer).__name__}",
             "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} samples per step",
             "algorithm": f"{algorithm.name} as Tinker loss {tinker_loss_for(algorithm).loss_fn!r}",
-            "trainer": f"TinkerTrainer, Adam lr {settings.adam.learning_rate}, {config.steps} steps",
+            "trainer": f"TinkerTrainer, Adam lr {config.trainer.lr}, {config.steps} steps",
             **envs,
         }
     evals = eval_requests(config, profile)
@@ -190,10 +192,11 @@ async def _run(
     try:
         while trainer.step < config.steps:
             chunk = config.steps - trainer.step
-            if settings.eval_every:
-                chunk = min(chunk, settings.eval_every - trainer.step % settings.eval_every)
+            every = config.trainer.eval_every_steps
+            if every:
+                chunk = min(chunk, every - trainer.step % every)
             results.extend(dict(r) for r in await trainer.train(chunk))
-            if settings.eval_every and trainer.step % settings.eval_every == 0:
+            if every and trainer.step % every == 0:
                 await evaluate()
     finally:
         await trainer.aclose()

@@ -15,7 +15,6 @@ seen, as a resumed local run does.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from ludic_core.loggers.base import TrainingLogger
 from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
-from ludic_core.validation import check_int, int_at_least
+from ludic_core.validation import check_int, int_at_least, non_negative_number
 from ludic_tinker._sdk import call_for_client, sdk_has_field, translate_error, wait_result
 from ludic_tinker.checkpoints import TinkerCheckpoint
 from ludic_tinker.client import TinkerChatClient
@@ -45,21 +44,16 @@ __all__ = ["AdamConfig", "TinkerTrainer", "TinkerTrainerConfig"]
 log = get_logger(__name__)
 
 
-def _non_negative(_i: Any, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        raise ConfigError(f"AdamConfig.{attribute.name} must be a finite number >= 0, got {value!r}")
-
-
 @attrs.frozen
 class AdamConfig:
     """Tinker's Adam(W) step parameters (sent with every ``optim_step``)."""
 
-    learning_rate: float = attrs.field(default=4e-5, validator=_non_negative)
+    learning_rate: float = attrs.field(default=4e-5, validator=non_negative_number())
     beta1: float = 0.9
     beta2: float = 0.95
     eps: float = 1e-8
-    weight_decay: float = attrs.field(default=0.0, validator=_non_negative)
-    grad_clip_norm: float = attrs.field(default=0.0, validator=_non_negative)
+    weight_decay: float = attrs.field(default=0.0, validator=non_negative_number())
+    grad_clip_norm: float = attrs.field(default=0.0, validator=non_negative_number())
     """0 disables clipping."""
 
     def to_tinker(self) -> tinker.AdamParams:
@@ -83,9 +77,10 @@ class AdamConfig:
 @attrs.frozen
 class TinkerTrainerConfig:
     adam: AdamConfig = attrs.field(factory=AdamConfig)
-    sampler_every: int | None = attrs.field(default=1, validator=int_at_least(1, optional=True))
-    """Publish new sampler weights every N steps (None: never; 1 keeps sampling strictly on-policy)."""
-    checkpoint_every: int | None = attrs.field(default=None, validator=int_at_least(1, optional=True))
+    sampler_every: int = attrs.field(default=1, validator=int_at_least(0))
+    """Publish new sampler weights every N steps (0: never; 1 keeps sampling strictly on-policy)."""
+    checkpoint_every: int = attrs.field(default=0, validator=int_at_least(0))
+    """Save the full state every N steps (0: never)."""
     checkpoint_dir: str | None = None
     """Where each checkpoint's local record goes (step, tinker:// path, batch-source state); ``None``
     keeps checkpoints on the service only, and a resume then restarts the batch source."""
@@ -241,11 +236,11 @@ class TinkerTrainer:
         result["train/step"] = float(self._step)
         result["train/num_action_tokens"] = float(sum(i.num_action_tokens for i in items))
         every = self.config.sampler_every
-        if every is not None and self.chat_client is not None and self._step % every == 0:
+        if every and self.chat_client is not None and self._step % every == 0:
             await self.refresh_sampler()
             result["train/sampler_version"] = float(self._step)
         every = self.config.checkpoint_every
-        if every is not None and self._step % every == 0:
+        if every and self._step % every == 0:
             await self.save_checkpoint()
             result["train/checkpoint_step"] = float(self._step)
         log.info("tinker.step", step=self._step, loss=result["train/loss"], items=len(items))

@@ -7,14 +7,8 @@ from typing import Any, Literal
 import attrs
 
 from ludic_core.errors import ConfigError
-from ludic_core.validation import (
-    boolean,
-    check_number,
-    int_at_least,
-    non_negative_number,
-    one_of,
-    positive_number,
-)
+from ludic_core.run.training import TrainerSettings
+from ludic_core.validation import boolean, int_at_least, one_of
 
 __all__ = ["FROM_TOKENIZER", "TrainerConfig", "resolve_pad_token_id"]
 
@@ -53,26 +47,17 @@ def _device(_instance: Any, _attribute: Any, value: object) -> None:
         )
 
 
-def _betas(_instance: Any, _attribute: Any, value: object) -> None:
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise ConfigError(f"TrainerConfig.betas must be two numbers in [0, 1), got {value!r}")
-    for index, beta in enumerate(value):
-        check_number(f"TrainerConfig.betas[{index}]", beta, minimum=0.0)
-        if beta >= 1:
-            raise ConfigError(f"TrainerConfig.betas must be two numbers in [0, 1), got {value!r}")
-
-
-@attrs.frozen
-class TrainerConfig:
-    """Everything the optimisation loop needs; nothing about envs or rollouts.
+@attrs.frozen(kw_only=True)
+class TrainerConfig(TrainerSettings):
+    """Everything the optimisation loop needs; nothing about envs or rollouts. The optimiser settings
+    every backend shares (``lr``, ``weight_decay``, ``betas``, ``eps``, ``max_grad_norm``: 0 disables
+    clipping; ``eval_every_steps``: 0 never) are :class:`~ludic_core.run.training.TrainerSettings`.
 
     * ``pad_token_id`` — an int or a tokenizer (reduced to its pad, else eos id); :data:`FROM_TOKENIZER`
       (-1) in a recipe's config: the recipe fills in its tokenizer's.
     * ``device`` — where the model and micro-batches live (``None``: CUDA when available, else CPU).
-    * optimiser — AdamW with ``lr``, ``weight_decay``, ``betas``, ``eps`` (``optimizer="adamw"``), or
-      ``"sgd"`` (plain SGD, handy for exact-gradient checks); only parameters with ``requires_grad``
-      are optimised.
-    * ``max_grad_norm`` — clip the global gradient norm (``None`` disables clipping).
+    * ``optimizer`` — ``"adamw"``, or ``"sgd"`` (plain SGD with ``lr``, handy for exact-gradient
+      checks); only parameters with ``requires_grad`` are optimised.
     * ``max_seq_len`` — truncation of every item.
     * ``micro_token_budget`` — the padded-token budget per micro-batch (``longest item x items``; an
       item longer than it trains alone); None: derived from the model's shape and the device's memory
@@ -88,7 +73,7 @@ class TrainerConfig:
       entropy terms). The loss stays the mean over every item; stats are means over the items that ran.
     * ``max_lag`` — drop items whose ``meta["policy_version"]`` is more than this many steps behind.
     * ``max_refills`` — how many consecutive empty batches (everything stale or filtered) before giving up.
-    * ``eval_at_start`` / ``eval_every_steps`` — when the trainer's evaluator runs.
+    * ``eval_at_start`` — evaluate before the first step too.
     * ``max_consecutive_skipped_steps`` — a step whose loss or gradient norm is not finite is skipped
       (its gradients are dropped, the weights and optimiser state stay as they were); this many
       skipped steps in a row raise instead, since the run is no longer recovering on its own.
@@ -97,11 +82,6 @@ class TrainerConfig:
     pad_token_id: int = attrs.field(converter=resolve_pad_token_id, validator=int_at_least(FROM_TOKENIZER))
     device: str | None = attrs.field(default=None, validator=_device)
     optimizer: Literal["adamw", "sgd"] = attrs.field(default="adamw", validator=one_of("adamw", "sgd"))
-    lr: float = attrs.field(default=1e-5, validator=positive_number())
-    weight_decay: float = attrs.field(default=0.01, validator=non_negative_number())
-    betas: tuple[float, float] = attrs.field(default=(0.9, 0.999), validator=_betas)
-    eps: float = attrs.field(default=1e-8, validator=positive_number())
-    max_grad_norm: float | None = attrs.field(default=1.0, validator=positive_number(optional=True))
     max_seq_len: int = attrs.field(default=1024, validator=int_at_least(1))
     micro_token_budget: int | None = attrs.field(default=None, validator=int_at_least(1, optional=True))
     publish_every_steps: int = attrs.field(default=1, validator=int_at_least(0))
@@ -113,7 +93,6 @@ class TrainerConfig:
     max_refills: int = attrs.field(default=100, validator=int_at_least(1))
     log_every: int = attrs.field(default=1, validator=int_at_least(1))
     eval_at_start: bool = attrs.field(default=False, validator=boolean())
-    eval_every_steps: int | None = attrs.field(default=None, validator=int_at_least(1, optional=True))
     max_consecutive_skipped_steps: int = attrs.field(default=3, validator=int_at_least(1))
 
     def resolved_device(self) -> str:

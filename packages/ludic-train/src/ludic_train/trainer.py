@@ -586,12 +586,12 @@ class Trainer:
             self.logger.close()
 
 
-def _grad_norm(params: list[torch.nn.Parameter], max_norm: float | None) -> torch.Tensor:
-    """The global gradient norm, clipping to ``max_norm`` when given. Computed even without clipping,
-    because the step is skipped when it is not finite."""
+def _grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """The global gradient norm, clipping to ``max_norm`` (0: no clipping). Computed even without
+    clipping, because the step is skipped when it is not finite."""
     import torch
 
-    if max_norm is not None:
+    if max_norm:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:

@@ -9,10 +9,8 @@ when a recipe runs. The CPU smoke configs are under ``examples/`` (``*_smoke.tom
 
 from __future__ import annotations
 
-from typing import Any
-
 from ludic_core.run.recipes import Recipe, env_run_defaults
-from ludic_train.recipes.config import FROM_TOKENIZER, OfflineRLRunConfig, PipelineRunConfig, SFTRunConfig
+from ludic_train.recipes.config import OfflineRLRunConfig, PipelineRunConfig, SFTRunConfig
 
 __all__ = [
     "gsm8k_grpo",
@@ -27,24 +25,20 @@ __all__ = [
 _LOCAL_SMOLLM2 = {"kind": "local", "model": "smollm2"}
 
 
-def _trainer(**settings: Any) -> dict[str, Any]:
-    """The ``[trainer]`` defaults: TrainerConfig requires ``pad_token_id``, which the recipes take from
-    the tokenizer (``-1``), so a TOML file need not state it. The micro-batch token budget is derived
-    from the model and the machine (:mod:`ludic_train.memory_budget`) unless the config sets it."""
-    return {"pad_token_id": FROM_TOKENIZER, **settings}
-
-
 def tictactoe_grpo() -> Recipe:
     return Recipe(
         summary="GRPO + LoRA on Tic-Tac-Toe against a random opponent (backend.kind: local, vllm, tinker)",
-        defaults={**env_run_defaults("tictactoe"), "backend": {"kind": "local"}},
+        defaults={
+            **env_run_defaults("tictactoe"),
+            "backend": {"kind": "local"},
+            "trainer": {"eval_every_steps": 10},
+        },
         backend_defaults={
             "local": {
                 "backend": {"model": "smollm2"},
-                "trainer": {"lr": 5e-5, "max_grad_norm": 0.5, "eval_every_steps": 10},
+                "trainer": {"lr": 5e-5, "max_grad_norm": 0.5},
                 "eval_episodes": 100,
             },
-            "tinker": {"tinker": {"eval_every": 10}},
         },
     )
 
@@ -55,7 +49,7 @@ def tictactoe_sft() -> Recipe:
         config_class=SFTRunConfig,
         runner="ludic_train.recipes.sft:run_sft",
         checks=("ludic_train.recipes.sft:check_sft",),
-        defaults={"model": "smollm2", "trainer": _trainer(lr=2e-5, publish_every_steps=0)},
+        defaults={"model": "smollm2"},
     )
 
 
@@ -65,7 +59,7 @@ def offline_rl() -> Recipe:
         config_class=OfflineRLRunConfig,
         runner="ludic_train.recipes.offline:run_offline_rl",
         checks=("ludic_train.recipes.offline:check_offline_rl",),
-        defaults={"model": "smollm2", "trainer": _trainer(lr=2e-5, publish_every_steps=0)},
+        defaults={"model": "smollm2"},
     )
 
 
@@ -77,14 +71,15 @@ def _gsm8k(algorithm: str, summary: str) -> Recipe:
             "algorithm": algorithm,
             "eval_episodes": 200,
             "backend": {"kind": "local"},
+            "trainer": {"eval_every_steps": 10},
         },
         backend_defaults={
             "local": {
                 "backend": {"model": "smollm2"},
                 "sampling": {"max_tokens": 256},
-                "trainer": {"lr": 1e-5, "max_seq_len": 1024, "eval_every_steps": 10},
+                "trainer": {"lr": 1e-5, "max_seq_len": 1024},
             },
-            "tinker": {"sampling": {"max_tokens": 512}, "tinker": {"eval_every": 10}},
+            "tinker": {"sampling": {"max_tokens": 512}},
         },
     )
 
@@ -106,7 +101,7 @@ def _pipeline(role: str, summary: str) -> Recipe:
         defaults={
             **env_run_defaults("tictactoe"),
             "backend": _LOCAL_SMOLLM2,
-            "trainer": _trainer(lr=5e-5, max_grad_norm=0.5, max_lag=2),
+            "trainer": {"lr": 5e-5, "max_grad_norm": 0.5, "max_lag": 2},
         },
     )
 

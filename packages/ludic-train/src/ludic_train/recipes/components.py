@@ -25,7 +25,7 @@ from ludic_core.run.ranks import Ranks, launched_ranks
 from ludic_train.checkpoint import CheckpointConfig, CheckpointManager
 from ludic_train.cli_backend import load_local_model
 from ludic_train.config import TrainerConfig
-from ludic_train.recipes.config import FROM_TOKENIZER, LoraSettings, RunSettings
+from ludic_train.recipes.config import FROM_TOKENIZER, LocalLoraSettings, LocalRunSettings
 
 __all__ = [
     "build_checkpointer",
@@ -139,7 +139,7 @@ def _read_chat_template(path: str) -> str:
 
 
 def build_model(
-    name: str, *, device: str, lora: LoraSettings, chat_template: str | None = None
+    name: str, *, device: str, lora: LocalLoraSettings, chat_template: str | None = None
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)``: the local backend's model (a directory, ``smollm2`` or ``tiny``), with
     LoRA adapters unless ``lora.rank`` is 0; under ``torchrun``, on this rank's device and sharded
@@ -181,7 +181,7 @@ def trainer_config(config: TrainerConfig, tokenizer: Any, *, device: str | None 
     return config
 
 
-def build_checkpointer(run: RunSettings, run_dir: Path, *, lora: LoraSettings) -> CheckpointManager:
+def build_checkpointer(run: LocalRunSettings, run_dir: Path, *, lora: LocalLoraSettings) -> CheckpointManager:
     # A LoRA run's frozen base is rebuilt from the config on resume, so only the adapters are saved.
     return CheckpointManager(
         CheckpointConfig(
@@ -228,10 +228,10 @@ def build_logger(
 
 
 def run_keeping(
-    run: RunSettings,
+    run: LocalRunSettings,
     run_dir: Path,
     *,
-    lora: LoraSettings,
+    lora: LocalLoraSettings,
     resume: bool,
     dry_run: bool,
     total_steps: int,

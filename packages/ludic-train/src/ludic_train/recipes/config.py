@@ -9,7 +9,8 @@ Each setting has one owner, reused rather than re-declared:
   ``samples_per_prompt`` the group size;
 * the optimiser and micro-batching are :class:`~ludic_train.config.TrainerConfig` (the ``[trainer]``
   table); its ``pad_token_id`` defaults to the tokenizer's, so it is left out of the TOML;
-* what the recipe adds (steps, LoRA, checkpoints, evaluation) is declared here once.
+* the settings every backend shares (learning rate, LoRA rank, checkpoint and eval intervals; 0
+  disables an interval) are :mod:`ludic_core.run.training`'s, extended here with the local trainer's.
 """
 
 from __future__ import annotations
@@ -21,51 +22,42 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.run.configs import at_least
 from ludic_core.run.rl import RLEpisodesConfig
+from ludic_core.run.training import LoraSettings, RunSettings
 from ludic_core.validation import boolean, number_in, positive_number
 from ludic_train.checkpoint import CheckpointConfig
 from ludic_train.config import FROM_TOKENIZER, TrainerConfig
 
 __all__ = [
     "FROM_TOKENIZER",
-    "LoraSettings",
+    "LocalLoraSettings",
+    "LocalRunSettings",
     "OfflineRLRunConfig",
     "OfflineRunConfig",
     "PipelineRunConfig",
     "PipelineSettings",
     "RLRunConfig",
-    "RunSettings",
     "SFTRunConfig",
-    "default_trainer_config",
 ]
-
-"""``trainer.pad_token_id`` meaning "the tokenizer's pad id (else its eos id)"."""
-
-
-def default_trainer_config() -> TrainerConfig:
-    return TrainerConfig(pad_token_id=FROM_TOKENIZER)
 
 
 @attrs.frozen(kw_only=True)
-class LoraSettings:
-    """LoRA adapters on the model (``rank = 0``: full fine-tuning). ``alpha`` None: ``2 * rank``;
-    ``include_lm_head``: adapt the output head too (the random test model learns nothing without it)."""
+class LocalLoraSettings(LoraSettings):
+    """The ``[lora]`` table of the local trainer: ``rank`` (0: full fine-tuning) as on every backend,
+    plus ``alpha`` (None: ``2 * rank``), ``dropout`` and ``include_lm_head`` (adapt the output head
+    too; the random test model learns nothing without it)."""
 
-    rank: int = attrs.field(default=8, validator=at_least(0))
     alpha: float | None = attrs.field(default=None, validator=positive_number(optional=True))
     dropout: float = attrs.field(default=0.0, validator=number_in(0.0, 1.0))
     include_lm_head: bool = attrs.field(default=False, validator=boolean())
 
 
 @attrs.frozen(kw_only=True)
-class RunSettings:
-    """What a run leaves in its run directory.
+class LocalRunSettings(RunSettings):
+    """The ``[run]`` table of the local trainer: ``checkpoint_every`` (0: no checkpoints) as on every
+    backend, the newest ``max_to_keep`` checkpoints kept; ``loggers``: ``print``, ``rich``, ``jsonl``
+    (``<run_dir>/metrics.jsonl``), ``wandb``; ``save_final``: export the trained (merged) model to
+    ``<run_dir>/final``."""
 
-    Every ``checkpoint_every`` steps a
-    checkpoint goes to ``<run_dir>/checkpoints`` (0: only at the end), the newest ``max_to_keep``
-    kept; ``loggers``: ``print``, ``rich``, ``jsonl`` (``<run_dir>/metrics.jsonl``), ``wandb``;
-    ``save_final``: export the trained (merged) model to ``<run_dir>/final``."""
-
-    checkpoint_every: int = attrs.field(default=10, validator=at_least(0))
     max_to_keep: int = attrs.field(
         default=attrs.fields(CheckpointConfig).max_to_keep.default, validator=at_least(1)
     )
@@ -83,9 +75,9 @@ class RLRunConfig(RLEpisodesConfig):
     with ``trainer.eval_at_start``) the evaluation episodes are scored with the env's outcome rates.
     """
 
-    trainer: TrainerConfig = attrs.field(factory=default_trainer_config)
-    lora: LoraSettings = attrs.field(factory=LoraSettings)
-    run: RunSettings = attrs.field(factory=RunSettings)
+    trainer: TrainerConfig = attrs.field(factory=lambda: TrainerConfig(pad_token_id=FROM_TOKENIZER))
+    lora: LocalLoraSettings = attrs.field(factory=LocalLoraSettings)
+    run: LocalRunSettings = attrs.field(factory=LocalRunSettings)
     chat_template: str | None = None
     """A Jinja chat template file, for a tokenizer that has none."""
 
@@ -107,8 +99,8 @@ class OfflineRunConfig:
     trainer: TrainerConfig = attrs.field(
         factory=lambda: TrainerConfig(pad_token_id=FROM_TOKENIZER, lr=2e-5, publish_every_steps=0)
     )
-    lora: LoraSettings = attrs.field(factory=lambda: LoraSettings(rank=0))
-    run: RunSettings = attrs.field(factory=lambda: RunSettings(checkpoint_every=100))
+    lora: LocalLoraSettings = attrs.field(factory=lambda: LocalLoraSettings(rank=0))
+    run: LocalRunSettings = attrs.field(factory=lambda: LocalRunSettings(checkpoint_every=100))
     run_dir: str = ""
 
     def __attrs_post_init__(self) -> None:

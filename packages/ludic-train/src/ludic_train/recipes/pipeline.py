@@ -138,7 +138,7 @@ async def _learner(
         batch_source=source,
         config=attrs.evolve(
             trainer_config(config.trainer, tokenizer, device=config.backend.device),
-            eval_every_steps=None,
+            eval_every_steps=0,
             eval_at_start=False,
         ),
         publisher=DirectoryWeights(config.pipeline.weights_dir),

@@ -56,7 +56,7 @@ def check_rl(config: RLRunConfig) -> None:
         )
     check_rl_episodes(config)
     every = config.trainer.eval_every_steps
-    if every is not None and every > config.steps and not config.trainer.eval_at_start:
+    if every and every > config.steps and not config.trainer.eval_at_start:
         raise ConfigError(
             f"trainer.eval_every_steps = {every} is more than steps = {config.steps}: no eval would run"
         )
