@@ -285,8 +285,11 @@ class ServerControl:
     async def close_transport(self, *, timeout_s: float = 60.0) -> None:
         await self._call("POST", "/ludic/transport/close", json_body={}, timeout_s=timeout_s, idempotent=True)
 
-    @staticmethod
-    def _result(data: dict[str, Any], url: str, started: float) -> UpdateResult:
+    async def _apply_update(self, route: str, *, timeout_s: float, **request: Any) -> UpdateResult:
+        """One weight-changing ``POST``; every update route answers with the same result fields."""
+        started = time.monotonic()
+        data = await self._call("POST", route, timeout_s=timeout_s, idempotent=False, **request)
+        url = f"{self.base_url}{route}"
         return UpdateResult(
             version=_int_field(data, "version", url),
             update_id=str(data.get("update_id")),
@@ -306,7 +309,6 @@ class ServerControl:
         force: bool = False,
     ) -> UpdateResult:
         """``POST /ludic/update``: returns once the workers have received and applied every tensor."""
-        started = time.monotonic()
         body = {
             "update_id": update_id,
             "version": version,
@@ -317,10 +319,7 @@ class ServerControl:
             "timeout_s": timeout_s,
             "force": force,
         }
-        data = await self._call(
-            "POST", "/ludic/update", json_body=body, timeout_s=timeout_s + 30.0, idempotent=False
-        )
-        return self._result(data, f"{self.base_url}/ludic/update", started)
+        return await self._apply_update("/ludic/update", json_body=body, timeout_s=timeout_s + 30.0)
 
     async def update_from_path(
         self,
@@ -332,7 +331,6 @@ class ServerControl:
         timeout_s: float = 900.0,
         force: bool = False,
     ) -> UpdateResult:
-        started = time.monotonic()
         body = {
             "update_id": update_id,
             "version": version,
@@ -340,10 +338,7 @@ class ServerControl:
             "pause_mode": pause_mode,
             "force": force,
         }
-        data = await self._call(
-            "POST", "/ludic/update_from_path", json_body=body, timeout_s=timeout_s, idempotent=False
-        )
-        return self._result(data, f"{self.base_url}/ludic/update_from_path", started)
+        return await self._apply_update("/ludic/update_from_path", json_body=body, timeout_s=timeout_s)
 
     async def update_from_bytes(
         self,
@@ -355,19 +350,12 @@ class ServerControl:
         timeout_s: float = 900.0,
         force: bool = False,
     ) -> UpdateResult:
-        started = time.monotonic()
         params = {"update_id": update_id, "version": str(version), "pause_mode": pause_mode}
         if force:
             params["force"] = "true"
-        data = await self._call(
-            "POST",
-            "/ludic/update_from_bytes",
-            data=payload,
-            params=params,
-            timeout_s=timeout_s,
-            idempotent=False,
+        return await self._apply_update(
+            "/ludic/update_from_bytes", data=payload, params=params, timeout_s=timeout_s
         )
-        return self._result(data, f"{self.base_url}/ludic/update_from_bytes", started)
 
     async def load_lora(
         self, *, name: str, path: str, version: int | None = None, timeout_s: float = 300.0
