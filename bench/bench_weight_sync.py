@@ -177,7 +177,7 @@ def median(values: list[float]) -> float:
 def measure_size(size: str, work: Path, tokenizer_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     from safetensors.torch import load_file
 
-    from ludic_vllm import FilePublisher, GlooPublisher
+    from ludic_vllm import FilePublisher, GlooPublisher, PublishSettings
     from ludic_vllm.testing import perturbed
 
     model_dir = build_model(work / f"{size}-v0", size, tokenizer_dir)
@@ -204,8 +204,12 @@ def measure_size(size: str, work: Path, tokenizer_dir: Path, args: argparse.Name
     updates: dict[str, dict[str, list[float]]] = {t: {"first": [], "steady": []} for t in ("gloo", "files")}
     restarts: dict[str, list[float]] = {"total": [], "checkpoint": [], "stop": [], "start": []}
     publishers: dict[str, Callable[[], Any]] = {
-        "gloo": lambda: GlooPublisher(server.url, connect_timeout_s=args.timeout, timeout_s=args.timeout),
-        "files": lambda: FilePublisher(server.url, steps_dir, keep_last=1, timeout_s=args.timeout),
+        "gloo": lambda: GlooPublisher(
+            server.url, connect_timeout_s=args.timeout, settings=PublishSettings(timeout_s=args.timeout)
+        ),
+        "files": lambda: FilePublisher(
+            server.url, steps_dir, keep_last=1, settings=PublishSettings(timeout_s=args.timeout)
+        ),
     }
     try:
         for round_index in range(args.rounds):

@@ -63,7 +63,7 @@ async def test_nccl_publish_matches_transformers_greedy(gpu_server: Any) -> None
 
     from ludic_core.inference import SamplingParams, TokenCompletionRequest
     from ludic_vllm.client import VLLMClient
-    from ludic_vllm.publisher import NcclPublisher
+    from ludic_vllm.publisher import NcclPublisher, PublishSettings
     from ludic_vllm.testing import (
         char_ids,
         hf_greedy,
@@ -79,7 +79,11 @@ async def test_nccl_publish_matches_transformers_greedy(gpu_server: Any) -> None
     load_state_into(model, new)
     prompt = char_ids("Once upon a time")
     publisher = NcclPublisher(
-        server.url, device="cuda:1", connect_timeout_s=120, timeout_s=120, bucket_bytes=2**20
+        server.url,
+        device="cuda:1",
+        connect_timeout_s=120,
+        bucket_bytes=2**20,
+        settings=PublishSettings(timeout_s=120),
     )
     try:
         on_gpu = {k: v.to("cuda:1") for k, v in new.items()}

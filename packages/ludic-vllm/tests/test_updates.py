@@ -14,7 +14,7 @@ from ludic_core.errors import DataError, LudicTimeoutError, TransportError
 from ludic_vllm._net import is_loopback
 from ludic_vllm.control import ServerControl
 from ludic_vllm.errors import UpdateRejectedError
-from ludic_vllm.publisher import FilePublisher, GlooPublisher, Rank0OnlyPublisher
+from ludic_vllm.publisher import FilePublisher, GlooPublisher, PublishSettings, Rank0OnlyPublisher
 from ludic_vllm.update_wire import Manifest, TensorSpec
 
 
@@ -36,7 +36,9 @@ def assert_loaded(fake_server: Any, expected: dict[str, torch.Tensor]) -> None:
 
 
 async def test_gloo_publish_applies_in_order_and_confirms(fake_server: Any) -> None:
-    publisher = GlooPublisher(fake_server.url, connect_timeout_s=30, timeout_s=30, bucket_bytes=600)
+    publisher = GlooPublisher(
+        fake_server.url, connect_timeout_s=30, bucket_bytes=600, settings=PublishSettings(timeout_s=30)
+    )
     try:
         await publisher.publish(weights(1), version=1)
         assert_loaded(fake_server, weights(1))
@@ -60,7 +62,9 @@ async def test_gloo_publish_applies_in_order_and_confirms(fake_server: Any) -> N
 
 
 async def test_failed_load_leaves_version_resumed_and_reconnects(fake_server: Any) -> None:
-    publisher = GlooPublisher(fake_server.url, connect_timeout_s=30, timeout_s=30, bucket_bytes=600)
+    publisher = GlooPublisher(
+        fake_server.url, connect_timeout_s=30, bucket_bytes=600, settings=PublishSettings(timeout_s=30)
+    )
     try:
         await publisher.publish(weights(1), version=1)
         fake_server.worker.fail_after = 1
@@ -79,7 +83,7 @@ async def test_failed_load_leaves_version_resumed_and_reconnects(fake_server: An
 
 
 async def test_publish_raises_within_its_timeout_when_the_server_stalls(fake_server: Any) -> None:
-    publisher = GlooPublisher(fake_server.url, connect_timeout_s=30, timeout_s=1.0)
+    publisher = GlooPublisher(fake_server.url, connect_timeout_s=30, settings=PublishSettings(timeout_s=1.0))
     try:
         await publisher.connect()
         fake_server.worker.stall_s = 3.0
@@ -107,7 +111,9 @@ async def test_file_and_upload_publishers(fake_server: Any, tmp_path: Any) -> No
         with pytest.raises(TransportError, match="does not increase"):
             await other_run.publish(weights(4), version=3)
         await other_run.aclose()
-        reset = FilePublisher(fake_server.url, mode="upload", allow_version_reset=True)
+        reset = FilePublisher(
+            fake_server.url, mode="upload", settings=PublishSettings(allow_version_reset=True)
+        )
         await reset.publish(weights(4), version=0)
         await reset.aclose()
         assert fake_server.worker.ludic_get_version() == 0
@@ -125,7 +131,7 @@ async def test_lora_factors_are_refused_unless_dropped(fake_server: Any) -> None
     with pytest.raises(DataError, match="LoRA factor"):
         await publisher.publish(lora, version=1)
     await publisher.aclose()
-    dropping = FilePublisher(fake_server.url, mode="upload", lora="drop")
+    dropping = FilePublisher(fake_server.url, mode="upload", settings=PublishSettings(lora="drop"))
     await dropping.publish(lora, version=1)
     await dropping.aclose()
     assert_loaded(fake_server, weights(1))

@@ -18,7 +18,7 @@ from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequ
 from ludic_vllm.client import VLLMClient
 from ludic_vllm.control import ServerControl
 from ludic_vllm.errors import RequestRejectedError, UpdateRejectedError
-from ludic_vllm.publisher import FilePublisher, GlooPublisher
+from ludic_vllm.publisher import FilePublisher, GlooPublisher, PublishSettings
 from ludic_vllm.testing import (
     char_ids,
     hf_greedy,
@@ -54,7 +54,7 @@ async def set_weights(url: str, weights: dict[str, Any]) -> int:
     """Make ``weights`` live under a fresh version (upload route); returns the version."""
     async with ServerControl(url) as control:
         version = await control.version() + 1
-    publisher = FilePublisher(url, mode="upload", timeout_s=60)
+    publisher = FilePublisher(url, mode="upload", settings=PublishSettings(timeout_s=60))
     try:
         await publisher.publish(weights, version=version)
     finally:
@@ -278,7 +278,9 @@ async def test_gloo_update_applies_weights_exactly(
 ) -> None:
     new = perturbed(base_weights, seed=21)
     load_state_into(hf_model, new)
-    publisher = GlooPublisher(vllm_server.url, connect_timeout_s=60, timeout_s=60, bucket_bytes=256 * 1024)
+    publisher = GlooPublisher(
+        vllm_server.url, connect_timeout_s=60, bucket_bytes=256 * 1024, settings=PublishSettings(timeout_s=60)
+    )
     try:
         version = await client.get_policy_version() + 1
         await publisher.publish(new, version=version)
@@ -333,7 +335,9 @@ async def test_file_updates_apply_weights_exactly(
 ) -> None:
     new = perturbed(base_weights, seed=31)
     load_state_into(hf_model, new)
-    publisher = FilePublisher(vllm_server.url, tmp_path / "steps", keep_last=1, timeout_s=60)
+    publisher = FilePublisher(
+        vllm_server.url, tmp_path / "steps", keep_last=1, settings=PublishSettings(timeout_s=60)
+    )
     try:
         version = await client.get_policy_version() + 1
         await publisher.publish(new, version=version)
@@ -349,7 +353,7 @@ async def test_file_updates_apply_weights_exactly(
 async def test_same_update_id_is_a_no_op(
     vllm_server: Any, base_weights: dict[str, Any], tmp_path: Any
 ) -> None:
-    publisher = FilePublisher(vllm_server.url, tmp_path, timeout_s=60)
+    publisher = FilePublisher(vllm_server.url, tmp_path, settings=PublishSettings(timeout_s=60))
     async with ServerControl(vllm_server.url) as control:
         version = await control.version() + 1
         await publisher.publish(perturbed(base_weights, seed=41), version=version)
@@ -444,7 +448,9 @@ async def test_lora_adapter_publish_matches_merged_transformers(
                 out[name] = base_weights[name] + delta
         return out
 
-    publisher = FilePublisher(token_server.url, tmp_path, api_token="s3cret", keep_last=1)
+    publisher = FilePublisher(
+        token_server.url, tmp_path, keep_last=1, settings=PublishSettings(api_token="s3cret")
+    )
     try:
         async with VLLMClient(base_url=token_server.url, model="tiny") as client:
             await publisher.publish_adapter("policy", adapter, config, version=1)
@@ -512,7 +518,10 @@ async def test_token_server_requires_the_token_and_publish_fails_fast_when_it_di
 
     monkeypatch.setattr(broadcast, "send_manifest", send_then_stall)
     publisher = GlooPublisher(
-        token_server.url, api_token="s3cret", connect_timeout_s=60, timeout_s=20, bucket_bytes=64 * 1024
+        token_server.url,
+        connect_timeout_s=60,
+        bucket_bytes=64 * 1024,
+        settings=PublishSettings(api_token="s3cret", timeout_s=20),
     )
     try:
         await publisher.connect()

@@ -43,7 +43,7 @@ async def test_on_policy_ratios_are_one_at_the_sampling_temperature(
     from ludic_train.losses.base import TokenLogpContext
     from ludic_vllm.client import VLLMClient
     from ludic_vllm.control import ServerControl
-    from ludic_vllm.publisher import FilePublisher
+    from ludic_vllm.publisher import FilePublisher, PublishSettings
     from ludic_vllm.testing import load_hf_model, state_dict_copy
 
     class TwoTurnEnv(SingleAgentEnv):
@@ -62,7 +62,7 @@ async def test_on_policy_ratios_are_one_at_the_sampling_temperature(
     model = load_hf_model(vllm_server.model_dir)
     async with ServerControl(vllm_server.url) as control:
         version = await control.version() + 1
-    publisher = FilePublisher(vllm_server.url, mode="upload", timeout_s=60)
+    publisher = FilePublisher(vllm_server.url, mode="upload", settings=PublishSettings(timeout_s=60))
     try:
         await publisher.publish(state_dict_copy(model), version=version)
     finally:

@@ -33,7 +33,7 @@ async def test_trainer_publishes_each_step_and_rollouts_carry_its_version(vllm_s
     from ludic_train.config import TrainerConfig
     from ludic_train.trainer import Trainer
     from ludic_vllm.client import VLLMClient
-    from ludic_vllm.publisher import GlooPublisher
+    from ludic_vllm.publisher import GlooPublisher, PublishSettings
     from ludic_vllm.testing import load_hf_model
 
     class VowelsEnv(SingleAgentEnv):
@@ -89,7 +89,11 @@ async def test_trainer_publishes_each_step_and_rollouts_carry_its_version(vllm_s
             seen_versions.append({item.meta.get("policy_version") for item in batch.items})
             return batch
 
-    publisher = GlooPublisher(vllm_server.url, connect_timeout_s=60, timeout_s=120, allow_version_reset=True)
+    publisher = GlooPublisher(
+        vllm_server.url,
+        connect_timeout_s=60,
+        settings=PublishSettings(timeout_s=120, allow_version_reset=True),
+    )
     trainer = Trainer(
         model=model,
         algorithm=algorithm,

@@ -121,21 +121,20 @@ class VLLMBackend:
 def make_publisher(config: VLLMBackendConfig, urls: tuple[str, ...]) -> Any:
     """The publisher of ``config.transport`` for the servers at ``urls`` (each update reaches all of
     them); it connects on first publish."""
-    from ludic_vllm.publisher import FilePublisher, GlooPublisher, NcclPublisher
+    from ludic_vllm.publisher import FilePublisher, GlooPublisher, NcclPublisher, PublishSettings
 
-    token, timeout_s = config.api_token, config.timeout_s
     # The trainer restarts from step 0 against a server that may already serve a later version.
-    reset = True
+    settings = PublishSettings(
+        api_token=config.api_token, timeout_s=config.timeout_s, allow_version_reset=True
+    )
     url = list(urls)
     if config.transport == "gloo":
-        return GlooPublisher(url, api_token=token, timeout_s=timeout_s, allow_version_reset=reset)
+        return GlooPublisher(url, settings=settings)
     if config.transport == "nccl":
-        return NcclPublisher(url, api_token=token, timeout_s=timeout_s, allow_version_reset=reset)
+        return NcclPublisher(url, settings=settings)
     if config.transport == "files":
-        return FilePublisher(
-            url, config.weights_dir, api_token=token, timeout_s=timeout_s, allow_version_reset=reset
-        )
-    return FilePublisher(url, mode="upload", api_token=token, timeout_s=timeout_s, allow_version_reset=reset)
+        return FilePublisher(url, config.weights_dir, settings=settings)
+    return FilePublisher(url, mode="upload", settings=settings)
 
 
 def make_vllm_client(config: VLLMBackendConfig, url: str) -> VLLMClient:

@@ -12,13 +12,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import attrs
+
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
 from ludic_core.logs import get_logger
-from ludic_core.validation import check_int
+from ludic_core.validation import check_int, positive_number
 from ludic_vllm.control import ServerControl
 from ludic_vllm.names import normalize_names
 
-__all__ = ["PublisherBase"]
+__all__ = ["PublishSettings", "PublisherBase"]
 
 log = get_logger("ludic_vllm.publisher")
 
@@ -30,32 +32,42 @@ def _server_list(servers: str | Sequence[str]) -> list[str]:
     return [u.rstrip("/") for u in urls]
 
 
+@attrs.frozen(kw_only=True)
+class PublishSettings:
+    """How every publisher talks to its servers, as one value (``attrs.evolve`` changes one field).
+
+    * ``api_token`` — bearer token for the servers' weight-changing routes.
+    * ``timeout_s`` — the bound on each publish (and, capped at 60 s, on each control call).
+    * ``pause_mode`` — how the servers pause generation while weights change.
+    * ``lora`` — ``"error"`` refuses LoRA tensors in a full-weight publish; ``"drop"`` leaves them out.
+    * ``run_id`` — prefix of every update id (a random one by default).
+    * ``allow_version_reset`` — a new run that restarts its step count against a long-lived server must
+      say so: otherwise a version that does not increase is refused (it usually means two trainers share
+      a server).
+    """
+
+    api_token: str | None = attrs.field(default=None, repr=False)
+    timeout_s: float = attrs.field(default=600.0, validator=positive_number())
+    pause_mode: str = "keep"
+    lora: Literal["error", "drop"] = "error"
+    run_id: str | None = None
+    allow_version_reset: bool = False
+
+
+DEFAULT_PUBLISH_SETTINGS = PublishSettings()
+
+
 class PublisherBase:
     """Common state for the publishers (structurally a ludic-train ``PolicyPublisher``)."""
 
-    def __init__(
-        self,
-        servers: str | Sequence[str],
-        *,
-        api_token: str | None = None,
-        timeout_s: float = 600.0,
-        pause_mode: str = "keep",
-        lora: Literal["error", "drop"] = "error",
-        run_id: str | None = None,
-        allow_version_reset: bool = False,
-    ) -> None:
-        if not timeout_s > 0:
-            raise ConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
+    def __init__(self, servers: str | Sequence[str], settings: PublishSettings) -> None:
         self.servers = _server_list(servers)
-        self.timeout_s = float(timeout_s)
-        self.pause_mode = pause_mode
-        self.lora = lora
-        self.run_id = run_id or uuid.uuid4().hex[:12]
-        # A new run that restarts its step count against a long-lived server must say so: otherwise a
-        # version that does not increase is refused (it usually means two trainers share a server).
-        self.allow_version_reset = allow_version_reset
+        self.settings = settings
+        self.run_id = settings.run_id or uuid.uuid4().hex[:12]
+        control_timeout_s = min(60.0, settings.timeout_s)
         self.controls = [
-            ServerControl(url, api_token=api_token, timeout_s=min(60.0, timeout_s)) for url in self.servers
+            ServerControl(url, api_token=settings.api_token, timeout_s=control_timeout_s)
+            for url in self.servers
         ]
         self.last_version: int | None = None
 
@@ -64,7 +76,7 @@ class PublisherBase:
 
     def prepare(self, named_tensors: Mapping[str, Any], version: int) -> dict[str, Any]:
         check_int("version", version, 0)
-        tensors = normalize_names(named_tensors, lora=self.lora)
+        tensors = normalize_names(named_tensors, lora=self.settings.lora)
         if not tensors:
             raise DataError("nothing to publish: the state dict is empty")
         return tensors

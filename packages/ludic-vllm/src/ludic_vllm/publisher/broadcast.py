@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError
 from ludic_core.logs import get_logger
@@ -29,7 +29,7 @@ from ludic_vllm.collective import TensorGroup, manifest_for, open_group, send_ma
 from ludic_vllm.control import UpdateResult
 from ludic_vllm.errors import ServerError
 from ludic_vllm.publisher._threads import in_daemon_thread
-from ludic_vllm.publisher.base import PublisherBase
+from ludic_vllm.publisher.base import DEFAULT_PUBLISH_SETTINGS, PublisherBase, PublishSettings
 from ludic_vllm.update_wire import DEFAULT_BUCKET_BYTES, TRANSPORTS
 
 __all__ = ["BroadcastPublisher", "GlooPublisher", "NcclPublisher"]
@@ -50,22 +50,9 @@ class BroadcastPublisher(PublisherBase):
         device: Any = None,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         connect_timeout_s: float = 300.0,
-        timeout_s: float = 600.0,
-        api_token: str | None = None,
-        pause_mode: str = "keep",
-        lora: Literal["error", "drop"] = "error",
-        run_id: str | None = None,
-        allow_version_reset: bool = False,
+        settings: PublishSettings = DEFAULT_PUBLISH_SETTINGS,
     ) -> None:
-        super().__init__(
-            servers,
-            api_token=api_token,
-            timeout_s=timeout_s,
-            pause_mode=pause_mode,
-            lora=lora,
-            run_id=run_id,
-            allow_version_reset=allow_version_reset,
-        )
+        super().__init__(servers, settings)
         if transport not in TRANSPORTS:
             raise ConfigError(f"transport must be one of {sorted(TRANSPORTS)}, got {transport!r}")
         self.transport = transport
@@ -228,9 +215,9 @@ class BroadcastPublisher(PublisherBase):
                     version=version,
                     manifest=manifest,
                     bucket_bytes=self.bucket_bytes,
-                    pause_mode=self.pause_mode,
-                    timeout_s=self.timeout_s,
-                    force=self.allow_version_reset,
+                    pause_mode=self.settings.pause_mode,
+                    timeout_s=self.settings.timeout_s,
+                    force=self.settings.allow_version_reset,
                 )
             )
             for control in self.controls
@@ -245,7 +232,7 @@ class BroadcastPublisher(PublisherBase):
         try:
             await self._wait_all(
                 [sender, *updates],
-                timeout_s=self.timeout_s,
+                timeout_s=self.settings.timeout_s,
                 describe=lambda pending: (
                     f"publishing version {version} ({len(manifest)} tensors, "
                     f"{manifest.total_bytes / 2**20:.1f} MiB over {self.transport}): still waiting for {pending}"

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError, missing_extra
 from ludic_core.logs import get_logger
 from ludic_vllm.control import ServerControl, UpdateResult
-from ludic_vllm.publisher.base import PublisherBase
+from ludic_vllm.publisher.base import DEFAULT_PUBLISH_SETTINGS, PublisherBase, PublishSettings
 
 __all__ = ["FilePublisher"]
 
@@ -48,22 +48,9 @@ class FilePublisher(PublisherBase):
         *,
         mode: Literal["path", "upload"] = "path",
         keep_last: int = 2,
-        timeout_s: float = 600.0,
-        api_token: str | None = None,
-        pause_mode: str = "keep",
-        lora: Literal["error", "drop"] = "error",
-        run_id: str | None = None,
-        allow_version_reset: bool = False,
+        settings: PublishSettings = DEFAULT_PUBLISH_SETTINGS,
     ) -> None:
-        super().__init__(
-            servers,
-            api_token=api_token,
-            timeout_s=timeout_s,
-            pause_mode=pause_mode,
-            lora=lora,
-            run_id=run_id,
-            allow_version_reset=allow_version_reset,
-        )
+        super().__init__(servers, settings)
         if mode not in ("path", "upload"):
             raise ConfigError(f"FilePublisher.mode must be 'path' or 'upload', got {mode!r}")
         if mode == "path" and directory is None:
@@ -115,7 +102,7 @@ class FilePublisher(PublisherBase):
 
     async def _fan_out(self, version: int, what: str, call: Any) -> None:
         async def one(control: ServerControl) -> UpdateResult:
-            return await asyncio.wait_for(call(control), self.timeout_s)
+            return await asyncio.wait_for(call(control), self.settings.timeout_s)
 
         results = await asyncio.gather(*(one(c) for c in self.controls), return_exceptions=True)
         failures = {}
@@ -128,7 +115,7 @@ class FilePublisher(PublisherBase):
             detail = "; ".join(f"{u}: {type(e).__name__}: {e}" for u, e in failures.items())
             if all(isinstance(e, TimeoutError) for e in failures.values()):
                 raise LudicTimeoutError(
-                    f"{what} of version {version} timed out after {self.timeout_s:.0f}s: {detail}"
+                    f"{what} of version {version} timed out after {self.settings.timeout_s:.0f}s: {detail}"
                 )
             raise TransportError(f"{what} of version {version} failed: {detail}")
         await self.confirm(version)
@@ -154,9 +141,9 @@ class FilePublisher(PublisherBase):
                     payload,
                     update_id=update_id,
                     version=version,
-                    pause_mode=self.pause_mode,
-                    timeout_s=self.timeout_s,
-                    force=self.allow_version_reset,
+                    pause_mode=self.settings.pause_mode,
+                    timeout_s=self.settings.timeout_s,
+                    force=self.settings.allow_version_reset,
                 ),
             )
             return
@@ -168,9 +155,9 @@ class FilePublisher(PublisherBase):
                 update_id=update_id,
                 version=version,
                 path=str(path),
-                pause_mode=self.pause_mode,
-                timeout_s=self.timeout_s,
-                force=self.allow_version_reset,
+                pause_mode=self.settings.pause_mode,
+                timeout_s=self.settings.timeout_s,
+                force=self.settings.allow_version_reset,
             ),
         )
         self._prune("step_")
@@ -200,7 +187,7 @@ class FilePublisher(PublisherBase):
 
         async def load(control: ServerControl) -> None:
             await asyncio.wait_for(
-                control.load_lora(name=name, path=str(path), version=version), self.timeout_s
+                control.load_lora(name=name, path=str(path), version=version), self.settings.timeout_s
             )
 
         results = await asyncio.gather(*(load(c) for c in self.controls), return_exceptions=True)
