@@ -10,87 +10,15 @@
 ludic-train's ``Trainer`` and ludic-tinker's ``TinkerTrainer`` both take an :class:`AlgorithmSpec`.
 """
 
-from ludic_core.algorithms.losses import (
-    CISPO,
-    GMPO,
-    SAPO,
-    ClippedSurrogate,
-    Composite,
-    CrossEntropy,
-    Entropy,
-    LossSpec,
-    Reinforce,
-    ReverseKL,
-    SurrogateLevel,
-    Term,
-    TISLevel,
-    TokenKL,
-    TruncatedIS,
-)
-from ludic_core.algorithms.preprocess import (
-    ComposedPreprocess,
-    DropZeroWeight,
-    Preprocess,
-    SubtractBaseline,
-    compose_preprocess,
-)
-from ludic_core.algorithms.presets import (
-    PRESETS,
-    Preset,
-    cispo,
-    dr_grpo,
-    gmpo,
-    grpo,
-    gspo,
-    mopd,
-    opd,
-    reinforce,
-    reinforce_baseline,
-    sapo,
-    scalerl,
-    sft,
-    spo,
-    with_truncated_is,
-)
-from ludic_core.algorithms.spec import KNOWN_INPUTS, AlgorithmSpec
+from ludic_core.algorithms import losses, preprocess, presets, spec
+from ludic_core.algorithms.losses import *  # noqa: F403
+from ludic_core.algorithms.preprocess import *  # noqa: F403
+from ludic_core.algorithms.presets import *  # noqa: F403
+from ludic_core.algorithms.spec import *  # noqa: F403
 
-__all__ = [
-    "CISPO",
-    "GMPO",
-    "KNOWN_INPUTS",
-    "PRESETS",
-    "SAPO",
-    "AlgorithmSpec",
-    "ClippedSurrogate",
-    "ComposedPreprocess",
-    "Composite",
-    "CrossEntropy",
-    "DropZeroWeight",
-    "Entropy",
-    "LossSpec",
-    "Preprocess",
-    "Preset",
-    "Reinforce",
-    "ReverseKL",
-    "SubtractBaseline",
-    "SurrogateLevel",
-    "TISLevel",
-    "Term",
-    "TokenKL",
-    "TruncatedIS",
-    "cispo",
-    "compose_preprocess",
-    "dr_grpo",
-    "gmpo",
-    "grpo",
-    "gspo",
-    "mopd",
-    "opd",
-    "reinforce",
-    "reinforce_baseline",
-    "sapo",
-    "scalerl",
-    "sft",
-    "spo",
-    "with_truncated_is",
-]
+# Each module's ``__all__`` is its list of public names; this package exports them all.
+__all__: list[str] = []
+__all__ += losses.__all__
+__all__ += preprocess.__all__
+__all__ += presets.__all__
+__all__ += spec.__all__
