@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,20 +62,29 @@ async def train_offline(
     config: OfflineRunConfig,
     run_dir: Path,
     *,
-    model: Any,
-    tokenizer: Any,
-    source: Any,
     algorithm: AlgorithmSpec,
+    make_source: Callable[..., Any],
     title: str,
     dry_run: bool,
     resume: bool,
 ) -> dict[str, Any]:
-    """Train ``algorithm`` for ``epochs`` passes over ``source`` (an offline batch source of this rank's
-    share), keep the run (checkpoints, logs, the final export) and return the summary, or in a dry
-    run the components built."""
-    from ludic_train.recipes.components import check_ranks_agree, run_keeping, trainer_config
+    """Load ``config.model``, train ``algorithm`` for ``epochs`` passes over this rank's share of the
+    data, keep the run (checkpoints, logs, the final export) and return the summary, or in a dry run
+    the components built. ``make_source(tokenizer, paths, *, batch_size, seed, rank, world_size)`` builds
+    the offline batch source of that share."""
+    from ludic_train.recipes.components import build_model, check_ranks_agree, run_keeping, trainer_config
     from ludic_train.trainer import Trainer
 
+    ranks = launched_ranks()
+    model, tokenizer = build_model(config.model, device=config.device, lora=config.lora)
+    source = make_source(
+        tokenizer,
+        list(config.data),
+        batch_size=config.batch_size // ranks.world_size,
+        seed=config.seed,
+        rank=ranks.rank,
+        world_size=ranks.world_size,
+    )
     if source.items_per_epoch == 0:
         raise ConfigError(f"data: no trainable items in {list(config.data)}")
     # items_per_epoch and the batch size are this rank's: every rank counts the same steps.
@@ -97,7 +107,7 @@ async def train_offline(
     try:
         if dry_run:
             trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-            items = source.items_per_epoch * launched_ranks().world_size
+            items = source.items_per_epoch * ranks.world_size
             return {
                 "model": f"{type(model).__name__} ({config.model}): {trainable:,} trainable parameters",
                 "tokenizer": f"{type(tokenizer).__name__}: {len(tokenizer):,} tokens",
@@ -116,37 +126,24 @@ async def train_offline(
     return {"steps": trainer.step, "last": dict(results[-1]) if results else {}}
 
 
-async def _run_offline_rl(
-    config: OfflineRLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool
-) -> dict[str, Any]:
-    from ludic_core.batch_sources import OfflineBatchSource
-    from ludic_train.recipes.components import build_model
-
-    ranks = launched_ranks()
-    algorithm = build_offline_algorithm(config)
-    model, tokenizer = build_model(config.model, device=config.device, lora=config.lora)
-    source = OfflineBatchSource.from_rollout_logs(
-        list(config.data),
-        credit_assigner=algorithm.credit_assigner,
-        batch_size=config.batch_size // ranks.world_size,
-        seed=config.seed,
-        rank=ranks.rank,
-        world_size=ranks.world_size,
-    )
-    return await train_offline(
-        config,
-        run_dir,
-        model=model,
-        tokenizer=tokenizer,
-        source=source,
-        algorithm=algorithm,
-        title=f"offline {algorithm.name}",
-        dry_run=dry_run,
-        resume=resume,
-    )
-
-
 def run_offline_rl(
     config: OfflineRLRunConfig, run_dir: Path, *, dry_run: bool, resume: bool
 ) -> dict[str, Any]:
-    return asyncio.run(_run_offline_rl(config, run_dir, dry_run=dry_run, resume=resume))
+    from ludic_core.batch_sources import OfflineBatchSource
+
+    algorithm = build_offline_algorithm(config)
+
+    def rollout_source(_tokenizer: Any, paths: list[str], **share: Any) -> OfflineBatchSource:
+        return OfflineBatchSource.from_rollout_logs(paths, credit_assigner=algorithm.credit_assigner, **share)
+
+    return asyncio.run(
+        train_offline(
+            config,
+            run_dir,
+            algorithm=algorithm,
+            make_source=rollout_source,
+            title=f"offline {algorithm.name}",
+            dry_run=dry_run,
+            resume=resume,
+        )
+    )

@@ -9,9 +9,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from ludic_core.run.ranks import launched_ranks
 from ludic_train.recipes.config import SFTRunConfig
-from ludic_train.recipes.offline import check_offline
+from ludic_train.recipes.offline import check_offline, train_offline
 
 __all__ = ["check_sft", "run_sft"]
 
@@ -20,38 +19,26 @@ def check_sft(config: SFTRunConfig) -> None:
     check_offline(config)
 
 
-async def _run(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
-    from ludic_core.algorithms.presets import sft
-    from ludic_core.retokenize import TokenizerTemplate
-    from ludic_train.recipes.components import build_model
-    from ludic_train.recipes.offline import train_offline
-    from ludic_train.sft import sft_batch_source
-
-    ranks = launched_ranks()
-    model, tokenizer = build_model(config.model, device=config.device, lora=config.lora)
-    # Message-level rollouts (`ludic rollouts --backend openai`) carry no token ids: they are rendered
-    # in the student's own chat template. Token-level ones train on the tokens they were sampled as.
-    source = sft_batch_source(
-        list(config.data),
-        batch_size=config.batch_size // ranks.world_size,
-        min_reward=config.min_reward,
-        seed=config.seed,
-        chat_template=TokenizerTemplate(tokenizer),
-        rank=ranks.rank,
-        world_size=ranks.world_size,
-    )
-    return await train_offline(
-        config,
-        run_dir,
-        model=model,
-        tokenizer=tokenizer,
-        source=source,
-        algorithm=sft(length_normalize=config.length_normalize),
-        title="sft",
-        dry_run=dry_run,
-        resume=resume,
-    )
-
-
 def run_sft(config: SFTRunConfig, run_dir: Path, *, dry_run: bool, resume: bool) -> dict[str, Any]:
-    return asyncio.run(_run(config, run_dir, dry_run=dry_run, resume=resume))
+    from ludic_core.algorithms.presets import sft
+
+    def sft_source(tokenizer: Any, paths: list[str], **share: Any) -> Any:
+        from ludic_core.retokenize import TokenizerTemplate
+        from ludic_train.sft import sft_batch_source
+
+        # Message-level rollouts (`ludic rollouts --backend openai`) carry no token ids: they are rendered
+        # in the student's own chat template. Token-level ones train on the tokens they were sampled as.
+        template = TokenizerTemplate(tokenizer)
+        return sft_batch_source(paths, min_reward=config.min_reward, chat_template=template, **share)
+
+    return asyncio.run(
+        train_offline(
+            config,
+            run_dir,
+            algorithm=sft(length_normalize=config.length_normalize),
+            make_source=sft_source,
+            title="sft",
+            dry_run=dry_run,
+            resume=resume,
+        )
+    )
