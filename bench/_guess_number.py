@@ -8,15 +8,18 @@ Two engines play them: :func:`make_engine` with the minimal test agent
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 from ludic_agents import Agent, FullDialog
 from ludic_core.engine import RolloutEngine
 from ludic_core.inference import InferenceSpec, ReturnSpec, TokenCompletionRequest
 from ludic_core.protocols import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
-from ludic_core.testing import ByteTokenizer, GuessNumberEnv, ScriptedAgent, ScriptedChatClient
+from ludic_core.testing import (
+    ByteChatTemplate,
+    ByteTokenizer,
+    GuessNumberEnv,
+    ScriptedAgent,
+    ScriptedChatClient,
+)
 from ludic_core.testing.scripted_agent import identity_parser, render_text_dialog
 from ludic_core.types import Message
 
@@ -39,30 +42,6 @@ def reply(request: TokenCompletionRequest, _call_index: int) -> str:
     return REPLIES[turn % len(REPLIES)]
 
 
-class TextChatTemplate:
-    """The bare loop's ``<|role|>content`` rendering over byte tokens, as a ``ludic_agents``
-    ChatTemplate: the full agent renders and tokenises exactly what the bare loop does."""
-
-    tool_parser = None
-    eos_token_ids = (TOKENIZER.eos_token_id,)
-
-    def render_text(
-        self,
-        messages: Sequence[Message],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-    ) -> str:
-        text = render_text_dialog(messages)
-        return text if add_generation_prompt else text.removesuffix("<|assistant|>")
-
-    def encode(self, text: str) -> tuple[int, ...]:
-        return tuple(TOKENIZER.encode(text))
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return TOKENIZER.decode(token_ids)
-
-
 def make_client(latency_s: float = 0.0) -> ScriptedChatClient:
     """A zero-cost model that plays REPLIES in order each episode, after ``latency_s`` per call."""
     return ScriptedChatClient(reply, latency_s=latency_s)
@@ -80,7 +59,7 @@ def make_full_engine(latency_s: float = 0.0) -> RolloutEngine:
     """The engine with ``ludic_agents.Agent``: a full dialog (the env's system prompt), the text chat
     template, the parser the minimal agent uses; one agent per episode, as the CLI builds them."""
     client = make_client(latency_s)
-    template = TextChatTemplate()
+    template = ByteChatTemplate(TOKENIZER)
 
     def protocol() -> SingleAgentProtocol:
         agent = Agent(client=client, parser=identity_parser, chat_template=template, context=FullDialog())

@@ -9,7 +9,12 @@ from ludic_core.testing.envs import GuessNumberEnv
 from ludic_core.testing.growth import assert_linear_time
 from ludic_core.testing.harness_checks import check_agent, check_publisher
 from ludic_core.testing.public_api import check_public_api
-from ludic_core.testing.scripted_agent import ScriptedAgent, identity_parser, render_text_dialog
+from ludic_core.testing.scripted_agent import (
+    ByteChatTemplate,
+    ScriptedAgent,
+    identity_parser,
+    render_text_dialog,
+)
 from ludic_core.testing.scripted_clients import (
     ScriptedChatClient,
     SeededChatClient,
@@ -20,6 +25,7 @@ from ludic_core.testing.tokenizers import ByteTokenizer, Encode, TokenizerLike
 
 __all__ = [
     "assert_linear_time",
+    "ByteChatTemplate",
     "ByteTokenizer",
     "Encode",
     "GuessNumberEnv",

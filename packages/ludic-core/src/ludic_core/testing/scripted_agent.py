@@ -12,7 +12,8 @@ External tools: a completion of the form ``CALL <name> <json-args>`` with ``name
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from ludic_core.call_timeout import call_timeout
 from ludic_core.errors import LudicTimeoutError, ProtocolError
@@ -22,7 +23,7 @@ from ludic_core.parsing import Parser, ParseResult
 from ludic_core.testing.tokenizers import ByteTokenizer, Encode
 from ludic_core.types import ChatResponse, FrozenMessage, Info, Message, ToolCall, ToolResult, freeze_messages
 
-__all__ = ["ScriptedAgent", "identity_parser", "render_text_dialog"]
+__all__ = ["ByteChatTemplate", "ScriptedAgent", "identity_parser", "render_text_dialog"]
 
 INCOMPLETE_FEEDBACK = "Your response was cut off. Answer within the token limit."
 
@@ -43,6 +44,36 @@ def render_text_dialog(messages: Sequence[Message]) -> str:
     """The test agent's chat template: one ``<|role|>content`` line per message, then the reply cue."""
     parts = [f"<|{m['role']}|>{m.get('content') or ''}\n" for m in messages]
     return "".join(parts) + "<|assistant|>"
+
+
+class ByteChatTemplate:
+    """:func:`render_text_dialog` over byte tokens, as a ``ludic_agents`` ChatTemplate: a full agent
+    given it renders and tokenises exactly what :class:`ScriptedAgent` does."""
+
+    tool_parser = None
+
+    def __init__(self, tokenizer: ByteTokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return (self.tokenizer.eos_token_id,)
+
+    def render_text(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        text = render_text_dialog(messages)
+        return text if add_generation_prompt else text.removesuffix("<|assistant|>")
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(token_ids)
 
 
 class ScriptedAgent:

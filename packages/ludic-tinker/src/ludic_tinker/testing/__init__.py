@@ -9,12 +9,13 @@ seconds on a CPU. Requests the real service would reject fail and go to :attr:`F
         training = await create_training_client(connect(), FAKE_BASE_MODEL, rank=4)
         tokenizer = FakeTokenizer()  # the fake's vocabulary is bytes: not a Hub tokenizer
 
-It does not model real base models (use :class:`FakeTokenizer` and :class:`ByteChatTemplate`), LoRA,
+It does not model real base models (use :class:`FakeTokenizer` and ludic-core's byte-level
+:class:`~ludic_core.testing.ByteChatTemplate`, re-exported here), LoRA,
 latency or capacity, persistence beyond one service, or real numerics: a dry run checks the wiring, not
 the recipe. torch (the ``torch`` extra) is imported only when a service or model is created.
 """
 
-from ludic_tinker.testing.chat_template import ByteChatTemplate
+from ludic_core.testing.scripted_agent import ByteChatTemplate
 from ludic_tinker.testing.model import EOS_ID, FakeTokenizer, TinyLM
 from ludic_tinker.testing.server import (
     FAKE_API_KEY,
