@@ -166,9 +166,6 @@ class SequenceRequests:
             self._orders = {epoch: order}  # keep one epoch: steps move forward
         return self._orders[epoch]
 
-    def epoch_of(self, step: int) -> int:
-        return step * self.batch_size // len(self.samples)
-
     def __call__(self, step: int) -> list[RolloutRequest]:
         check_int("step", step, 0)
         base: list[RolloutRequest] = []

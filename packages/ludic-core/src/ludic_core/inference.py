@@ -106,10 +106,6 @@ class ReturnSpec:
             raise ConfigError(f"ReturnSpec.top_logprobs_k must be >= 1, got {self.top_logprobs_k!r}")
 
     @classmethod
-    def for_eval(cls) -> ReturnSpec:
-        return cls(return_chosen_logprobs=False)
-
-    @classmethod
     def for_rl(cls) -> ReturnSpec:
         """Chosen-token logprobs of the behaviour policy, needed by every ratio-based loss."""
         return cls(return_chosen_logprobs=True)

@@ -79,7 +79,3 @@ class RolloutSettings:
         raise ConfigError(
             f"{owner} must be a RolloutSettings, e.g. RolloutSettings(max_steps=5), got {value!r}"
         )
-
-    def as_meta(self) -> dict[str, Any]:
-        """The fields recorded in each rollout's ``engine`` meta block."""
-        return attrs.asdict(self)

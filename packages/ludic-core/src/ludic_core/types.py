@@ -211,10 +211,6 @@ class TokenTrace:
             value,
         )
 
-    @property
-    def has_logprobs(self) -> bool:
-        return self.completion_logprobs is not None
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "prompt_token_ids": list(self.prompt_token_ids),

@@ -482,9 +482,6 @@ class CheckpointManager:
 
     # -- save --
 
-    def maybe_save(self, step: int, **kwargs: Any) -> Path | None:
-        return self.save(step, **kwargs) if self.should_save(step) else None
-
     def save(
         self,
         step: int,

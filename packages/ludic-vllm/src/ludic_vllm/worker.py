@@ -113,9 +113,6 @@ class LudicWorkerExtension:
         group.close()
         return True
 
-    def ludic_has_transport(self) -> bool:
-        return getattr(self, "_ludic_group", None) is not None
-
     # -- updates ----------------------------------------------------------------------------------
 
     def _ludic_apply(self, weights: Iterator[tuple[str, Any]], drain: Iterator[Any] | None = None) -> int:
@@ -170,8 +167,3 @@ class LudicWorkerExtension:
         started = time.monotonic()
         loaded = self._ludic_apply(iter_safetensors_dir(path))
         return {"tensors": loaded, "took_s": time.monotonic() - started}
-
-    def ludic_weight_checksum(self) -> dict[str, float]:
-        """Per-parameter sums of the live model (for debugging and tests: did an update land?)."""
-        model = self.model_runner.model  # type: ignore[attr-defined]
-        return {name: float(p.detach().float().sum().item()) for name, p in model.named_parameters()}

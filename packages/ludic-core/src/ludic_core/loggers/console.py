@@ -109,19 +109,13 @@ class RichConsoleLogger:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
             console=self.console,
         )
-        self._task = self._progress.add_task("steps", total=total_steps, status="")
+        self._task = self._progress.add_task("steps", total=total_steps)
         self._live: Any = None
 
     def set_total(self, total_steps: int, *, completed: int | None = None) -> None:
         self._progress.update(self._task, total=total_steps, completed=completed)
-        self._refresh()
-
-    def set_status(self, status: str) -> None:
-        """A short note beside the bar (e.g. "collecting rollouts", "evaluating")."""
-        self._progress.update(self._task, status=status)
         self._refresh()
 
     def log(self, step: int, stats: Mapping[str, Any]) -> None:

@@ -21,7 +21,7 @@ from ludic_core.testing.scripted_clients import (
     TextChatClient,
     scripted_prompt_logprob,
 )
-from ludic_core.testing.tokenizers import ByteTokenizer, Encode, TokenizerLike
+from ludic_core.testing.tokenizers import ByteTokenizer, Encode
 
 __all__ = [
     "assert_linear_time",
@@ -33,7 +33,6 @@ __all__ = [
     "ScriptedChatClient",
     "SeededChatClient",
     "TextChatClient",
-    "TokenizerLike",
     "check_agent",
     "check_client",
     "check_env",

@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
 
-__all__ = ["ByteTokenizer", "Encode", "TokenizerLike"]
+__all__ = ["ByteTokenizer", "Encode"]
 
 Encode = Callable[[str], Sequence[int]]
 """Any ``text -> token ids`` callable (for an HF tokenizer: ``lambda s: tok.encode(s, add_special_tokens=False)``)."""
-
-
-@runtime_checkable
-class TokenizerLike(Protocol):
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 _MAX_UTF8_BYTE = 0xF4  # the largest byte value a UTF-8 encoding contains

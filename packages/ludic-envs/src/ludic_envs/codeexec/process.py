@@ -490,8 +490,3 @@ async def execute(
         setup_error=setup_error,
         isolation=isolation,
     )
-
-
-def python_argv(python: str, script: str | None = None, extra: Sequence[str] = ()) -> tuple[str, ...]:
-    """``python -I [script]``: isolated mode ignores PYTHON* variables, the user site and the cwd."""
-    return (python, "-I", *(() if script is None else (script,)), *extra)

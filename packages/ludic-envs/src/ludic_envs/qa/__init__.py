@@ -10,7 +10,7 @@ from ludic_envs.qa.equivalence import (
 )
 from ludic_envs.qa.gsm8k import gsm8k_answer, make_gsm8k_env
 from ludic_envs.qa.latex import last_boxed, normalize_math_answer
-from ludic_envs.qa.loading import clear_dataset_cache, load_rows
+from ludic_envs.qa.loading import load_rows
 from ludic_envs.qa.math_qa import MathQAEnv, make_math_env, math_answer
 from ludic_envs.qa.numeric import extract_gsm8k_target, numbers_match, parse_number
 
@@ -19,7 +19,6 @@ __all__ = [
     "MathQAEnv",
     "MathVerdict",
     "UngradedAnswerError",
-    "clear_dataset_cache",
     "extract_gsm8k_target",
     "grade_math_answer",
     "gsm8k_answer",

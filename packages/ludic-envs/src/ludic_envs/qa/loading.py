@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 from ludic_core.errors import ConfigError, DataError, missing_extra
 from ludic_core.logs import get_logger
 
-__all__ = ["DataFiles", "clear_dataset_cache", "load_rows"]
+__all__ = ["DataFiles", "load_rows"]
 
 log = get_logger(__name__)
 
@@ -99,8 +99,3 @@ def load_rows(
         log.info("dataset_loaded", path=path, name=name, split=split, data_files=files, rows=len(loaded))
         _cache[key] = loaded
         return loaded
-
-
-def clear_dataset_cache() -> None:
-    with _lock:
-        _cache.clear()

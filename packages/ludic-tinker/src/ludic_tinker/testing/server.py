@@ -222,10 +222,6 @@ class FakeTinkerService:
         return list(self._runs.values())
 
     @property
-    def saved_paths(self) -> list[str]:
-        return list(self._saved)
-
-    @property
     def sampler_ids(self) -> list[str]:
         return list(self._samplers)
 

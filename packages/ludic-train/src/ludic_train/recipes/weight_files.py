@@ -71,12 +71,6 @@ class DirectoryWeights:
     async def aclose(self) -> None:
         return None
 
-    def latest_version(self) -> int | None:
-        try:
-            return int(json.loads(self._latest.read_text())["version"])
-        except FileNotFoundError:
-            return None
-
     async def apply_latest(self, model: torch.nn.Module, client: LocalPolicyClient) -> None:
         """Load the announced version into ``model`` if it is newer than what ``client`` samples with."""
         if not self._latest.exists():
