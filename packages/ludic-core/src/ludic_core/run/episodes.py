@@ -35,6 +35,7 @@ __all__ = [
     "build_requests",
     "check_env_builds",
     "cli_worker_engine",
+    "config_engine",
     "config_starts",
     "episodes_logged_in",
     "first_request",
@@ -200,19 +201,28 @@ def first_request(config: EpisodesConfig, profile: EvalProfile) -> RolloutReques
     )[0]
 
 
-def build_episodes(
-    config: EpisodesConfig, *, profile: EvalProfile, backend: Backend, run_dir: Path
-) -> tuple[RolloutEngine, list[RolloutRequest]]:
-    """The engine and the requests of a command's episodes, every episode logged to
-    ``run_dir/episodes.jsonl``."""
-    engine = build_engine(
+def config_engine(
+    config: EpisodesConfig, *, backend: Backend, profile: EvalProfile, rollout_log: str | None
+) -> RolloutEngine:
+    """:func:`build_engine` with a command's env, system prompt, seed and rollout workers."""
+    return build_engine(
         env=config.env,
         backend=backend,
         profile=profile,
         system_prompt=config.system_prompt,
         seed=config.seed,
-        rollout_log=str(run_dir / "episodes.jsonl"),
+        rollout_log=rollout_log,
         workers=config.rollout.workers,
+    )
+
+
+def build_episodes(
+    config: EpisodesConfig, *, profile: EvalProfile, backend: Backend, run_dir: Path
+) -> tuple[RolloutEngine, list[RolloutRequest]]:
+    """The engine and the requests of a command's episodes, every episode logged to
+    ``run_dir/episodes.jsonl``."""
+    engine = config_engine(
+        config, backend=backend, profile=profile, rollout_log=str(run_dir / "episodes.jsonl")
     )
     requests = build_requests(
         env=config.env,

@@ -25,9 +25,9 @@ from ludic_core.run.backends import Backend
 from ludic_core.run.configs import EpisodesConfig, SamplingConfig, at_least
 from ludic_core.run.episodes import (
     CLI_PROTOCOL,
-    build_engine,
     build_requests,
     check_env_builds,
+    config_engine,
     prompt_starts,
     sampling_params,
 )
@@ -165,17 +165,8 @@ def rollout_source(
     """The online batch source of an RL recipe: an engine over ``backend``'s agents, this config's
     :func:`train_requests` (rank ``rank``'s share of them) and rollout settings, credited by
     ``credit_assigner``."""
-    engine = build_engine(
-        env=config.env,
-        backend=backend,
-        profile=profile,
-        system_prompt=config.system_prompt,
-        seed=config.seed,
-        rollout_log=rollout_log,
-        workers=config.rollout.workers,
-    )
     return RolloutBatchSource(
-        engine=engine,
+        engine=config_engine(config, backend=backend, profile=profile, rollout_log=rollout_log),
         credit_assigner=credit_assigner,
         requests=train_requests(config, profile, rank=rank, world_size=world_size),
         settings=config.rollout,
