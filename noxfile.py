@@ -1,6 +1,6 @@
 """Every way to test, lint, type-check, build and benchmark Ludic.
 
-    .venv/bin/nox                                     # what CI runs: the sessions in nox.options.sessions
+    .venv/bin/nox                                     # what CI runs: the `ci` session (CI_STREAMS)
     .venv/bin/nox -l                                  # list all sessions
     .venv/bin/nox -s "tests(ludic-envs)" -- -k ttt    # one package's tests; args after -- go to pytest
     .venv/bin/nox -s lint typecheck                   # several sessions
@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import tomllib
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -33,28 +34,30 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 nox.needs_version = ">=2025.2.9"
-nox.options.sessions = [
-    "lint",
-    "typecheck",
-    "isolated",
-    "tests",
-    "light",
-    # The oldest pinned SDK only: `tests(ludic-tinker)` already runs the suite with the newest SDK pip
-    # resolves (printed in its log), which `tinker(0.38.0)` would run a second time.
-    "tinker(0.30.4)",
-    "vllm",
-    "examples",
+# What CI runs (and `nox` alone): the `ci` session, which runs CI_STREAMS side by side, each stream a
+# `nox -s ...` of its sessions in order. Most sessions keep one core busy (pytest and torch on one
+# thread), so two streams use a 2-core machine's second core; the streams are balanced by duration.
+CI_STREAMS: tuple[tuple[str, ...], ...] = (
+    (
+        "lint",
+        "typecheck",
+        "isolated",
+        "tests",
+        "light",
+        # The oldest pinned SDK only: `tests(ludic-tinker)` already runs the suite with the newest SDK pip
+        # resolves (printed in its log), which `tinker(0.38.0)` would run a second time.
+        "tinker(0.30.4)",
+        "examples",
+        "docs",
+        "doctest-md",
+    ),
     # `bench` is not here: benchmarks are measurements (minutes of timed runs), run with `nox -s bench`.
-    "demo",
-    # `selfplay` and `tool_use` are not here: each trains SmolLM2 for 8-18 minutes on 2 cores to check that
-    # the example learns (`--smoke --check`); tests/examples runs both end to end at a tiny size, and
+    # Nor are `selfplay` and `tool_use`: each trains SmolLM2 for 8-18 minutes to check that the example
+    # learns (`--smoke --check`); tests/examples runs both end to end at a tiny size, and
     # docs/training-results.md gives their measured results. Run them with `nox -s selfplay tool_use`.
-    "commands",
-    "docs",
-    "doctest-md",
-    "build",
-    "compat",
-]
+    ("vllm", "demo", "commands", "build", "compat"),
+)
+nox.options.sessions = ["ci"]
 nox.options.reuse_venv = "no"
 # uv makes each session's environment (it hard-links installed files from its cache, so torch takes
 # about 2 s instead of about a minute); nox falls back to virtualenv + pip where uv is not installed.
@@ -392,6 +395,48 @@ def disposable_venv(session_function: Callable[..., None]) -> Callable[..., None
 
 
 # --- sessions ------------------------------------------------------------------------------------------
+
+
+@nox.session(python=False)
+def ci(session: nox.Session) -> None:
+    """Every session CI must pass: the streams of CI_STREAMS side by side, each line of their output
+    prefixed with its stream's number; fails if any session of either fails. Arguments after ``--`` go to
+    each stream's nox (``nox -s ci -- -R`` reuses the venvs)."""
+    noxfile = str(ROOT / "noxfile.py")
+    streams = [
+        subprocess.Popen(
+            [sys.executable, "-m", "nox", "-f", noxfile, "-s", *sessions, *session.posargs],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        for sessions in CI_STREAMS
+    ]
+    printers = [
+        threading.Thread(target=_print_prefixed, args=(stream, f"[{number}] "), daemon=True)
+        for number, stream in enumerate(streams, start=1)
+    ]
+    for printer in printers:
+        printer.start()
+    failed = []
+    try:
+        for number, (stream, printer) in enumerate(zip(streams, printers, strict=True), start=1):
+            if stream.wait() != 0:
+                failed.append(f"stream {number} ({', '.join(CI_STREAMS[number - 1])})")
+            printer.join()
+    finally:  # interrupted: no stream outlives the run
+        for stream in streams:
+            if stream.poll() is None:
+                stream.terminate()
+    if failed:
+        session.error(f"failed: {'; '.join(failed)}")
+
+
+def _print_prefixed(stream: subprocess.Popen[str], prefix: str) -> None:
+    assert stream.stdout is not None
+    for line in stream.stdout:
+        print(prefix + line, end="", flush=True)
 
 
 @nox.session(python=PYTHON)
