@@ -18,7 +18,7 @@ from ludic_core.errors import ConfigError, TransportError
 from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult
 from ludic_core.inference import InferenceSpec, TokenCompletionRequest
 from ludic_core.parsing import ParseResult
-from ludic_core.protocols import DelegatingProtocol, SubtaskEnv
+from ludic_core.protocols import DelegatingProtocol, DelegationSettings, SubtaskEnv
 from ludic_core.registry import PROTOCOLS, make_protocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.testing import ScriptedAgent, ScriptedChatClient
@@ -167,7 +167,7 @@ async def test_child_reward_modes(mode: str, child_reward: float, grandchild_rew
         chain_agent(),
         child_agent_factory=lambda: chain_agent(parser=format_parser),
         child_env_factory=RewardedSubtaskEnv.from_arguments,
-        child_reward=mode,  # type: ignore[arg-type]
+        settings=DelegationSettings(child_reward=mode),  # type: ignore[arg-type]
     )
     root, child, grandchild = await run_protocol(protocol, ExactAnswerEnv("chain:2:7", "7"))
     assert root.total_reward == 1.0
@@ -207,7 +207,7 @@ async def test_a_delegate_call_past_max_depth_gets_an_error_result() -> None:
     assert grandchild.meta["delegation_errors"][0]["error"].startswith("delegation depth limit 2")
     assert all(r.failure is None for r in rollouts) and rollouts[0].total_reward == 0.0
 
-    protocol = DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, max_depth=1)
+    protocol = DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, settings={"max_depth": 1})
     root, child = await run_protocol(protocol, ExactAnswerEnv("chain:2:7", "7"))
     assert child.meta["delegation_errors"][0]["error"].startswith("delegation depth limit 1")
     assert root.failure is None and child.failure is None
@@ -265,7 +265,9 @@ async def test_sibling_children_run_concurrently_within_max_concurrent_children(
     counter = InFlightCounter()
     tasks = [f"chain:0:{n}" for n in range(6)]
     protocol = DelegatingProtocol(
-        fan_out_parent(tasks), child_agent_factory=counter.child_factory, max_concurrent_children=2
+        fan_out_parent(tasks),
+        child_agent_factory=counter.child_factory,
+        settings=DelegationSettings(max_concurrent_children=2),
     )
     root, *children = await run_protocol(protocol, ExactAnswerEnv("go", "done"))
     assert counter.peak == 2  # concurrent, and never more than the bound
@@ -282,7 +284,7 @@ async def test_max_children_bounds_the_whole_episode() -> None:
     protocol = DelegatingProtocol(
         fan_out_parent([f"chain:0:{n}" for n in range(5)]),
         child_agent_factory=counter.child_factory,
-        max_children=3,
+        settings=DelegationSettings(max_children=3),
     )
     root, *children = await run_protocol(protocol, ExactAnswerEnv("go", "done"))
     assert len(children) == 3
@@ -343,7 +345,9 @@ async def test_a_child_past_child_timeout_s_is_kept_with_its_finished_children()
     def child_factory() -> ScriptedAgent:
         return ScriptedAgent(HangsOnToolResult(chain_policy), external_tools=("delegate",))
 
-    protocol = DelegatingProtocol(chain_agent(), child_agent_factory=child_factory, child_timeout_s=0.2)
+    protocol = DelegatingProtocol(
+        chain_agent(), child_agent_factory=child_factory, settings=DelegationSettings(child_timeout_s=0.2)
+    )
     root, child, grandchild = await run_protocol(protocol, ExactAnswerEnv("chain:2:7", "7"))
     assert child.failure is not None and child.failure.stage == "timeout"
     assert "child_timeout_s=0.2" in child.failure.message and child.steps == []
@@ -361,7 +365,9 @@ async def test_a_child_without_an_answer_reports_it() -> None:
     def no_answer() -> ScriptedAgent:
         return ScriptedAgent(ScriptedChatClient([""], cycle=True))
 
-    protocol = DelegatingProtocol(chain_agent(), child_agent_factory=no_answer, child_max_steps=2)
+    protocol = DelegatingProtocol(
+        chain_agent(), child_agent_factory=no_answer, settings=DelegationSettings(child_max_steps=2)
+    )
     root, child = await run_protocol(protocol, ExactAnswerEnv("chain:1:7", "7"))
     assert len(child.agent_steps) == 2 and child.truncation_reason == "max_steps"
     [call] = external_steps(root)
@@ -400,15 +406,30 @@ async def test_other_external_tools_go_to_the_handler_or_fail_naming_the_tool() 
 
 async def test_options_are_checked() -> None:
     with pytest.raises(
-        ConfigError, match=r"child_reward must be one of \['parent', 'own', 'sum'\], got 'all'"
+        ConfigError,
+        match=r"DelegationSettings\.child_reward must be one of 'parent', 'own', 'sum', got 'all'",
     ):
-        DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, child_reward="all")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="max_depth must be an int >= 1, got 0"):
-        DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, max_depth=0)
-    with pytest.raises(ConfigError, match="child_timeout_s must be a finite number > 0, got inf"):
-        DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, child_timeout_s=float("inf"))
+        DelegationSettings(child_reward="all")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"DelegationSettings\.max_depth must be an int >= 1, got 0"):
+        DelegationSettings(max_depth=0)
+    with pytest.raises(
+        ConfigError, match=r"DelegationSettings\.child_timeout_s must be a finite number > 0, got inf"
+    ):
+        DelegationSettings(child_timeout_s=float("inf"))
+    with pytest.raises(
+        ConfigError, match=r"DelegationSettings\.delegate_tool must be a non-empty str, got ''"
+    ):
+        DelegationSettings(delegate_tool="")
+    with pytest.raises(ConfigError, match="unknown key 'depth'; did you mean 'max_depth'"):
+        DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, settings={"depth": 1})
+    with pytest.raises(ConfigError, match="max_children = '3': expected int"):
+        DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, settings={"max_children": "3"})
+    with pytest.raises(ConfigError, match="settings must be a DelegationSettings or a mapping of its fields"):
+        DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, settings=2)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="child_agent_factory is an agent instance"):
         DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="child_env_factory must be None or a callable"):
+        DelegatingProtocol(chain_agent(), child_agent_factory=chain_agent, child_env_factory=SubtaskEnv("q"))  # type: ignore[arg-type]
 
     protocol = DelegatingProtocol(chain_agent(), child_agent_factory=lambda: "not an agent")  # type: ignore[arg-type,return-value]
     [root] = await run_protocol(protocol, ExactAnswerEnv("chain:1:7", "7"))
@@ -421,10 +442,12 @@ async def test_options_are_checked() -> None:
 
 def test_registered_as_delegating_with_checked_kwargs() -> None:
     assert "delegating" in PROTOCOLS.names()
+    # A spec's JSON kwargs give the settings as a mapping, structured into DelegationSettings.
     protocol = make_protocol(
-        "delegating", agent_factory=chain_agent, child_agent_factory=chain_agent, max_depth=1
+        "delegating", agent_factory=chain_agent, child_agent_factory=chain_agent, settings={"max_depth": 1}
     )
-    assert isinstance(protocol, DelegatingProtocol) and protocol.max_depth == 1
+    assert isinstance(protocol, DelegatingProtocol)
+    assert protocol.settings == DelegationSettings(max_depth=1)
     factory = PROTOCOLS.get("delegating")
     with pytest.raises(ConfigError, match="needs kwarg 'child_agent_factory'"):
         factory.check_kwargs({"agent_factory": chain_agent})
@@ -432,6 +455,14 @@ def test_registered_as_delegating_with_checked_kwargs() -> None:
         factory.check_kwargs({"agent_factory": chain_agent, "child_agent_factory": chain_agent()})
     with pytest.raises(ConfigError, match="unknown kwargs \\['depth'\\]"):
         factory.check_kwargs({"agent_factory": chain_agent, "child_agent_factory": chain_agent, "depth": 1})
+    with pytest.raises(ConfigError, match="unknown key 'child_reward_mode'"):
+        factory.check_kwargs(
+            {
+                "agent_factory": chain_agent,
+                "child_agent_factory": chain_agent,
+                "settings": {"child_reward_mode": "own"},
+            }
+        )
 
 
 async def test_engine_runs_delegating_specs_and_group_credit_keeps_parents_and_children_apart() -> None:

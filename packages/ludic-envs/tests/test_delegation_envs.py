@@ -10,7 +10,7 @@ from ludic_core import RolloutSettings, make_env
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError
 from ludic_core.inference import TokenCompletionRequest
-from ludic_core.protocols import DelegatingProtocol
+from ludic_core.protocols import DelegatingProtocol, DelegationSettings
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.testing import ScriptedAgent, ScriptedChatClient
 from ludic_envs.delegation import ProductQAEnv, SumOfProductsEnv
@@ -44,18 +44,20 @@ def parent_agent() -> ScriptedAgent:
     return ScriptedAgent(ScriptedChatClient(parent_policy), external_tools=("delegate",))
 
 
-def protocol(off_by: int = 0, **options: object) -> DelegatingProtocol:
+def protocol(off_by: int = 0, settings: DelegationSettings | None = None) -> DelegatingProtocol:
     return DelegatingProtocol(
         parent_agent(),
         child_agent_factory=lambda: ScriptedAgent(child_policy(off_by)),
         child_env_factory=ProductQAEnv.from_arguments,
-        **options,  # type: ignore[arg-type]
+        settings=settings or DelegationSettings(),
     )
 
 
 async def test_delegating_every_product_gives_the_right_sum() -> None:
     env = SumOfProductsEnv(num_parts=3)
-    root, *children = await protocol(child_reward="sum").run(env=env, max_steps=2, env_seed=4)
+    root, *children = await protocol(settings=DelegationSettings(child_reward="sum")).run(
+        env=env, max_steps=2, env_seed=4
+    )
     assert len(env.parts) == 3 and len(children) == 3
     final = root.env_steps[-1]
     assert final.parsed_action == str(env.target) and final.info["correct"] is True

@@ -2,7 +2,7 @@
 agents that delegate subtasks to sub-agents."""
 
 from ludic_core.protocols.base import InteractionProtocol
-from ludic_core.protocols.delegating import DelegatingProtocol
+from ludic_core.protocols.delegating import DelegatingProtocol, DelegationSettings
 from ludic_core.protocols.multi_agent import MultiAgentProtocol
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.protocols.subtask_env import SubtaskEnv
@@ -11,6 +11,7 @@ from ludic_core.protocols.timeline import DEFAULT_PARSE_FAILURE_OBS, split_parse
 __all__ = [
     "DEFAULT_PARSE_FAILURE_OBS",
     "DelegatingProtocol",
+    "DelegationSettings",
     "InteractionProtocol",
     "MultiAgentProtocol",
     "SingleAgentProtocol",

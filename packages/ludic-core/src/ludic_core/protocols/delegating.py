@@ -29,17 +29,18 @@ from ludic_core.protocols.base import EpisodeRun, InteractionProtocol
 from ludic_core.protocols.child_reward import CHILD_REWARD_MODES, ChildRewardMode, apply_child_reward
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.protocols.subtask_env import SubtaskEnv
+from ludic_core.run.loading import structure_config
 from ludic_core.seeding import derive_seed
 from ludic_core.types import AgentStep, EpisodeFailure, Info, Rollout, ToolCall, ToolResult
-from ludic_core.validation import check_int, check_number
+from ludic_core.validation import int_at_least, one_of, positive_number
 
 __all__ = [
     "DEFAULT_DELEGATE_TOOL",
-    "DELEGATION_OPTIONS",
     "ChildAgentFactory",
     "ChildEnvFactory",
     "DelegatingProtocol",
-    "check_delegation_options",
+    "DelegationSettings",
+    "check_child_env_factory",
     "child_answer",
 ]
 
@@ -53,59 +54,51 @@ ChildAgentFactory: TypeAlias = Callable[[], AgentHarness]
 ChildEnvFactory: TypeAlias = Callable[[Mapping[str, Any]], LudicEnv[Any]]
 """Builds the env of a child episode from the delegate call's parsed JSON arguments."""
 
-DELEGATION_OPTIONS: frozenset[str] = frozenset(
-    {
-        "child_env_factory",
-        "delegate_tool",
-        "child_max_steps",
-        "child_timeout_s",
-        "max_depth",
-        "max_concurrent_children",
-        "max_children",
-        "child_reward",
-    }
-)
-"""The options :class:`DelegatingProtocol` adds to the single-agent ones (besides ``child_agent_factory``)."""
-
 
 def _short(value: object, limit: int = 200) -> str:
     text = value if isinstance(value, str) else repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_delegation_options(
-    *,
-    child_env_factory: object = None,
-    delegate_tool: object = DEFAULT_DELEGATE_TOOL,
-    child_max_steps: object = 4,
-    child_timeout_s: object = 600.0,
-    max_depth: object = 2,
-    max_concurrent_children: object = 4,
-    max_children: object = 16,
-    child_reward: object = "parent",
-) -> None:
-    """Raise :class:`ConfigError` naming the first option whose value :class:`DelegatingProtocol`
-    cannot take (the engine calls it when it resolves a ``"delegating"`` spec)."""
-    if child_env_factory is not None and (
-        isinstance(child_env_factory, LudicEnv) or not callable(child_env_factory)
-    ):
+def _tool_name(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            f"{type(instance).__name__}.{attribute.name} must be a non-empty str, got {value!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class DelegationSettings:
+    """How a :class:`DelegatingProtocol` runs delegate calls (each field is described there); every
+    level of the tree shares it. ``attrs.evolve(settings, max_depth=1)`` changes one field."""
+
+    delegate_tool: str = attrs.field(default=DEFAULT_DELEGATE_TOOL, validator=_tool_name)
+    child_max_steps: int = attrs.field(default=4, validator=int_at_least(1))
+    child_timeout_s: float = attrs.field(default=600.0, validator=positive_number())
+    max_depth: int = attrs.field(default=2, validator=int_at_least(1))
+    max_concurrent_children: int = attrs.field(default=4, validator=int_at_least(1))
+    max_children: int = attrs.field(default=16, validator=int_at_least(1))
+    child_reward: ChildRewardMode = attrs.field(default="parent", validator=one_of(*CHILD_REWARD_MODES))
+
+    @classmethod
+    def coerce(cls, value: object) -> DelegationSettings:
+        """``value`` if it is a :class:`DelegationSettings`, else a mapping (a config's JSON) structured
+        into one; anything else, an unknown key or a bad value is a :class:`ConfigError` naming it."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            return structure_config(cls, value)
+        raise ConfigError(
+            "DelegatingProtocol.settings must be a DelegationSettings or a mapping of its fields, e.g. "
+            f"DelegationSettings(max_depth=1), got {type(value).__name__}: {_short(value, 80)}"
+        )
+
+
+def check_child_env_factory(factory: object) -> None:
+    if factory is not None and (isinstance(factory, LudicEnv) or not callable(factory)):
         raise ConfigError(
             "DelegatingProtocol.child_env_factory must be None or a callable (arguments) -> LudicEnv "
-            f"returning a fresh env per child, got {type(child_env_factory).__name__}: {_short(child_env_factory, 80)}"
-        )
-    if not isinstance(delegate_tool, str) or not delegate_tool:
-        raise ConfigError(f"DelegatingProtocol.delegate_tool must be a non-empty str, got {delegate_tool!r}")
-    check_number("DelegatingProtocol.child_timeout_s", child_timeout_s, minimum=0, exclusive=True)
-    for name, count in (
-        ("child_max_steps", child_max_steps),
-        ("max_depth", max_depth),
-        ("max_concurrent_children", max_concurrent_children),
-        ("max_children", max_children),
-    ):
-        check_int(f"DelegatingProtocol.{name}", count, 1)
-    if child_reward not in CHILD_REWARD_MODES:
-        raise ConfigError(
-            f"DelegatingProtocol.child_reward must be one of {list(CHILD_REWARD_MODES)}, got {child_reward!r}"
+            f"returning a fresh env per child, got {type(factory).__name__}: {_short(factory, 80)}"
         )
 
 
@@ -234,13 +227,13 @@ class _Delegator:
         self.launches: list[_Launch] = []
         self.errors: list[dict[str, str]] = []
         self.invocations: list[tuple[ToolCall, ...]] = []
-        self._semaphore = asyncio.Semaphore(protocol.max_concurrent_children)
+        self._semaphore = asyncio.Semaphore(protocol.settings.max_concurrent_children)
 
     async def handle(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         calls = tuple(calls)
         invocation = len(self.invocations)
         self.invocations.append(calls)
-        tool = self.protocol.delegate_tool
+        tool = self.protocol.settings.delegate_tool
         results: dict[int, ToolResult] = {}
         extra: list[ToolResult] = []
         others = [(i, c) for i, c in enumerate(calls) if c.name != tool]
@@ -273,7 +266,7 @@ class _Delegator:
         if handler is None:
             raise ProtocolError(
                 f"agent called external tools {[c.name for c in calls]}; DelegatingProtocol runs only "
-                f"{self.protocol.delegate_tool!r} itself and was given no external_tool_handler for the others"
+                f"{self.protocol.settings.delegate_tool!r} itself and was given no external_tool_handler for the others"
             )
         out = handler(calls)
         return list(await out if inspect.isawaitable(out) else out)
@@ -285,6 +278,7 @@ class _Delegator:
 
     def _start(self, call: ToolCall, invocation: int, *, index: int) -> _Launch | ToolResult:
         protocol = self.protocol
+        settings = protocol.settings
         try:
             arguments = json.loads(call.arguments)
         except json.JSONDecodeError as exc:
@@ -293,13 +287,13 @@ class _Delegator:
             )
         if not isinstance(arguments, dict):
             return self._refuse(call, f"the arguments must be a JSON object, got {_short(call.arguments)}")
-        if self.position.depth + 1 > protocol.max_depth:
+        if self.position.depth + 1 > settings.max_depth:
             return self._refuse(
-                call, f"delegation depth limit {protocol.max_depth} reached; solve it yourself"
+                call, f"delegation depth limit {settings.max_depth} reached; solve it yourself"
             )
         if not self.position.budget.take():
             return self._refuse(
-                call, f"this episode's limit of max_children={protocol.max_children} sub-agents is reached"
+                call, f"this episode's limit of max_children={settings.max_children} sub-agents is reached"
             )
         try:
             env = (
@@ -327,7 +321,7 @@ class _Delegator:
         episode = attrs.evolve(
             self.episode,
             env=env,
-            max_steps=protocol.child_max_steps,
+            max_steps=settings.child_max_steps,
             env_seed=env_seed,
             sampling_seed=sampling_seed,
         )
@@ -337,7 +331,7 @@ class _Delegator:
 
     async def _run_child(self, launch: _Launch) -> ToolResult:
         position = launch.delegator.position
-        limit = self.protocol.child_timeout_s
+        limit = self.protocol.settings.child_timeout_s
         async with self._semaphore:
             try:
                 node = await asyncio.wait_for(launch.protocol.run_node(launch.delegator), limit)
@@ -408,6 +402,9 @@ class _Delegator:
 class DelegatingProtocol(InteractionProtocol):
     """Drive one agent like :class:`SingleAgentProtocol`, running its delegate calls as child episodes.
 
+    The delegation options are one :class:`DelegationSettings` value, ``settings`` (a mapping of its
+    fields is structured into one, as a ``ProtocolSpec``'s JSON kwargs give it).
+
     **Delegate calls.** An external tool call named ``delegate_tool`` (default ``"delegate"``) starts a
     child episode: a fresh agent from ``child_agent_factory``, a fresh env from
     ``child_env_factory(arguments)`` (the call's JSON arguments; default :class:`SubtaskEnv`, which
@@ -457,62 +454,35 @@ class DelegatingProtocol(InteractionProtocol):
         *,
         child_agent_factory: ChildAgentFactory,
         child_env_factory: ChildEnvFactory | None = None,
-        delegate_tool: str = DEFAULT_DELEGATE_TOOL,
-        child_max_steps: int = 4,
-        child_timeout_s: float = 600.0,
-        max_depth: int = 2,
-        max_concurrent_children: int = 4,
-        max_children: int = 16,
-        child_reward: ChildRewardMode = "parent",
+        settings: DelegationSettings | Mapping[str, Any] = DelegationSettings(),
         external_tool_handler: ExternalToolHandler | None = None,
         stop_on_parse_error: bool = False,
         max_external_rounds: int = 32,
     ) -> None:
         check_child_agent_factory(child_agent_factory)
-        check_delegation_options(
-            child_env_factory=child_env_factory,
-            delegate_tool=delegate_tool,
-            child_max_steps=child_max_steps,
-            child_timeout_s=child_timeout_s,
-            max_depth=max_depth,
-            max_concurrent_children=max_concurrent_children,
-            max_children=max_children,
-            child_reward=child_reward,
-        )
+        check_child_env_factory(child_env_factory)
         self.agent = agent
         self.child_agent_factory = child_agent_factory
         self.child_env_factory = child_env_factory
-        self.delegate_tool = delegate_tool
-        self.child_max_steps = child_max_steps
-        self.child_timeout_s = float(child_timeout_s)
-        self.max_depth = max_depth
-        self.max_concurrent_children = max_concurrent_children
-        self.max_children = max_children
-        self.child_reward: ChildRewardMode = child_reward
+        self.settings = DelegationSettings.coerce(settings)
         self.external_tool_handler = external_tool_handler
         self.stop_on_parse_error = stop_on_parse_error
         self.max_external_rounds = max_external_rounds
 
     def spawn(self, agent: AgentHarness) -> DelegatingProtocol:
-        """The protocol of a child episode: the same options, driving ``agent``."""
+        """The protocol of a child episode: the same factories and settings, driving ``agent``."""
         return DelegatingProtocol(
             agent,
             child_agent_factory=self.child_agent_factory,
             child_env_factory=self.child_env_factory,
-            delegate_tool=self.delegate_tool,
-            child_max_steps=self.child_max_steps,
-            child_timeout_s=self.child_timeout_s,
-            max_depth=self.max_depth,
-            max_concurrent_children=self.max_concurrent_children,
-            max_children=self.max_children,
-            child_reward=self.child_reward,
+            settings=self.settings,
             external_tool_handler=self.external_tool_handler,
             stop_on_parse_error=self.stop_on_parse_error,
             max_external_rounds=self.max_external_rounds,
         )
 
     async def play(self, episode: EpisodeRun) -> list[Rollout]:
-        root = _Position(depth=0, path=(), call_id=None, budget=_ChildBudget(self.max_children))
+        root = _Position(depth=0, path=(), call_id=None, budget=_ChildBudget(self.settings.max_children))
         tree = await self.run_node(_Delegator(self, root, episode))
         self._assign_child_rewards(tree)
         return tree.flatten()
@@ -557,5 +527,5 @@ class DelegatingProtocol(InteractionProtocol):
     def _assign_child_rewards(self, node: _Node) -> None:
         parent_return = node.rollout.total_reward
         for child in node.children:
-            apply_child_reward(child.rollout, parent_return, self.child_reward)
+            apply_child_reward(child.rollout, parent_return, self.settings.child_reward)
             self._assign_child_rewards(child)

@@ -31,7 +31,7 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.harness import AgentHarness
 from ludic_core.protocols.base import InteractionProtocol
-from ludic_core.protocols.delegating import DELEGATION_OPTIONS, DelegatingProtocol, check_delegation_options
+from ludic_core.protocols.delegating import DelegatingProtocol, DelegationSettings, check_child_env_factory
 from ludic_core.protocols.multi_agent import MultiAgentProtocol
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 
@@ -43,7 +43,7 @@ _LOOP_OPTIONS = frozenset({"stop_on_parse_error", "external_tool_handler", "max_
 _OPTIONS: dict[str, frozenset[str]] = {
     "single": _LOOP_OPTIONS,
     "multi": _LOOP_OPTIONS,
-    "delegating": _LOOP_OPTIONS | DELEGATION_OPTIONS,
+    "delegating": _LOOP_OPTIONS | {"child_env_factory", "settings"},
 }
 
 
@@ -77,8 +77,9 @@ class StandardProtocolFactory:
     """Builds :class:`SingleAgentProtocol` (``agents="single"``, kwarg ``agent_factory``),
     :class:`MultiAgentProtocol` (``agents="multi"``, kwarg ``agent_factories``: agent id -> factory) or
     :class:`DelegatingProtocol` (``agents="delegating"``, kwargs ``agent_factory`` for the parent and
-    ``child_agent_factory``, which the protocol calls for every delegate call) from a spec's kwargs; the
-    remaining kwargs are the protocol's options."""
+    ``child_agent_factory``, which the protocol calls for every delegate call; ``settings`` may be a
+    mapping of :class:`DelegationSettings` fields) from a spec's kwargs; the remaining kwargs are the
+    protocol's options."""
 
     name: str
     agents: AgentsKind = attrs.field(validator=attrs.validators.in_(("single", "multi", "delegating")))
@@ -146,7 +147,8 @@ class StandardProtocolFactory:
             for needed in required:
                 _check_agent_factory(self.name, needed, kwargs[needed])
             if self.agents == "delegating":
-                check_delegation_options(**{k: v for k, v in kwargs.items() if k in DELEGATION_OPTIONS})
+                check_child_env_factory(kwargs.get("child_env_factory"))
+                DelegationSettings.coerce(kwargs.get("settings", DelegationSettings()))
             return
         value = kwargs[key]
         if not isinstance(value, Mapping) or not value:

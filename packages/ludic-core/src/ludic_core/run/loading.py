@@ -32,7 +32,15 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, Iterabl
 
 from ludic_core.errors import ConfigError
 
-__all__ = ["layered_value", "load_config", "make_converter", "merged", "parse_override", "to_json"]
+__all__ = [
+    "layered_value",
+    "load_config",
+    "make_converter",
+    "merged",
+    "parse_override",
+    "structure_config",
+    "to_json",
+]
 
 C = TypeVar("C")
 
@@ -259,6 +267,16 @@ def load_config(
         raise ConfigError(
             f"invalid {cls.__name__}:\n  " + "\n  ".join(_located(p, layers, data) for p in renamed)
         )
+    return _structure(cls, data, layers)
+
+
+def structure_config(cls: type[C], data: Mapping[str, Any]) -> C:
+    """``data`` (a config table given in code or read from JSON) structured into ``cls``, as strictly
+    as :func:`load_config` does; raises :class:`~ludic_core.errors.ConfigError` listing every problem."""
+    return _structure(cls, dict(data), [])
+
+
+def _structure(cls: type[C], data: dict[str, Any], layers: Sequence[tuple[str, Mapping[str, Any]]]) -> C:
     try:
         return make_converter().structure(data, cls)
     except (ClassValidationError, ForbiddenExtraKeysError) as exc:
