@@ -299,6 +299,25 @@ async def test_gloo_update_applies_weights_exactly(
         await publisher.aclose()
 
 
+async def until_a_request_runs(url: str, timeout_s: float = 30.0) -> None:
+    """Wait until the server's scheduler runs a request (vLLM's ``vllm:num_requests_running`` gauge): a
+    fixed sleep is too short on a loaded machine, where the requests reach the engine late."""
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            async with session.get(f"{url}/metrics") as resp:
+                if resp.status != 200:  # a build without metrics: the requests had 50 ms to arrive
+                    await asyncio.sleep(0.05)
+                    return
+                text = await resp.text()
+            gauges = [line for line in text.splitlines() if line.startswith("vllm:num_requests_running")]
+            if any(float(line.rsplit(" ", 1)[1]) >= 1 for line in gauges):
+                return
+            await asyncio.sleep(0.01)
+    # None seen running (they may all have finished between two polls): the attempt goes on, and the
+    # test tries again with more requests.
+
+
 async def test_update_during_generation_marks_the_sample_mixed(
     vllm_server: Any, client: VLLMClient, base_weights: dict[str, Any]
 ) -> None:
@@ -308,7 +327,7 @@ async def test_update_during_generation_marks_the_sample_mixed(
         tasks = [
             asyncio.ensure_future(client.complete_tokens(request(seed=s, max_tokens=LONG))) for s in seeds
         ]
-        await asyncio.sleep(0.05)
+        await until_a_request_runs(vllm_server.url)
         # Freeze generation first: on a loaded machine the upload can take longer than the requests,
         # which would then all finish under the old weights. Frozen, every request already admitted is
         # still in flight when the update lands. (The update pauses the engine itself too; a second
