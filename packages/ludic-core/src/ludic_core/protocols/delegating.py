@@ -29,7 +29,6 @@ from ludic_core.protocols.base import EpisodeRun, InteractionProtocol
 from ludic_core.protocols.child_reward import CHILD_REWARD_MODES, ChildRewardMode, apply_child_reward
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.protocols.subtask_env import SubtaskEnv
-from ludic_core.run.loading import structure_config
 from ludic_core.seeding import derive_seed
 from ludic_core.types import AgentStep, EpisodeFailure, Info, Rollout, ToolCall, ToolResult
 from ludic_core.validation import int_at_least, one_of, positive_number
@@ -87,6 +86,10 @@ class DelegationSettings:
         if isinstance(value, cls):
             return value
         if isinstance(value, Mapping):
+            # Imported here: the config loader (and cattrs) is needed only for settings given as data,
+            # not by every engine that imports the protocols.
+            from ludic_core.run.loading import structure_config
+
             return structure_config(cls, value)
         raise ConfigError(
             "DelegatingProtocol.settings must be a DelegationSettings or a mapping of its fields, e.g. "
