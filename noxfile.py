@@ -48,12 +48,10 @@ CI_STREAMS: tuple[tuple[str, ...], ...] = (
         # resolves (printed in its log), which `tinker(0.38.0)` would run a second time.
         "tinker(0.30.4)",
         "examples",
+        "tool_use",
     ),
     # `bench` is not here: benchmarks are measurements (minutes of timed runs), run with `nox -s bench`.
-    # Nor are `selfplay` and `tool_use`: each trains SmolLM2 for 8-18 minutes to check that the example
-    # learns (`--smoke --check`); tests/examples runs both end to end at a tiny size, and
-    # docs/training-results.md gives their measured results. Run them with `nox -s selfplay tool_use`.
-    ("vllm", "demo", "commands", "docs", "doctest-md", "build", "compat"),
+    ("vllm", "demo", "selfplay", "commands", "docs", "doctest-md", "build", "compat"),
 )
 nox.options.sessions = ["ci"]
 nox.options.reuse_venv = "no"
