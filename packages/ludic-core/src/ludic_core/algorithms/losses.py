@@ -156,19 +156,25 @@ class Reinforce(LossSpec):
 
 
 @attrs.frozen(kw_only=True)
-class TokenKL(LossSpec):
-    """``coeff · (log π(a_t) − log μ(a_t))``: the k1 KL estimate to the behaviour policy."""
+class _KLPenalty(LossSpec):
+    """``coeff`` times a per-token KL estimate to a reference policy whose logprobs each item carries;
+    the credit does not enter it. A subclass names the reference (its ``required_inputs``)."""
 
     coeff: float = attrs.field(default=1.0, validator=finite_number())
     length_normalize: bool = attrs.field(default=True, validator=boolean())
 
     @property
-    def required_inputs(self) -> frozenset[str]:
-        return ACTOR_LOGPS
-
-    @property
     def reads_weights(self) -> bool:
         return False
+
+
+@attrs.frozen(kw_only=True)
+class TokenKL(_KLPenalty):
+    """``coeff · (log π(a_t) − log μ(a_t))``: the k1 KL estimate to the behaviour policy."""
+
+    @property
+    def required_inputs(self) -> frozenset[str]:
+        return ACTOR_LOGPS
 
 
 @attrs.frozen(kw_only=True)
@@ -191,19 +197,12 @@ class CrossEntropy(LossSpec):
 
 
 @attrs.frozen(kw_only=True)
-class ReverseKL(LossSpec):
+class ReverseKL(_KLPenalty):
     """On-policy distillation: per-token ``coeff · KL(π ‖ π_teacher)`` with the score-function gradient."""
-
-    coeff: float = attrs.field(default=1.0, validator=finite_number())
-    length_normalize: bool = attrs.field(default=True, validator=boolean())
 
     @property
     def required_inputs(self) -> frozenset[str]:
         return TEACHER_LOGPS
-
-    @property
-    def reads_weights(self) -> bool:
-        return False
 
 
 def _spec(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
