@@ -30,6 +30,7 @@ from ludic_core.errors import ConfigError, DataError
 from ludic_core.loggers.base import TrainingLogger
 from ludic_core.loggers.step_result import StepResult
 from ludic_core.logs import get_logger
+from ludic_core.run.training import DEFAULT_ADAM_EPS
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 from ludic_core.validation import check_int, int_at_least, non_negative_number
 from ludic_tinker._sdk import call_for_client, sdk_has_field, translate_error, wait_result
@@ -51,7 +52,7 @@ class AdamConfig:
     learning_rate: float = attrs.field(default=4e-5, validator=non_negative_number())
     beta1: float = 0.9
     beta2: float = 0.95
-    eps: float = 1e-8
+    eps: float = DEFAULT_ADAM_EPS
     weight_decay: float = attrs.field(default=0.0, validator=non_negative_number())
     grad_clip_norm: float = attrs.field(default=0.0, validator=non_negative_number())
     """0 disables clipping."""

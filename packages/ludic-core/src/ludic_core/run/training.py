@@ -11,7 +11,10 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.validation import check_number, int_at_least, non_negative_number, positive_number
 
-__all__ = ["LoraSettings", "RunSettings", "TrainerSettings"]
+__all__ = ["DEFAULT_ADAM_EPS", "LoraSettings", "RunSettings", "TrainerSettings"]
+
+DEFAULT_ADAM_EPS = 1e-8
+"""Adam's epsilon on every backend (Tinker's SDK would otherwise send its own, 1e-12)."""
 
 
 def _betas(instance: Any, _attribute: Any, value: object) -> None:
@@ -32,7 +35,7 @@ class TrainerSettings:
     lr: float = attrs.field(default=1e-5, validator=positive_number())
     weight_decay: float = attrs.field(default=0.01, validator=non_negative_number())
     betas: tuple[float, float] = attrs.field(default=(0.9, 0.999), validator=_betas)
-    eps: float = attrs.field(default=1e-8, validator=positive_number())
+    eps: float = attrs.field(default=DEFAULT_ADAM_EPS, validator=positive_number())
     max_grad_norm: float = attrs.field(default=1.0, validator=non_negative_number())
     eval_every_steps: int = attrs.field(default=0, validator=int_at_least(0))
 
