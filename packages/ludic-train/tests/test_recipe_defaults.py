@@ -18,6 +18,8 @@ pytest.importorskip("ludic_envs")
 SMOKE = Path(__file__).resolve().parents[3] / "examples" / "tic_tac_toe" / "grpo_smoke.toml"
 
 TICTACTOE_GRPO_SMOKE = {
+    "seed": 0,
+    "run_dir": "",
     "env": "tictactoe",
     "env_kwargs": {
         "opponent": "random",
@@ -47,10 +49,8 @@ TICTACTOE_GRPO_SMOKE = {
         "max_failure_rate": 0.5,
         "workers": 1,
     },
-    "seed": 0,
     "vary_starts": True,
     "system_prompt": "You play Tic-Tac-Toe. Reply with one free cell in move tags, for example <move>B2</move>.",
-    "run_dir": "",
     "steps": 2,
     "algorithm": "grpo",
     "algorithm_kwargs": {},

@@ -24,6 +24,7 @@ __all__ = [
     "EpisodesConfig",
     "EvalConfig",
     "RolloutsConfig",
+    "RunConfig",
     "SamplingConfig",
     "at_least",
     "server_urls",
@@ -94,6 +95,16 @@ class BackendConfig:
     tokenizer: str = ""
 
 
+@attrs.frozen(kw_only=True)
+class RunConfig:
+    """What the config of every ``ludic`` command that runs something holds: the ``seed`` its
+    randomness derives from and ``run_dir``, where its outputs go (empty: a fresh directory under
+    ``runs/`` named after the command and the time)."""
+
+    seed: int = attrs.field(default=0, validator=at_least(0))
+    run_dir: str = ""
+
+
 _SAMPLING = attrs.fields(SamplingParams)
 
 
@@ -109,7 +120,7 @@ class SamplingConfig:
 
 
 @attrs.frozen(kw_only=True)
-class EpisodesConfig:
+class EpisodesConfig(RunConfig):
     """What ``ludic eval`` and ``ludic rollouts`` both run: ``episodes`` prompts (env seeds), each
     sampled ``samples_per_prompt`` times, against ``backend``. Each setting is declared here once; the
     commands' configs add only their own. ``run_dir`` empty: ``runs/<command>-<env>-<time>``.
@@ -129,10 +140,8 @@ class EpisodesConfig:
     rollout: RolloutSettings = attrs.field(
         factory=lambda: RolloutSettings(max_steps=20, concurrency=32, episode_timeout_s=1800.0)
     )
-    seed: int = attrs.field(default=0, validator=at_least(0))
     vary_starts: bool = True
     system_prompt: str | None = None
-    run_dir: str = ""
 
     def __attrs_post_init__(self) -> None:
         total = self.episodes * self.samples_per_prompt

@@ -37,6 +37,7 @@ from ludic_core.strategies import GRPORequestStrategy
 from ludic_core.suggestions import did_you_mean
 
 __all__ = [
+    "DEFAULT_ALGORITHM",
     "RLEpisodesConfig",
     "build_algorithm",
     "check_envs_build",
@@ -48,13 +49,17 @@ __all__ = [
 ]
 
 
+DEFAULT_ALGORITHM = "grpo"
+"""The registered preset an RL config runs when it names none, online or on collected rollouts."""
+
+
 @attrs.frozen(kw_only=True)
 class RLEpisodesConfig(EpisodesConfig):
     """The RL table of a training recipe's run config (see the module docstring)."""
 
     steps: int = attrs.field(default=30, validator=at_least(1))
     """Training steps in all (a resumed run trains the rest)."""
-    algorithm: str = "grpo"
+    algorithm: str = DEFAULT_ALGORITHM
     algorithm_kwargs: dict[str, Any] = attrs.field(factory=dict)
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     eval_episodes: int = attrs.field(default=32, validator=at_least(1))

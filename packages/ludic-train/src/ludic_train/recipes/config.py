@@ -20,8 +20,8 @@ from typing import Any, Literal
 import attrs
 
 from ludic_core.errors import ConfigError
-from ludic_core.run.configs import at_least
-from ludic_core.run.rl import RLEpisodesConfig
+from ludic_core.run.configs import BackendConfig, RunConfig, at_least
+from ludic_core.run.rl import DEFAULT_ALGORITHM, RLEpisodesConfig
 from ludic_core.run.training import LoraSettings, RunSettings
 from ludic_core.validation import boolean, number_in, positive_number
 from ludic_train.checkpoint import CheckpointConfig
@@ -83,25 +83,24 @@ class RLRunConfig(RLEpisodesConfig):
 
 
 @attrs.frozen(kw_only=True)
-class OfflineRunConfig:
+class OfflineRunConfig(RunConfig):
     """Training on JSONL files of rollouts (``ludic rollouts ... -o`` writes them) or SAW items: what
     the offline recipes share.
 
-    ``model`` is what the ``local`` backend loads (a model directory, ``smollm2`` or ``tiny``); the run
-    trains ``epochs`` passes over ``data`` in batches of ``batch_size`` items."""
+    ``model`` and ``device`` are what the ``local`` backend loads and where (a model directory,
+    ``smollm2`` or ``tiny``); the run trains ``epochs`` passes over ``data`` in batches of
+    ``batch_size`` items."""
 
     model: str
     data: tuple[str, ...]
     epochs: int = attrs.field(default=1, validator=at_least(1))
     batch_size: int = attrs.field(default=8, validator=at_least(1))
-    seed: int = attrs.field(default=0, validator=at_least(0))
-    device: str = "cpu"
+    device: str = attrs.field(default=attrs.fields(BackendConfig).device.default)
     trainer: TrainerConfig = attrs.field(
         factory=lambda: TrainerConfig(pad_token_id=FROM_TOKENIZER, lr=2e-5, publish_every_steps=0)
     )
     lora: LocalLoraSettings = attrs.field(factory=lambda: LocalLoraSettings(rank=0))
     run: LocalRunSettings = attrs.field(factory=lambda: LocalRunSettings(checkpoint_every=100))
-    run_dir: str = ""
 
     def __attrs_post_init__(self) -> None:
         if not self.data:
@@ -124,7 +123,7 @@ class OfflineRLRunConfig(OfflineRunConfig):
     ``group_size`` that ``ludic rollouts -k`` records) and its loss trains on the behaviour logprobs
     they carry."""
 
-    algorithm: str = "grpo"
+    algorithm: str = DEFAULT_ALGORITHM
     algorithm_kwargs: dict[str, Any] = attrs.field(factory=dict)
 
 
