@@ -17,17 +17,6 @@ SETTINGS_SUFFIXES = ("Config", "Settings", "Timeouts", "Params")
 SPEC_MODULES = ("ludic_core/algorithms/losses.py", "ludic_core/algorithms/preprocess.py")
 LOSS_MODULES = ("ludic-train/src/ludic_train/losses", "ludic-tinker/src/ludic_tinker/losses.py")
 
-# Settings that share a name and a literal default today, each kept for the reason given. The test
-# fails when a new pair appears and when one of these goes, so the list stays true.
-KNOWN_SHARED: dict[tuple[str, object], str] = {
-    ("algorithm", "grpo"): "the online and offline RL run configs of different packages",
-    ("device", "cpu"): "the sampler backend's device and the offline trainer's device",
-    ("eps", 1e-08): "Adam's epsilon in the shared [trainer] settings and the Tinker optimiser config",
-    ("run_dir", ""): "the episodes and offline run configs (empty: a fresh directory)",
-    ("seed", 0): "the episodes and offline run configs",
-    ("coeff", 1.0): "TokenKL and ReverseKL: each loss's own unit coefficient",
-}
-
 
 def _sources(pattern: str) -> list[Path]:
     if not PACKAGES.joinpath("ludic-core", "src").is_dir():
@@ -111,10 +100,7 @@ def test_the_check_finds_a_default_declared_in_two_classes() -> None:
 
 def test_no_settings_class_restates_another_ones_default() -> None:
     found = shared_defaults(_settings_classes())
-    new = {key: where for key, where in found.items() if key not in KNOWN_SHARED}
-    assert not new, f"defaults declared in two settings classes (read one from the other): {new}"
-    gone = sorted(set(KNOWN_SHARED) - set(found), key=str)
-    assert not gone, f"no longer shared, take them off KNOWN_SHARED: {gone}"
+    assert not found, f"defaults declared in two settings classes (read one from the other): {found}"
 
 
 def test_no_preset_restates_a_default_of_what_it_builds() -> None:
