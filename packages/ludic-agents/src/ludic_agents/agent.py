@@ -1,7 +1,7 @@
 """``Agent``: one model call per turn, a context strategy, a chat template and a parser.
 
 The agent implements :class:`ludic_core.harness.AgentHarness`. Every model call comes back as an
-:class:`~ludic_core.harness.AgentActStep` with its exact :class:`~ludic_core.types.TokenTrace`.
+:class:`~ludic_core.harness.AgentActStep` with its exact :class:`~ludic_core.traces.TokenTrace`.
 Prompts are rendered locally; within a turn they extend token for token (see
 :mod:`ludic_agents.extension`), and how each prompt was built is recorded in the step's ``info``.
 """

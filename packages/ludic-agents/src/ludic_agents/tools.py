@@ -4,7 +4,7 @@
 ``Optional[X]`` to a nullable ``X``, ``list``/``tuple``/``set`` to arrays, ``dict[str, X]`` to objects,
 and ``Literal`` and ``Enum`` to ``enum``; parameters without a default are required. Descriptions come
 from the docstring's summary and its Google- or NumPy-style parameter sections. :func:`run_tool_call`
-runs one :class:`~ludic_core.types.ToolCall` and never raises for a model mistake: unknown tools, bad
+runs one :class:`~ludic_core.messages.ToolCall` and never raises for a model mistake: unknown tools, bad
 arguments, exceptions and timeouts become an error message the model sees as the tool result.
 """
 

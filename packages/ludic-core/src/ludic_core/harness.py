@@ -2,7 +2,7 @@
 
 An agent owns everything between the env and the model: context, chat template, parser, tools and
 format rewards. One :meth:`AgentHarness.act` call is one *turn attempt*: it may make several model
-calls (an internal tool loop) and returns all of them, each with its :class:`~ludic_core.types.TokenTrace`.
+calls (an internal tool loop) and returns all of them, each with its :class:`~ludic_core.traces.TokenTrace`.
 The last call's ``action_target`` tells the protocol what to do next:
 
 * ``"env"`` — ``parse_result`` says whether there is an env action (or a failure with feedback);
@@ -21,22 +21,13 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
+from ludic_core.data_fields import slot_setters
 from ludic_core.errors import DataError
 from ludic_core.inference import InferenceSpec
+from ludic_core.messages import Message, ToolCall, ToolResult, freeze_messages, to_tool_calls, to_tool_results
 from ludic_core.parsing import ParseResult
-from ludic_core.types import (
-    ActionTarget,
-    Info,
-    Message,
-    TokenTrace,
-    ToolCall,
-    ToolResult,
-    _check_action_target,
-    _slot_setters,
-    _tool_calls,
-    _tool_results,
-    freeze_messages,
-)
+from ludic_core.traces import TokenTrace
+from ludic_core.types import ActionTarget, Info, _check_action_target
 
 __all__ = [
     "DEFAULT_ACT_OPTIONS",
@@ -76,8 +67,8 @@ class AgentActStep:
     action_target: ActionTarget = attrs.field(validator=_check_action_target)
     parse_result: ParseResult | None = None
     loop_index: int = 0
-    tool_calls: tuple[ToolCall, ...] | None = attrs.field(default=None, converter=_tool_calls)
-    tool_results: tuple[ToolResult, ...] | None = attrs.field(default=None, converter=_tool_results)
+    tool_calls: tuple[ToolCall, ...] | None = attrs.field(default=None, converter=to_tool_calls)
+    tool_results: tuple[ToolResult, ...] | None = attrs.field(default=None, converter=to_tool_results)
     info: Info = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -106,8 +97,8 @@ class AgentActStep:
         info: Info | None = None,
     ) -> AgentActStep:
         """Build from values an agent harness made itself: a trace from a checked
-        :class:`~ludic_core.types.ChatResponse`, its prompt as a tuple of
-        :class:`~ludic_core.types.FrozenMessage`, an action target it wrote as a literal, tool calls and
+        :class:`~ludic_core.traces.ChatResponse`, its prompt as a tuple of
+        :class:`~ludic_core.messages.FrozenMessage`, an action target it wrote as a literal, tool calls and
         results already as tuples of their types. The converters of ``__init__`` would only copy them
         again. The two rules between fields are still checked (a
         parser may return ``None``). Private to Ludic's agents: anything else goes through ``__init__``."""
@@ -116,7 +107,7 @@ class AgentActStep:
         if action_target == "external" and not tool_calls:
             raise DataError("an AgentActStep with action_target='external' needs tool_calls")
         step = object.__new__(cls)
-        # The slots' own setters, in field order (see ludic_core.types._slot_setters).
+        # The slots' own setters, in field order (see ludic_core.data_fields.slot_setters).
         (
             set_trace,
             set_prompt_messages,
@@ -140,7 +131,7 @@ class AgentActStep:
         return step
 
 
-_ACT_STEP_SLOTS = _slot_setters(AgentActStep)
+_ACT_STEP_SLOTS = slot_setters(AgentActStep)
 
 
 def _to_steps(steps: Iterable[AgentActStep]) -> tuple[AgentActStep, ...]:

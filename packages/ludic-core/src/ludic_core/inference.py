@@ -13,8 +13,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ludic_core.data_fields import check_ints, is_strict_int, to_tuple
 from ludic_core.errors import ConfigError
-from ludic_core.types import ChatResponse, check_ints, is_strict_int, to_tuple
+from ludic_core.traces import ChatResponse
 
 __all__ = [
     "FINISH_REASONS",
@@ -93,7 +94,7 @@ class ReturnSpec:
     """What a client must return besides the completion ids.
 
     ``return_prompt_logprobs`` asks for the logprob of every prompt token after the first under the
-    model's plain distribution (see :class:`~ludic_core.types.ChatResponse`): what a teacher scores a
+    model's plain distribution (see :class:`~ludic_core.traces.ChatResponse`): what a teacher scores a
     student's tokens with (:class:`~ludic_core.teachers.TeacherScorer`).
     """
 

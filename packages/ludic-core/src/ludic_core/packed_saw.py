@@ -21,9 +21,9 @@ from typing import Any, Generic, TypeVar, overload
 
 import attrs
 
+from ludic_core.data_fields import is_strict_int
 from ludic_core.errors import DataError
 from ludic_core.saw import SAWItem
-from ludic_core.types import is_strict_int
 
 __all__ = ["UINT32", "PackedArrays", "PackedSAWItem", "packed_arrays", "with_meta"]
 

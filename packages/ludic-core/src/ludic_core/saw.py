@@ -13,8 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from ludic_core.errors import DataError
-from ludic_core.types import (
+from ludic_core.data_fields import (
     check_floats,
     check_ints,
     check_temperature,
@@ -22,6 +21,7 @@ from ludic_core.types import (
     to_float_tuple_or_none,
     to_tuple,
 )
+from ludic_core.errors import DataError
 
 __all__ = ["LOGP_TOLERANCE", "SAW_SCHEMA_VERSION", "BatchSource", "SAWBatch", "SAWItem"]
 

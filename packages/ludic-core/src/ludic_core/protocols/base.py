@@ -7,10 +7,11 @@ from typing import Any
 
 import attrs
 
+from ludic_core.data_fields import is_strict_int
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError
 from ludic_core.inference import InferenceSpec
-from ludic_core.types import Rollout, is_strict_int
+from ludic_core.types import Rollout
 
 __all__ = ["EpisodeRun", "InteractionProtocol"]
 
