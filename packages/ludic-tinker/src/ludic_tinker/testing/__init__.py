@@ -16,14 +16,9 @@ the recipe. torch (the ``torch`` extra) is imported only when a service or model
 """
 
 from ludic_core.testing.scripted_agent import ByteChatTemplate
+from ludic_tinker.testing.forward_backward import ForwardBackwardCall
 from ludic_tinker.testing.model import EOS_ID, FakeTokenizer, TinyLM
-from ludic_tinker.testing.server import (
-    FAKE_API_KEY,
-    FAKE_BASE_MODEL,
-    FakeTinkerService,
-    ForwardBackwardCall,
-    fake_tinker_service,
-)
+from ludic_tinker.testing.server import FAKE_API_KEY, FAKE_BASE_MODEL, FakeTinkerService, fake_tinker_service
 
 __all__ = [
     "EOS_ID",

@@ -20,15 +20,10 @@ import contextlib
 import copy
 import itertools
 import json
-import math
 import os
 import random
-import socket
 import threading
-import typing
 from collections.abc import Callable, Iterator, Sequence
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,14 +31,13 @@ import numpy as np
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 
-from ludic_tinker.testing.model import (
-    FakeTokenizer,
-    TinyLM,
-    datum_loss,
-    require_torch,
-    sample_sequence,
-    seed_from_name,
+from ludic_tinker.testing.forward_backward import (
+    ForwardBackwardCall,
+    decode_forward_backward,
+    run_forward_backward,
 )
+from ludic_tinker.testing.loopback import LoopbackHandler, LoopbackServer, Result, Violation
+from ludic_tinker.testing.model import FakeTokenizer, TinyLM, require_torch, sample_sequence, seed_from_name
 
 if TYPE_CHECKING:
     import torch
@@ -52,29 +46,6 @@ FAKE_BASE_MODEL = "fake/tiny-char-lm"
 """The base model the fake serves unless told other names (``FakeTinkerService(base_models=...)``)."""
 FAKE_API_KEY = "tml-fake-api-key"
 """An API key the fake accepts: it checks only the ``tml-`` prefix the real keys have."""
-
-_CLIP_KEYS = frozenset({"clip_low_threshold", "clip_high_threshold"})
-_RL_INPUTS = frozenset({"target_tokens", "logprobs", "advantages"})
-REQUIRED_INPUTS: dict[str, frozenset[str]] = {
-    "cross_entropy": frozenset({"target_tokens", "weights"}),
-    "importance_sampling": _RL_INPUTS,
-    "ppo": _RL_INPUTS,
-    "cispo": _RL_INPUTS,
-    "dro": _RL_INPUTS,
-    "gspo": _RL_INPUTS | {"sequence_ratio_mask"},
-}
-ALLOWED_CONFIG: dict[str, frozenset[str]] = {
-    "cross_entropy": frozenset(),
-    "importance_sampling": frozenset(),
-    "ppo": _CLIP_KEYS,
-    "cispo": _CLIP_KEYS,
-    "dro": frozenset({"beta"}),
-    "gspo": _CLIP_KEYS,
-}
-
-
-class Violation(Exception):
-    """Something a client sent that the real service would reject or misread."""
 
 
 @attrs.define
@@ -89,32 +60,10 @@ class TrainingRun:
     lock: threading.Lock = attrs.field(factory=threading.Lock)
 
 
-@attrs.frozen
-class ForwardBackwardCall:
-    """One received ``forward_backward`` request, decoded, for assertions in tests."""
-
-    model_id: str
-    loss_fn: str
-    loss_fn_config: dict[str, float]
-    forward_only: bool
-    model_inputs: list[list[int]]
-    loss_fn_inputs: list[dict[str, np.ndarray]]
-
-
-@attrs.frozen
-class _Result:
-    body: bytes
-    content_type: str
-
-
 def _new_adamw(model: TinyLM) -> torch.optim.AdamW:
     import torch
 
     return torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-12, weight_decay=0.0)
-
-
-def _known_loss_fns() -> frozenset[str]:
-    return frozenset(typing.get_args(types.LossFnType))
 
 
 class FakeTinkerService:
@@ -147,18 +96,13 @@ class FakeTinkerService:
         self._runs: dict[str, TrainingRun] = {}
         self._samplers: dict[str, tuple[str, TinyLM]] = {}
         self._saved: dict[str, dict[str, Any]] = {}
-        self._futures: dict[str, _Result] = {}
+        self._futures: dict[str, Result] = {}
         self._base_weights = {
             name: TinyLM(self.tokenizer.vocab_size, seed=seed_from_name(name)).state_dict()
             for name in base_models
         }
-        self._server: ThreadingHTTPServer | None = None
+        self._server: LoopbackServer | None = None
         self._thread: threading.Thread | None = None
-        # The SDK keeps its HTTP connections open; stop() closes them, so that no handler thread is
-        # left reading a socket when the interpreter shuts down (a daemon thread alive at shutdown can
-        # abort the process).
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -174,27 +118,24 @@ class FakeTinkerService:
             raise RuntimeError(f"the fake Tinker service is already started at {self.base_url}")
         service = self
 
-        class Handler(_Handler):
+        class Handler(LoopbackHandler):
             fake = service
+            routes = _JSON_ROUTES
 
-        self._server = _LoopbackServer(("127.0.0.1", 0), Handler)
+        self._server = LoopbackServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="fake-tinker", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        self._server = None
-        with self._connections_lock:
-            connections, self._connections = self._connections, set()
-        for connection in connections:
-            # The handler's read returns and its thread ends (OSError: the client closed it already).
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
+        if server is not None:
+            server.close_connections()
 
     def __enter__(self) -> FakeTinkerService:
         return self.start()
@@ -235,20 +176,20 @@ class FakeTinkerService:
     def _next_id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids)}"
 
-    def _future(self, result: _Result) -> dict[str, Any]:
+    def _future(self, result: Result) -> dict[str, Any]:
         request_id = self._next_id("req")
         with self._lock:
             self._futures[request_id] = result
         return {"request_id": request_id}
 
     @staticmethod
-    def _json(obj: Any) -> _Result:
-        return _Result(json.dumps(obj).encode(), "application/json")
+    def _json(obj: Any) -> Result:
+        return Result(json.dumps(obj).encode(), "application/json")
 
-    def _user_error(self, message: str) -> _Result:
+    def _user_error(self, message: str) -> Result:
         return self._json({"error": message, "category": "user"})
 
-    def _violation(self, message: str) -> _Result:
+    def _violation(self, message: str) -> Result:
         with self._lock:
             self.violations.append(message)
         return self._user_error(message)
@@ -443,7 +384,7 @@ class FakeTinkerService:
             return {**self._future(self._violation(str(exc))), "sample_sequence_ids": seq_ids}
         return {**self._future(result), "sample_sequence_ids": seq_ids}
 
-    def _sample(self, req: Any) -> _Result:
+    def _sample(self, req: Any) -> Result:
         if req.sampling_session_id is None or req.sampling_session_id not in self._samplers:
             raise Violation(f"unknown sampling_session_id {req.sampling_session_id!r}")
         _, model = self._samplers[req.sampling_session_id]
@@ -495,9 +436,9 @@ class FakeTinkerService:
                     model.token_logprobs(prompt[:-1], prompt[1:]).numpy() if len(prompt) > 1 else np.array([])
                 )
             out.prompt_logprobs = np.concatenate([[np.nan], lp]).astype(np.float32).tobytes()
-        return _Result(out.SerializeToString(), "application/x-protobuf")
+        return Result(out.SerializeToString(), "application/x-protobuf")
 
-    def retrieve_future(self, body: dict[str, Any]) -> _Result:
+    def retrieve_future(self, body: dict[str, Any]) -> Result:
         req = types.FutureRetrieveRequest.model_validate(body)
         with self._lock:
             result = self._futures.pop(req.request_id, None)
@@ -512,92 +453,37 @@ class FakeTinkerService:
         msg.ParseFromString(body)
         try:
             run = self._run(msg.model_id)
-            call = self._decode_forward_backward(msg)
+            call = decode_forward_backward(msg, self._check_tokens)
             with run.lock:
                 self._check_seq(run, msg.seq_id, "forward_backward")
-                result = self._run_forward_backward(run, call)
+                result = run_forward_backward(run.model, call)
         except Violation as exc:
             return self._future(self._violation(str(exc)))
         self.forward_backward_calls.append(call)
         return self._future(result)
 
-    def _decode_forward_backward(self, msg: Any) -> ForwardBackwardCall:
-        loss_fn = msg.loss_fn
-        if loss_fn not in _known_loss_fns():
-            raise Violation(
-                f"loss_fn {loss_fn!r} is not a LossFnType of this SDK version ({sorted(_known_loss_fns())})"
-            )
-        if loss_fn not in REQUIRED_INPUTS:
-            raise Violation(f"the fake service does not implement loss_fn {loss_fn!r}")
-        config = {k: float(v) for k, v in msg.loss_fn_config.items()}
-        unknown_config = set(config) - ALLOWED_CONFIG[loss_fn]
-        if unknown_config:
-            raise Violation(f"loss_fn_config keys {sorted(unknown_config)} are not used by {loss_fn!r}")
-        if not all(math.isfinite(v) for v in config.values()):
-            raise Violation(f"loss_fn_config has non-finite values: {config}")
-        if not msg.data:
-            raise Violation("forward_backward got no data")
-        model_inputs, inputs_list = [], []
-        for i, datum in enumerate(msg.data):
-            tokens: list[int] = []
-            for chunk in datum.model_input:
-                if chunk.WhichOneof("chunk") != "encoded_text":
-                    raise Violation(f"datum {i}: only encoded_text chunks are supported")
-                tokens.extend(np.frombuffer(chunk.encoded_text.tokens, dtype=np.int32).tolist())
-            if not tokens:
-                raise Violation(f"datum {i}: empty model_input")
-            self._check_tokens(tokens, f"datum {i} model_input")
-            names = set(datum.loss_fn_inputs.keys())
-            required = REQUIRED_INPUTS[loss_fn]
-            if names != required:
-                raise Violation(
-                    f"datum {i}: loss {loss_fn!r} needs loss_fn_inputs {sorted(required)}, got {sorted(names)}"
-                )
-            arrays: dict[str, np.ndarray] = {}
-            for name in sorted(names):
-                tensor = datum.loss_fn_inputs[name]
-                if tensor.WhichOneof("encoding") != "dense":
-                    raise Violation(f"datum {i}: {name} is not dense")
-                want = pb.DTYPE_INT64 if name == "target_tokens" else pb.DTYPE_FLOAT32
-                if tensor.dtype != want:
-                    raise Violation(f"datum {i}: {name} has dtype {tensor.dtype}, expected {want}")
-                arr = np.frombuffer(tensor.dense, dtype=np.int64 if want == pb.DTYPE_INT64 else np.float32)
-                if list(tensor.shape) not in ([len(arr)], []):
-                    raise Violation(f"datum {i}: {name} has shape {list(tensor.shape)} but {len(arr)} values")
-                if len(arr) != len(tokens):
-                    raise Violation(
-                        f"datum {i}: {name} has {len(arr)} entries but model_input has {len(tokens)} tokens"
-                    )
-                if arr.dtype == np.float32 and not np.all(np.isfinite(arr)):
-                    raise Violation(f"datum {i}: {name} has non-finite values")
-                arrays[name] = arr.copy()
-            self._check_tokens(arrays["target_tokens"].tolist(), f"datum {i} target_tokens")
-            model_inputs.append(tokens)
-            inputs_list.append(arrays)
-        return ForwardBackwardCall(msg.model_id, loss_fn, config, msg.forward_only, model_inputs, inputs_list)
 
-    def _run_forward_backward(self, run: TrainingRun, call: ForwardBackwardCall) -> _Result:
-        import torch
-
-        total = torch.zeros(())
-        per_datum: list[np.ndarray] = []
-        for tokens, arrays in zip(call.model_inputs, call.loss_fn_inputs, strict=True):
-            p = run.model.token_logprobs(tokens, arrays["target_tokens"].tolist())
-            tensors = {
-                k: torch.from_numpy(v.astype(np.float32)) for k, v in arrays.items() if k != "target_tokens"
-            }
-            total = total + datum_loss(call.loss_fn, p, tensors, call.loss_fn_config)
-            per_datum.append(p.detach().numpy().astype(np.float32))
-        if not call.forward_only:
-            total.backward()  # gradients accumulate until optim_step, as on the real service
-        out = pb.ForwardBackwardOutput(loss_fn_output_type="TorchLossReturn")
-        out.metrics["loss:sum"] = float(total.detach())
-        record = out.loss_fn_outputs.add(type_tag="TorchLossReturn", num_datums=len(per_datum))
-        field = record.fields["logprobs"]
-        field.dtype = pb.DTYPE_FLOAT32
-        field.data = b"".join(a.tobytes() for a in per_datum)
-        field.offsets = np.cumsum([0] + [a.nbytes for a in per_datum]).astype(np.int64).tobytes()
-        return _Result(out.SerializeToString(), "application/x-protobuf")
+_JSON_ROUTES: dict[str, Callable[[FakeTinkerService, dict[str, Any]], Any]] = {
+    "/api/v1/client/config": lambda s, b: {
+        **types.ClientConfigResponse().model_dump(),
+        # Let ≤0.36 SDKs create clients from checkpoints with one load_weights request, as 0.38 does.
+        "create_model_via_load_weights": True,
+    },
+    "/api/v1/client/dynamic_config": lambda s, b: {},
+    "/api/v1/create_session": FakeTinkerService.create_session,
+    "/api/v1/session_heartbeat": lambda s, b: {"type": "session_heartbeat"},
+    "/api/v1/telemetry": lambda s, b: {"status": "accepted"},
+    "/api/v1/create_model": FakeTinkerService.create_model,
+    "/api/v1/get_info": FakeTinkerService.get_info,
+    "/api/v1/optim_step": FakeTinkerService.optim_step,
+    "/api/v1/save_weights": FakeTinkerService.save_weights,
+    "/api/v1/save_weights_for_sampler": FakeTinkerService.save_weights_for_sampler,
+    "/api/v1/load_weights": FakeTinkerService.load_weights,
+    "/api/v1/create_sampling_session": FakeTinkerService.create_sampling_session,
+    "/api/v1/asample": FakeTinkerService.asample,
+    "/api/v1/retrieve_future": FakeTinkerService.retrieve_future,
+    "/api/v1/healthz": lambda s, b: {"status": "ok"},
+}
 
 
 _SDK_ENV = ("TINKER_BASE_URL", "TINKER_API_KEY")
@@ -640,130 +526,3 @@ def fake_tinker_service(
         service.stop()
     if check:
         service.raise_for_violations()
-
-
-_JSON_ROUTES: dict[str, Callable[[FakeTinkerService, dict[str, Any]], Any]] = {
-    "/api/v1/client/config": lambda s, b: {
-        **types.ClientConfigResponse().model_dump(),
-        # Let ≤0.36 SDKs create clients from checkpoints with one load_weights request, as 0.38 does.
-        "create_model_via_load_weights": True,
-    },
-    "/api/v1/client/dynamic_config": lambda s, b: {},
-    "/api/v1/create_session": FakeTinkerService.create_session,
-    "/api/v1/session_heartbeat": lambda s, b: {"type": "session_heartbeat"},
-    "/api/v1/telemetry": lambda s, b: {"status": "accepted"},
-    "/api/v1/create_model": FakeTinkerService.create_model,
-    "/api/v1/get_info": FakeTinkerService.get_info,
-    "/api/v1/optim_step": FakeTinkerService.optim_step,
-    "/api/v1/save_weights": FakeTinkerService.save_weights,
-    "/api/v1/save_weights_for_sampler": FakeTinkerService.save_weights_for_sampler,
-    "/api/v1/load_weights": FakeTinkerService.load_weights,
-    "/api/v1/create_sampling_session": FakeTinkerService.create_sampling_session,
-    "/api/v1/asample": FakeTinkerService.asample,
-    "/api/v1/retrieve_future": FakeTinkerService.retrieve_future,
-    "/api/v1/healthz": lambda s, b: {"status": "ok"},
-}
-
-
-class _LoopbackServer(ThreadingHTTPServer):
-    """The fake's HTTP server: a thread per connection, and a listen backlog the SDK's bursts fit in.
-
-    ``socketserver``'s default backlog is 5. A GRPO step samples a group at once, and each request in
-    flight holds a connection of its own (keep-alive reuses only the idle ones), so a burst opens many
-    connections together. On a busy machine the accepting thread falls behind, and past the backlog
-    the kernel drops connection attempts: each costs the client a second or more, and one not made
-    within the SDK's 5 s connect timeout makes the SDK send its request again.
-    """
-
-    request_queue_size = socket.SOMAXCONN
-    daemon_threads = True
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    fake: FakeTinkerService
-
-    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
-        return
-
-    def setup(self) -> None:
-        super().setup()
-        with self.fake._connections_lock:
-            self.fake._connections.add(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            with self.fake._connections_lock:
-                self.fake._connections.discard(self.connection)
-
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        if self.headers.get("Content-Encoding") == "zstd":
-            import zstandard
-
-            body = zstandard.ZstdDecompressor().decompress(body)
-        return body
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        self.fake.endpoint_counts[path] = self.fake.endpoint_counts.get(path, 0) + 1
-        if path.startswith("/api/v1/samplers/"):
-            sampler_id = path.rsplit("/", 1)[1]
-            entry = self.fake._samplers.get(sampler_id)
-            if entry is None:
-                self._send(404, b'{"detail": "unknown sampler"}')
-                return
-            body = {"sampler_id": sampler_id, "base_model": entry[0], "model_path": None}
-            self._send(200, json.dumps(body).encode())
-            return
-        if path == "/api/v1/healthz":
-            self._send(200, b'{"status": "ok"}')
-            return
-        self._send(404, json.dumps({"detail": f"no route GET {path}"}).encode())
-
-    def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0]
-        fake = self.fake
-        with fake._lock:
-            fake.endpoint_counts[path] = fake.endpoint_counts.get(path, 0) + 1
-        body = self._read_body()
-        if not (self.headers.get("X-API-Key") or "").startswith("tml-"):
-            self._send(HTTPStatus.UNAUTHORIZED, b'{"detail": "missing or invalid X-API-Key"}')
-            return
-        injected = fake.fail_next.pop(path, None)
-        try:
-            if injected is not None:
-                self._send(200, json.dumps(fake._future(fake._user_error(injected))).encode())
-                return
-            if path == "/api/v1/forward_backward":
-                self._send(200, json.dumps(fake.forward_backward(body)).encode())
-                return
-            if path.startswith("/api/v1/sessions/") and path.endswith("/finish"):
-                self._send(200, b"null")
-                return
-            route = _JSON_ROUTES.get(path)
-            if route is None:
-                fake.violations.append(f"the SDK called an endpoint the fake does not serve: POST {path}")
-                self._send(404, json.dumps({"detail": f"no route POST {path}"}).encode())
-                return
-            result = route(fake, json.loads(body or b"{}"))
-            if isinstance(result, _Result):
-                self._send(200, result.body, result.content_type)
-            else:
-                self._send(200, json.dumps(result).encode())
-        except Violation as exc:
-            fake.violations.append(str(exc))
-            self._send(400, json.dumps({"detail": str(exc)}).encode())
-        except Exception as exc:  # a pydantic validation error means the client sent a malformed request
-            fake.violations.append(f"POST {path}: {type(exc).__name__}: {exc}")
-            self._send(400, json.dumps({"detail": f"{type(exc).__name__}: {exc}"}).encode())
