@@ -16,6 +16,7 @@ import torch
 
 from ludic_core.errors import DataError
 from ludic_train import checkpoint as checkpoint_module
+from ludic_train import checkpoint_files
 from ludic_train.checkpoint import (
     CheckpointConfig,
     CheckpointManager,
@@ -122,7 +123,7 @@ def test_a_crash_mid_write_leaves_the_previous_checkpoint_as_latest(
 ) -> None:
     manager = CheckpointManager(CheckpointConfig(tmp_path))
     _save(manager, 1, seed=1)
-    real_save = checkpoint_module._save_file
+    real_save = checkpoint_module.save_torch_file
     written: list[str] = []
 
     def crash_after_the_weights(obj: Any, path: Path) -> None:
@@ -131,7 +132,7 @@ def test_a_crash_mid_write_leaves_the_previous_checkpoint_as_latest(
         real_save(obj, path)
         written.append(path.name)
 
-    monkeypatch.setattr(checkpoint_module, "_save_file", crash_after_the_weights)
+    monkeypatch.setattr(checkpoint_module, "save_torch_file", crash_after_the_weights)
     with pytest.raises(OSError, match="simulated"):
         _save(manager, 2, seed=2)
     assert written == ["model.pt"]
@@ -215,15 +216,15 @@ def test_a_full_disk_names_the_cause_the_file_and_the_checkpoint(
 ) -> None:
     manager = CheckpointManager(CheckpointConfig(tmp_path))
     _save(manager, 1, seed=1)
-    real_save = checkpoint_module._save_file
+    real_save = checkpoint_module.save_torch_file
 
     def onto_a_full_device(obj: Any, path: Path) -> None:
         if path.name == "optimizer.pt":
             real_save(obj, Path("/dev/full"))  # a real write that fails the way a full disk does
         real_save(obj, path)
 
-    monkeypatch.setattr(checkpoint_module, "_save_file", onto_a_full_device)
-    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", lambda _p: shutil_usage(free=4096))
+    monkeypatch.setattr(checkpoint_module, "save_torch_file", onto_a_full_device)
+    monkeypatch.setattr(checkpoint_files.shutil, "disk_usage", lambda _p: shutil_usage(free=4096))
     with pytest.raises(CheckpointSaveError) as raised:
         _save(manager, 2, seed=2)
     message = str(raised.value)

@@ -34,12 +34,13 @@ from ludic_core.publisher import PolicyPublisher
 from ludic_core.saw import BatchSource, SAWBatch, SAWItem
 from ludic_core.validation import check_int
 from ludic_train.algorithm import TorchAlgorithm
-from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint, RNGState
+from ludic_train.checkpoint import CheckpointManager, LoadedCheckpoint
 from ludic_train.config import TrainerConfig
 from ludic_train.guards import check_items, model_vocab_size
 from ludic_train.memory_budget import derive_micro_token_budget
 from ludic_train.microbatch import MicroBatch, collate_micro_batches, micro_loss_scale
-from ludic_train.rank_zero import share_rank_zero_outcome
+from ludic_train.rank_zero import rank, share_rank_zero_outcome
+from ludic_train.rng_states import RNGState
 from ludic_train.weights import is_fsdp_module, merged_state_dict
 
 if TYPE_CHECKING:
@@ -63,12 +64,6 @@ _BATCH_META_METRICS = (
 )
 # Batch-meta keys forwarded by prefix: per-teacher counts and reverse KL from TeacherScoredBatchSource.
 _BATCH_META_PREFIXES = ("teacher_items/", "teacher_reverse_kl/")
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 class Trainer:
@@ -402,7 +397,7 @@ class Trainer:
         self.history.append(result)
         if cfg.eval_every_steps and self.step % cfg.eval_every_steps == 0:
             await self.evaluate()
-        if self.logger is not None and (self.step % cfg.log_every == 0) and _rank() == 0:
+        if self.logger is not None and (self.step % cfg.log_every == 0) and rank() == 0:
             self.logger.log(self.step, result)
         return result
 
@@ -533,7 +528,7 @@ class Trainer:
         # every rank at once instead of leaving them in the next collective until its timeout.
         tensors = merged_state_dict(self.model, param_filter=self.param_filter)
         failure: Exception | None = None
-        if _rank() == 0:
+        if rank() == 0:
             try:
                 await self.publisher.publish(tensors, version=self.step)  # type: ignore[union-attr]
             except Exception as exc:
@@ -561,7 +556,7 @@ class Trainer:
     async def evaluate(self) -> dict[str, float]:
         if self.evaluator is None:
             raise ConfigError("evaluate() needs an evaluator")
-        if _rank() != 0:
+        if rank() != 0:
             return {}
         was_training = self.model.training
         self.model.eval()
