@@ -1,7 +1,7 @@
 """ludic-envs: environments for Ludic.
 
-Tic-Tac-Toe against a built-in opponent (:class:`TicTacToeEnv`) and in self-play
-(:class:`TicTacToeSelfPlayEnv`); dataset question answering with answer checking (:class:`DatasetQAEnv`,
+Tic-Tac-Toe against a built-in opponent (:class:`TicTacToeEnv`), one decision graded by the solver
+(:class:`TicTacToeMoveEnv`) and in self-play (:class:`TicTacToeSelfPlayEnv`); dataset question answering with answer checking (:class:`DatasetQAEnv`,
 :func:`make_gsm8k_env`, :func:`make_math_env`); Python programs run against tests in a sandbox
 (:class:`CodeExecEnv`, :class:`SandboxPool`); datasets as resumable request streams
 (:class:`DatasetRequestStream`). Every env is a ``ludic.envs`` entry point
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ludic_envs.qa import DatasetQAEnv, MathQAEnv, load_rows, make_gsm8k_env, make_math_env
     from ludic_envs.tictactoe import (
         TicTacToeEnv,
+        TicTacToeMoveEnv,
         TicTacToeRewards,
         TicTacToeSelfPlayEnv,
         make_opponent,

@@ -1,9 +1,10 @@
-"""Tic-Tac-Toe: against a built-in opponent (:class:`TicTacToeEnv`) and two-player self-play
-(:class:`TicTacToeSelfPlayEnv`)."""
+"""Tic-Tac-Toe: against a built-in opponent (:class:`TicTacToeEnv`), one decision graded by the solver
+(:class:`TicTacToeMoveEnv`) and two-player self-play (:class:`TicTacToeSelfPlayEnv`)."""
 
 from ludic_envs.tictactoe.board import COORDINATES, Board, check_start_board, coordinate_of, index_of
 from ludic_envs.tictactoe.env import TicTacToeEnv
 from ludic_envs.tictactoe.game import TicTacToeGame
+from ludic_envs.tictactoe.move_env import TicTacToeMoveEnv
 from ludic_envs.tictactoe.opponents import (
     MinimaxOpponent,
     MixedOpponent,
@@ -24,6 +25,7 @@ __all__ = [
     "RandomOpponent",
     "TicTacToeEnv",
     "TicTacToeGame",
+    "TicTacToeMoveEnv",
     "TicTacToeRewards",
     "TicTacToeSelfPlayEnv",
     "check_start_board",
