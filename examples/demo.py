@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lora_run import load_lora_model, run_script
 from progress_lines import ProgressLines, StepProgress
 
-TRAIN_TEMPERATURE = 1.0
+EVAL_TEMPERATURE = 1.0  # the sampled games' temperature: the headline points per game
 BASE_MODEL_POSITIONS = 50
 MIN_WARM_START_LEGAL = 0.95  # --check: the warm start must teach the rules
 
@@ -63,6 +63,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_every": 0,
         "train_opponent": "random",
         "train_start_share": 0.0,
+        "train_on": "games",
     },
     # A longer GRPO run on varied training games (docs/training-results.md has its numbers): twice the
     # games per step, a half-perfect opponent in training, half the groups from random mid-game starts.
@@ -77,6 +78,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         "eval_every": 0,
         "train_opponent": "mixed",
         "train_start_share": 0.5,
+        "train_on": "games",
+    },
+    # The strong player: GRPO on single decisions graded by the solver (TrainingPositions).
+    "strong": {
+        "teacher_games": 64,
+        "sft_steps": 20,
+        "grpo_steps": 40,
+        "groups_per_step": 16,
+        "eval_positions": 200,
+        "eval_games": 150,
+        "greedy_eval_games": 0,
+        "eval_every": 10,
+        "train_opponent": "random",
+        "train_start_share": 0.0,
+        "train_on": "positions",
     },
 }
 
@@ -86,9 +102,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument(
-        "--long",
-        action="store_true",
-        help="a longer run on varied training games (PRESETS['long'])",
+        "--preset",
+        choices=tuple(PRESETS),
+        default="default",
+        help="the run's sizes and training games (PRESETS); flags below override them",
+    )
+    p.add_argument("--long", action="store_const", const="long", dest="preset", help="--preset long")
+    p.add_argument(
+        "--train-on",
+        choices=("games", "positions"),
+        help="GRPO on whole games (outcome reward) or on single decisions graded by the solver",
     )
     p.add_argument("--teacher-games", type=int, help="games the rules-only teacher plays for the warm start")
     p.add_argument("--sft-steps", type=int, help="warm-start optimiser steps")
@@ -100,6 +123,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--groups-per-step", type=int, help="GRPO groups per step")
     p.add_argument("--grpo-lr", type=float, default=1e-3)
+    p.add_argument(
+        "--algorithm",
+        choices=("grpo", "dr_grpo"),
+        default="grpo",
+        help="grpo scales each group's advantages by its reward spread, dr_grpo does not",
+    )
+    p.add_argument(
+        "--train-temperature",
+        type=float,
+        default=1.0,
+        help="GRPO's sampling temperature (evaluation plays at 1.0)",
+    )
     p.add_argument(
         "--train-opponent",
         choices=("random", "mixed", "minimax"),
@@ -163,7 +198,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.out is None:  # a fresh directory per run, so a rerun never mixes its files with another's
         args.out = Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
-    for key, value in PRESETS["long" if args.long else "default"].items():
+    for key, value in PRESETS[args.preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     return args
@@ -189,12 +224,12 @@ async def _run(
     args: argparse.Namespace, console: Any, progress: ProgressLines, started: float
 ) -> dict[str, Any]:
     import torch
-    from common import MAX_MOVES, TrainingGames, grpo_requests, make_engine, rollout_settings
+    from common import MAX_MOVES, TrainingGames, TrainingPositions, grpo_requests, make_engine, rollout_settings
     from evaluation import Evaluation
     from players import perfect_player, random_legal_player, teacher_moves
 
     from ludic_agents.chat_template import HFChatTemplate
-    from ludic_core.algorithms import grpo, sft
+    from ludic_core.algorithms import dr_grpo, grpo, sft
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
     from ludic_core.errors import MissingExtraError
     from ludic_core.intervals import paired_interval
@@ -248,7 +283,7 @@ async def _run(
         games=args.eval_games,
         greedy_games=args.greedy_eval_games,
         seed=args.seed,
-        sampled_temperature=TRAIN_TEMPERATURE,
+        sampled_temperature=EVAL_TEMPERATURE,
     )
     evals: dict[str, dict[str, Any]] = {}
 
@@ -335,16 +370,18 @@ async def _run(
         e = evals[label]
         return {**e["positions"], "points_mean": e["sampled_games"]["points_mean"]}
 
-    algorithm = grpo(group_size=args.group_size)
+    algorithm = {"grpo": grpo, "dr_grpo": dr_grpo}[args.algorithm](group_size=args.group_size)
     source = RolloutBatchSource(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
         requests=grpo_requests(
             group_size=args.group_size,
             groups_per_step=args.groups_per_step,
-            temperature=TRAIN_TEMPERATURE,
+            temperature=args.train_temperature,
             seed=args.seed,
-            games=TrainingGames(
+            games=TrainingPositions()
+            if args.train_on == "positions"
+            else TrainingGames(
                 opponent=args.train_opponent,
                 optimal_prob=args.train_optimal_prob,
                 start_share=args.train_start_share,

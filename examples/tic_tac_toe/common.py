@@ -35,7 +35,7 @@ from ludic_core.rollout_settings import RolloutSettings
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
 from ludic_envs.run_defaults import tictactoe_run_defaults
-from ludic_envs.tictactoe import Board, TicTacToeEnv
+from ludic_envs.tictactoe import Board, TicTacToeEnv, TicTacToeMoveEnv
 
 # The game `ludic train tictactoe-grpo` plays, declared once with the env (the reasons are there).
 _RUN_DEFAULTS = tictactoe_run_defaults()
@@ -118,12 +118,20 @@ def make_engine(
     ) -> TicTacToeEnv:
         return make_env(opponent, agent_mark, start_board, optimal_prob)
 
+    def one_move(start_board: str | None = None) -> TicTacToeMoveEnv:
+        return TicTacToeMoveEnv(
+            agent_mark=agent_mark,  # type: ignore[arg-type]
+            rewards=REWARDS,
+            show_opponent_move=False,
+            start_board=start_board,
+        )
+
     def protocol() -> SingleAgentProtocol:
         agent = make_agent(client, chat_template=chat_template, system_prompt=system_prompt)
         return SingleAgentProtocol(agent, stop_on_parse_error=True)
 
     return RolloutEngine(
-        env_factories={"tictactoe": env},
+        env_factories={"tictactoe": env, "tictactoe_move": one_move},
         protocol_factories={"ttt_agent": protocol},
         base_seed=seed,
         rollout_log=rollout_log,
@@ -173,6 +181,24 @@ class TrainingGames:
         return EnvSpec("tictactoe", kwargs=kwargs)
 
 
+@attrs.frozen
+class TrainingPositions:
+    """GRPO on single decisions instead of games: each group is one undecided position (drawn like
+    :func:`sample_positions` draws the evaluation's, never one of ``held_out``), and each reply is paid
+    the outcome perfect play reaches after it (:class:`~ludic_envs.tictactoe.TicTacToeMoveEnv`): win 1,
+    draw 0.5, loss 0, illegal or malformed -1. Every move gets its own verdict, where a game's outcome
+    pays a whole game of moves alike."""
+
+    held_out: frozenset[str] = frozenset()
+
+    def env_spec(self, rng: random.Random) -> EnvSpec:
+        for _ in range(10_000):
+            position = random_position(rng, plies=rng.randrange(0, 8))
+            if position not in self.held_out:
+                return EnvSpec("tictactoe_move", kwargs={"start_board": position})
+        raise ValueError(f"no position outside the {len(self.held_out)} held out in 10,000 draws")
+
+
 def random_start(rng: random.Random, *, share: float, max_plies: int = 6) -> str | None:
     """A GRPO group's start: with probability ``share`` a position after 1 to ``max_plies`` random
     plies (:func:`random_position`), else ``None`` (the empty board). Draws nothing when ``share`` is 0."""
@@ -200,11 +226,11 @@ def grpo_requests(
     temperature: float,
     seed: int,
     max_tokens: int = MAX_MOVE_TOKENS,
-    games: TrainingGames = TrainingGames(),
+    games: TrainingGames | TrainingPositions = TrainingGames(),
 ) -> Callable[[int], list[RolloutRequest]]:
     """``step -> requests``: ``groups_per_step`` games, each played ``group_size`` times (same env seed
     and start, so the same side and the same opponent dice; different sampling seeds). ``games`` says
-    which games (:class:`TrainingGames`). A pure function of the step, so resumed runs replay the same
+    which games (:class:`TrainingGames`), or single decisions (:class:`TrainingPositions`). A pure function of the step, so resumed runs replay the same
     requests."""
     spec = inference_spec(temperature=temperature, logprobs=True, max_tokens=max_tokens)
 
