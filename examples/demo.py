@@ -224,7 +224,14 @@ async def _run(
     args: argparse.Namespace, console: Any, progress: ProgressLines, started: float
 ) -> dict[str, Any]:
     import torch
-    from common import MAX_MOVES, TrainingGames, TrainingPositions, grpo_requests, make_engine, rollout_settings
+    from common import (
+        MAX_MOVES,
+        TrainingGames,
+        TrainingPositions,
+        grpo_requests,
+        make_engine,
+        rollout_settings,
+    )
     from evaluation import Evaluation
     from players import perfect_player, random_legal_player, teacher_moves
 
