@@ -223,12 +223,16 @@ def test_workers_must_be_a_positive_int() -> None:
 
 def test_a_backend_whose_client_lives_in_this_process_refuses_workers() -> None:
     from ludic_core.run.backends import ClientBackend
+    from ludic_core.run.configs import EpisodesConfig
     from ludic_core.run.episodes import cli_worker_engine
 
     class InProcessBackend(ClientBackend):
         def __init__(self) -> None:
             self.client = None
 
-    assert cli_worker_engine("guess", InProcessBackend(), None, 0, workers=1) is None
+    def config(workers: int) -> EpisodesConfig:
+        return EpisodesConfig(env="guess", rollout=RolloutSettings(max_steps=1, workers=workers))
+
+    assert cli_worker_engine(config(1), InProcessBackend()) is None
     with pytest.raises(ConfigError, match=r"rollout.workers=2 .* InProcessBackend cannot be rebuilt there"):
-        cli_worker_engine("guess", InProcessBackend(), None, 0, workers=2)
+        cli_worker_engine(config(2), InProcessBackend())

@@ -14,7 +14,7 @@ creation. ``max_concurrency``, ``max_retries`` and ``device`` do not apply. Regi
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -23,7 +23,7 @@ import tinker
 from ludic_core.errors import ConfigError
 from ludic_core.harness import AgentHarness
 from ludic_core.parsing import Parser
-from ludic_core.run.backends import chat_agent_factory, require_chat_agent
+from ludic_core.run.backends import CHAT_AGENT, chat_agent_factory, require_chat_agent
 from ludic_tinker._sdk import call_for_client_blocking
 from ludic_tinker.client import TinkerChatClient
 from ludic_tinker.session import TinkerTimeouts, connect
@@ -57,9 +57,20 @@ class TinkerBackend:
         self.client = client
         self.chat_template = chat_template
 
-    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
+    def agent_factory(
+        self,
+        *,
+        parser: Parser,
+        system_prompt: str | None,
+        agent: str = CHAT_AGENT,
+        agent_kwargs: Mapping[str, Any] | None = None,
+    ) -> Callable[[], AgentHarness]:
+        # The agent's own chat_template option, if the config gives one, wins over the sampler's.
         options = {} if self.chat_template is None else {"chat_template": self.chat_template}
-        return chat_agent_factory(self.client, parser=parser, system_prompt=system_prompt, **options)
+        options.update(agent_kwargs or {})
+        return chat_agent_factory(
+            self.client, parser=parser, system_prompt=system_prompt, agent=agent, **options
+        )
 
     async def aclose(self) -> None:
         # The SDK's session ends with the process; there is nothing local to release.

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(EvalConfig, files=args.config, flags=flags_of(args), overrides=args.overrides)
     # Everything that can be refused cheaply is, before the run directory exists.
     check_backend(config.backend)
-    check_env_builds(first_request(config, resolve_profile(config.env)))  # and an unknown env name
+    check_env_builds(first_request(config, resolve_profile(config.env)), config)  # and an unknown env name
     run_dir = create_run_dir("eval", config.env, config, config.run_dir)
     metrics = asyncio.run(_evaluate(config, run_dir))
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

@@ -80,6 +80,9 @@ def _identity(config: RolloutsConfig) -> dict[str, Any]:
     return {
         "env": config.env,
         "env_kwargs": config.env_kwargs,
+        "protocol": config.protocol,
+        "agent": config.agent,
+        "agent_kwargs": config.agent_kwargs,
         "seed": config.seed,
         "samples_per_prompt": config.samples_per_prompt,
         "vary_starts": config.vary_starts,
@@ -93,7 +96,8 @@ def _check_same_run(path: Path, config: RolloutsConfig) -> None:
         if previous != identity:
             raise ConfigError(
                 f"{config.output!r} was collected with {previous}, not {identity}; resuming would mix two "
-                "datasets: choose another --output or the same env, env_kwargs, seed, samples_per_prompt and vary_starts"
+                "datasets: choose another --output or the same env, env_kwargs, protocol, agent, agent_kwargs, seed, "
+                "samples_per_prompt and vary_starts"
             )
     else:
         path.write_text(json.dumps(identity, indent=2) + "\n")
@@ -158,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     )
     # Everything that can be refused cheaply is, before the run directory exists.
     check_backend(config.backend)
-    check_env_builds(first_request(config, resolve_profile(config.env)))  # and an unknown env name
+    check_env_builds(first_request(config, resolve_profile(config.env)), config)  # and an unknown env name
     # The run directory is fixed first so that the default output lies in it, and config.json records
     # both: rerunning it (`--config <run_dir>/config.json`) resumes the same collection.
     chosen = choose_run_dir("rollouts", config.env, config.run_dir)

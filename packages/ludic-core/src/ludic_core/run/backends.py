@@ -13,7 +13,7 @@ backend's factory takes the :class:`~ludic_core.run.configs.BackendConfig` and r
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -55,8 +55,17 @@ class Backend(Protocol):
     @property
     def token_level(self) -> bool: ...
 
-    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
-        """A callable returning a fresh agent per episode; ``system_prompt`` None: the env's suggestion."""
+    def agent_factory(
+        self,
+        *,
+        parser: Parser,
+        system_prompt: str | None,
+        agent: str = CHAT_AGENT,
+        agent_kwargs: Mapping[str, Any] | None = None,
+    ) -> Callable[[], AgentHarness]:
+        """A callable returning a fresh agent per episode; ``system_prompt`` None: the env's suggestion.
+        ``agent``: the registered agent to build on this backend's client, with ``agent_kwargs``
+        (:mod:`ludic_core.run.players`); a backend that cannot build it raises a ConfigError."""
         ...
 
     async def aclose(self) -> None: ...
@@ -93,7 +102,19 @@ class OpenAIBackend:
         """How a rollout worker process builds this backend: from its config, with clients of its own."""
         return functools.partial(OpenAIBackend, self.config)
 
-    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
+    def agent_factory(
+        self,
+        *,
+        parser: Parser,
+        system_prompt: str | None,
+        agent: str = CHAT_AGENT,
+        agent_kwargs: Mapping[str, Any] | None = None,
+    ) -> Callable[[], AgentHarness]:
+        if agent != CHAT_AGENT or agent_kwargs:
+            raise ConfigError(
+                f"backend.kind = {self.config.kind!r} builds message-level chat agents only; agent = {agent!r} "
+                f"with agent_kwargs {dict(agent_kwargs or {})} needs a token-level backend (local, vllm, tinker)"
+            )
         client = self.client
 
         def make() -> AgentHarness:
@@ -115,16 +136,23 @@ def require_chat_agent() -> None:
 
 
 def chat_agent_factory(
-    client: Any, *, parser: Parser, system_prompt: str | None, **options: Any
+    client: Any, *, parser: Parser, system_prompt: str | None, agent: str = CHAT_AGENT, **options: Any
 ) -> Callable[[], AgentHarness]:
-    """A fresh registered ``"chat"`` agent per episode over ``client`` (which carries the tokenizer
-    whose chat template renders the prompts, unless ``options`` name a ``chat_template``)."""
+    """A fresh registered ``agent`` (by default ``"chat"``) per episode over ``client`` (which carries
+    the tokenizer whose chat template renders the prompts, unless ``options`` name a
+    ``chat_template``); ``options`` that the agent does not take are a ConfigError naming them."""
 
     def make() -> AgentHarness:
-        agent: AgentHarness = make_agent(
-            CHAT_AGENT, client=client, parser=parser, system_prompt=system_prompt, **options
+        built: AgentHarness = make_agent(
+            agent, client=client, parser=parser, system_prompt=system_prompt, **options
         )
-        return agent
+        return built
+
+    # One agent now, so a bad option is refused before any episode starts rather than by every one.
+    try:
+        make()
+    except TypeError as exc:
+        raise ConfigError(f"agent = {agent!r} with options {sorted(options)}: {exc}") from exc
 
     return make
 
@@ -160,8 +188,17 @@ class ClientBackend:
         require_chat_agent()
         self.client = client
 
-    def agent_factory(self, *, parser: Parser, system_prompt: str | None) -> Callable[[], AgentHarness]:
-        return chat_agent_factory(self.client, parser=parser, system_prompt=system_prompt)
+    def agent_factory(
+        self,
+        *,
+        parser: Parser,
+        system_prompt: str | None,
+        agent: str = CHAT_AGENT,
+        agent_kwargs: Mapping[str, Any] | None = None,
+    ) -> Callable[[], AgentHarness]:
+        return chat_agent_factory(
+            self.client, parser=parser, system_prompt=system_prompt, agent=agent, **(agent_kwargs or {})
+        )
 
     async def aclose(self) -> None:
         await self.client.aclose()  # type: ignore[attr-defined]

@@ -129,10 +129,17 @@ class EpisodesConfig(RunConfig):
     opening position, the agent on X and O in turn; QA: its own dataset row), so ``n`` prompts are
     ``n`` different episodes even under greedy sampling; ``false``: every prompt builds the env from
     ``env_kwargs`` alone and differs by its env seed only. What ``env_kwargs`` fixes (``agent_mark``,
-    ``start_board``, ``index``) is never varied."""
+    ``start_board``, ``index``) is never varied.
+
+    ``protocol`` and ``agent`` say who plays (:mod:`ludic_core.run.players`): a registered protocol
+    (``single_agent``; ``multi_agent``: the policy in every seat of the env) with a registered agent
+    (``chat``: the backend's own; ``agent_kwargs`` its JSON options) in each seat."""
 
     env: str
     env_kwargs: dict[str, Any] = attrs.field(factory=dict)
+    protocol: str = "single_agent"
+    agent: str = "chat"
+    agent_kwargs: dict[str, Any] = attrs.field(factory=dict)
     backend: BackendConfig = attrs.field(factory=BackendConfig)
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     episodes: int = attrs.field(default=100, validator=at_least(1))

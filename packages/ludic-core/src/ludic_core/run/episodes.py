@@ -20,11 +20,11 @@ from typing import Any
 from ludic_core.engine import RolloutEngine
 from ludic_core.errors import ConfigError, EpisodeError, LudicError
 from ludic_core.inference import InferenceSpec, ReturnSpec, SamplingParams
-from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.registry import ENVS
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.run.backends import Backend
 from ludic_core.run.configs import EpisodesConfig, SamplingConfig
+from ludic_core.run.players import check_players, protocol_factory
 from ludic_core.run.profiles import EvalProfile, resolve_profile
 from ludic_core.seeding import derive_seed
 
@@ -35,7 +35,6 @@ __all__ = [
     "build_requests",
     "check_env_builds",
     "cli_worker_engine",
-    "config_engine",
     "config_starts",
     "episodes_logged_in",
     "first_request",
@@ -118,37 +117,39 @@ def inference_spec(sampling: SamplingParams, backend: Backend) -> InferenceSpec:
 
 
 def build_engine(
-    *,
-    env: str,
-    backend: Backend,
-    profile: EvalProfile,
-    system_prompt: str | None,
-    seed: int,
-    rollout_log: str | None,
-    workers: int = 1,
+    config: EpisodesConfig, *, backend: Backend, profile: EvalProfile, rollout_log: str | None
 ) -> RolloutEngine:
+    """The engine of a command's episodes: ``config.env`` played by ``config.protocol`` with
+    ``backend``'s ``config.agent`` in every seat (:mod:`ludic_core.run.players`), in
+    ``config.rollout.workers`` processes."""
     # Resolve the env now: an unknown name fails before any model call, listing the registered envs.
-    ENVS.get(env)
-    worker_engine = cli_worker_engine(env, backend, system_prompt, seed, workers)
-    make_agent = backend.agent_factory(parser=profile.parser, system_prompt=system_prompt)
-
-    def protocol() -> SingleAgentProtocol:
-        return SingleAgentProtocol(make_agent(), stop_on_parse_error=profile.stop_on_parse_error)
-
+    ENVS.get(config.env)
+    worker_engine = cli_worker_engine(config, backend)
+    protocol = protocol_factory(
+        protocol=config.protocol,
+        agent=config.agent,
+        agent_kwargs=config.agent_kwargs,
+        env=config.env,
+        env_kwargs=config.env_kwargs,
+        backend=backend,
+        parser=profile.parser,
+        system_prompt=config.system_prompt,
+        stop_on_parse_error=profile.stop_on_parse_error,
+    )
     return RolloutEngine(
         protocol_factories={CLI_PROTOCOL: protocol},
-        base_seed=seed,
+        base_seed=config.seed,
         rollout_log=rollout_log,
         worker_engine=worker_engine,
     )
 
 
-def cli_worker_engine(
-    env: str, backend: Backend, system_prompt: str | None, seed: int, workers: int
-) -> Callable[[], Any] | None:
-    """How each rollout worker process (``rollout.workers > 1``) builds the engine: the same env and
-    profile, over a backend of its own built from ``backend.worker_factory()``. A backend without one
-    (its client lives in this process: an in-process model, a sampler handed new weights) is refused."""
+def cli_worker_engine(config: EpisodesConfig, backend: Backend) -> Callable[[], Any] | None:
+    """How each rollout worker process (``rollout.workers > 1``) builds the engine: the same config
+    and profile, over a backend of its own built from ``backend.worker_factory()``. A backend without
+    one (its client lives in this process: an in-process model, a sampler handed new weights) is
+    refused."""
+    workers = config.rollout.workers
     make_backend: Callable[[], Backend] | None = getattr(backend, "worker_factory", lambda: None)()
     if workers > 1 and make_backend is None:
         raise ConfigError(
@@ -159,23 +160,16 @@ def cli_worker_engine(
         )
     if make_backend is None:
         return None
-    return functools.partial(_worker_engine, env, make_backend, system_prompt, seed)
+    return functools.partial(_worker_engine, config, make_backend)
 
 
 @asynccontextmanager
 async def _worker_engine(
-    env: str, make_backend: Callable[[], Backend], system_prompt: str | None, seed: int
+    config: EpisodesConfig, make_backend: Callable[[], Backend]
 ) -> AsyncIterator[RolloutEngine]:
     backend = make_backend()
     try:
-        yield build_engine(
-            env=env,
-            backend=backend,
-            profile=resolve_profile(env),
-            system_prompt=system_prompt,
-            seed=seed,
-            rollout_log=None,
-        )
+        yield build_engine(config, backend=backend, profile=resolve_profile(config.env), rollout_log=None)
     finally:
         await backend.aclose()
 
@@ -201,27 +195,12 @@ def first_request(config: EpisodesConfig, profile: EvalProfile) -> RolloutReques
     )[0]
 
 
-def config_engine(
-    config: EpisodesConfig, *, backend: Backend, profile: EvalProfile, rollout_log: str | None
-) -> RolloutEngine:
-    """:func:`build_engine` with a command's env, system prompt, seed and rollout workers."""
-    return build_engine(
-        env=config.env,
-        backend=backend,
-        profile=profile,
-        system_prompt=config.system_prompt,
-        seed=config.seed,
-        rollout_log=rollout_log,
-        workers=config.rollout.workers,
-    )
-
-
 def build_episodes(
     config: EpisodesConfig, *, profile: EvalProfile, backend: Backend, run_dir: Path
 ) -> tuple[RolloutEngine, list[RolloutRequest]]:
     """The engine and the requests of a command's episodes, every episode logged to
     ``run_dir/episodes.jsonl``."""
-    engine = config_engine(
+    engine = build_engine(
         config, backend=backend, profile=profile, rollout_log=str(run_dir / "episodes.jsonl")
     )
     requests = build_requests(
@@ -263,14 +242,18 @@ def _build_env(kind: str, kwargs: Mapping[str, Any]) -> Any:
     return _refused(what, lambda: ENVS.get(kind)(**kwargs))
 
 
-def check_env_builds(request: RolloutRequest) -> str:
-    """Build ``request``'s env and reset it with its seed, as its episode will, and describe it.
+def check_env_builds(request: RolloutRequest, config: EpisodesConfig | None = None) -> str:
+    """Build ``request``'s env and reset it with its seed, as its episode will, and describe it; with
+    the command's ``config``, also refuse a ``protocol`` or ``agent`` that cannot play it
+    (:func:`~ludic_core.run.players.check_players`).
 
     Commands call it before they create a run directory or load a model, so a missing data file, a
     missing extra or a bad env kwarg is refused once, with its cause (a :class:`ConfigError` naming the
     env and its kwargs), instead of failing every episode (or, in a dry run, not at all)."""
     kind, kwargs, seed = request.env.kind, dict(request.env.kwargs), request.env_seed
     env = _build_env(kind, kwargs)
+    if config is not None:
+        check_players(config.protocol, config.agent, list(env.agent_ids))
     what = f"env {kind!r} with env_kwargs {kwargs} could not be reset (seed {seed})"
     observed = _refused(what, lambda: env.reset(seed=seed))
     return f"env {kind!r} built and reset (seed {seed}): {len(observed)} agent(s) observe the start"

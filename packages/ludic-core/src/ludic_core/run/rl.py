@@ -25,9 +25,9 @@ from ludic_core.run.backends import Backend
 from ludic_core.run.configs import EpisodesConfig, SamplingConfig, at_least
 from ludic_core.run.episodes import (
     CLI_PROTOCOL,
+    build_engine,
     build_requests,
     check_env_builds,
-    config_engine,
     prompt_starts,
     sampling_params,
 )
@@ -152,8 +152,8 @@ def check_envs_build(config: RLEpisodesConfig, profile: EvalProfile) -> dict[str
     (:func:`~ludic_core.run.episodes.check_env_builds`). :func:`check_rl_episodes` calls it before a
     run directory exists; a dry run prints what it returns."""
     return {
-        "env": check_env_builds(train_requests(config, profile)(0)[0]),
-        "eval env": check_env_builds(eval_requests(config, profile)[0]),
+        "env": check_env_builds(train_requests(config, profile)(0)[0], config),
+        "eval env": check_env_builds(eval_requests(config, profile)[0], config),
     }
 
 
@@ -171,7 +171,7 @@ def rollout_source(
     :func:`train_requests` (rank ``rank``'s share of them) and rollout settings, credited by
     ``credit_assigner``."""
     return RolloutBatchSource(
-        engine=config_engine(config, backend=backend, profile=profile, rollout_log=rollout_log),
+        engine=build_engine(config, backend=backend, profile=profile, rollout_log=rollout_log),
         credit_assigner=credit_assigner,
         requests=train_requests(config, profile, rank=rank, world_size=world_size),
         settings=config.rollout,
