@@ -20,10 +20,44 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from ludic_agents.tool_parsers import ToolCallParser, get_tool_parser
+from ludic_core.errors import ConfigError
 from ludic_core.retokenize import MessageTemplate, TokenizerTemplate
 from ludic_core.types import Message
 
-__all__ = ["ChatTemplate", "HFChatTemplate", "RenderedPrompt", "normalize_messages", "renders_tool_calls"]
+__all__ = [
+    "CHATML_TOOLS",
+    "NAMED_CHAT_TEMPLATES",
+    "ChatTemplate",
+    "HFChatTemplate",
+    "RenderedPrompt",
+    "named_chat_template",
+    "normalize_messages",
+    "renders_tool_calls",
+]
+
+CHATML_TOOLS = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "{% if m['role'] == 'system' and tools %}{{ '\\n\\nTools:' }}"
+    "{% for t in tools %}{{ '\\n' }}{{ t['function'] | tojson }}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""ChatML with the tool schemas listed in the system message (one JSON object a line after
+``Tools:``) and tool results as ``tool`` messages: the prompt shape a small ChatML model without tool
+training (SmolLM2) can learn to call tools in, where its own template has no tool section."""
+
+NAMED_CHAT_TEMPLATES = {"chatml_tools": CHATML_TOOLS}
+"""Templates an agent built from a config may name (``agent_kwargs.chat_template``)."""
+
+
+def named_chat_template(name: str) -> str:
+    """The Jinja source of the template ``name``; an unknown name is a ConfigError listing them."""
+    if name not in NAMED_CHAT_TEMPLATES:
+        raise ConfigError(
+            f"chat_template = {name!r}: not a named chat template; named: {', '.join(NAMED_CHAT_TEMPLATES)} "
+            "(or leave it unset for the tokenizer's own)"
+        )
+    return NAMED_CHAT_TEMPLATES[name]
 
 
 def _int_tuple(values: Sequence[int]) -> tuple[int, ...]:

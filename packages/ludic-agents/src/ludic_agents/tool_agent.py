@@ -20,15 +20,17 @@ from typing import Any, ClassVar
 import attrs
 
 from ludic_agents.agent import Agent
-from ludic_agents.chat_template import renders_tool_calls
-from ludic_agents.tools import Tool, run_tool_call
+from ludic_agents.chat_template import ChatTemplate, HFChatTemplate, named_chat_template, renders_tool_calls
+from ludic_agents.context import FullDialog
+from ludic_agents.tools import Tool, registered_tool, run_tool_call
 from ludic_core.errors import ConfigError
 from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, AgentActStep
-from ludic_core.parsing import ParseResult
+from ludic_core.inference import ChatClient
+from ludic_core.parsing import Parser, ParseResult
 from ludic_core.types import Info, Message, ToolCall, ToolResult
 from ludic_core.validation import check_int, check_number
 
-__all__ = ["DEFAULT_FINAL_ANSWER_PROMPT", "ReActAgent", "ToolAgent", "ToolSpec"]
+__all__ = ["DEFAULT_FINAL_ANSWER_PROMPT", "ReActAgent", "ToolAgent", "ToolSpec", "make_tool_chat_agent"]
 
 ToolSpec = Tool | Callable[..., Any]
 DEFAULT_FINAL_ANSWER_PROMPT = (
@@ -241,3 +243,45 @@ class ReActAgent(ToolAgent):
 
     def final_call_messages(self) -> list[Message]:
         return [{"role": "user", "content": self.final_answer_prompt}]
+
+
+def make_tool_chat_agent(
+    *,
+    client: ChatClient,
+    parser: Parser,
+    tools: Sequence[str],
+    system_prompt: str | None = None,
+    tool_parser: str = "hermes",
+    chat_template: str | ChatTemplate | None = None,
+    **options: Any,
+) -> ToolAgent:
+    """A :class:`ToolAgent` offering the registered tools named in ``tools`` (:data:`~ludic_agents.tools.TOOLS`),
+    with a fresh full-dialog context whose system prompt is ``system_prompt`` (None: the env's
+    suggestion); ``tool_parser`` reads the calls (``"hermes"``: ``<tool_call>{...}</tool_call>``).
+
+    ``chat_template``: a template named in :data:`~ludic_agents.chat_template.NAMED_CHAT_TEMPLATES`
+    (``"chatml_tools"`` for a ChatML model whose own template has no tool section), a
+    :class:`ChatTemplate`, or None for the client tokenizer's own. ``options`` are the other
+    :class:`ToolAgent` arguments (``max_calls_per_turn``, ``reject_incomplete_completions``, ...).
+
+    Registered as the agent ``"tool_chat"``, so a run config builds it by name with JSON options
+    (``agent = "tool_chat"``, ``agent_kwargs = {tools = ["calculator"]}``)."""
+    if isinstance(tools, str) or not isinstance(tools, Sequence) or not tools:
+        raise ConfigError(f"tool_chat agent: tools must list registered tool names, got {tools!r}")
+    template = chat_template
+    if template is None or isinstance(template, str):
+        tokenizer = getattr(client, "tokenizer", None)
+        if tokenizer is None:
+            raise ConfigError(
+                "tool_chat agent: the client has no tokenizer to render prompts with; pass a ChatTemplate"
+            )
+        source = None if template is None else named_chat_template(template)
+        template = HFChatTemplate(tokenizer, tool_parser=tool_parser, chat_template=source)
+    return ToolAgent(
+        client=client,
+        parser=parser,
+        chat_template=template,
+        context=FullDialog(system_prompt),
+        tools=[registered_tool(name) for name in tools],
+        **options,
+    )

@@ -6,6 +6,9 @@ and ``Literal`` and ``Enum`` to ``enum``; parameters without a default are requi
 from the docstring's summary and its Google- or NumPy-style parameter sections. :func:`run_tool_call`
 runs one :class:`~ludic_core.messages.ToolCall` and never raises for a model mistake: unknown tools, bad
 arguments, exceptions and timeouts become an error message the model sees as the tool result.
+
+:data:`TOOLS` names tools for agents built from a config (entry-point group ``ludic.tools``: name ->
+a callable taking no arguments and returning a :class:`Tool`); ludic-agents registers ``calculator``.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import ConfigError
+from ludic_core.registry import Registry
+from ludic_core.suggestions import did_you_mean
 from ludic_core.types import ToolCall, ToolResult
 
-__all__ = ["Tool", "run_tool_call", "tool", "type_to_schema"]
+__all__ = ["TOOLS", "Tool", "registered_tool", "run_tool_call", "tool", "type_to_schema"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-.]{0,63}$")
 
@@ -353,3 +358,20 @@ async def run_tool_call(
     except Exception as exc:
         return fail(f"tool {call.name!r} raised {type(exc).__name__}: {exc}")
     return ToolResult(tool_call_id=call.id, tool_name=call.name, content=_format_result(value)), True
+
+
+TOOLS: Registry[Any] = Registry("tool", "ludic.tools")
+"""Tool name -> a callable taking no arguments and returning its :class:`Tool`."""
+
+
+def registered_tool(name: str) -> Tool:
+    """The registered tool ``name``; an unknown one is a ConfigError naming the registered tools."""
+    if name not in TOOLS:
+        raise ConfigError(
+            f"tool {name!r}: not a registered tool; {did_you_mean(name, TOOLS.names())}registered: "
+            f"{', '.join(TOOLS.names()) or 'none'} (entry-point group 'ludic.tools')"
+        )
+    built = TOOLS.build(name)
+    if not isinstance(built, Tool):
+        raise ConfigError(f"tool {name!r} is registered as {type(built).__name__}, not a Tool")
+    return built

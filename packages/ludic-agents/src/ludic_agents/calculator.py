@@ -1,4 +1,6 @@
-"""The calculator tool: exact integer arithmetic on an expression the model writes.
+"""The calculator tool: exact integer arithmetic on an expression the model writes. Registered as the
+tool ``"calculator"`` (entry-point group ``ludic.tools``), so an agent built by name can offer it
+(``ludic train calculator-tool-use``).
 
 Only ``+``, ``-``, ``*`` (also written ``×`` or ``x``), ``/`` and parentheses over integers are read;
 anything else (names, calls, powers, floats) is refused with a message the model sees, so a tool call
