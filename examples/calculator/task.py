@@ -15,29 +15,34 @@ calculator it can call, and the scripted warm start that teaches the call format
   sum, each with probability ⅓, and then copies the calculator's result. A warm start on its episodes
   therefore uses the tool in about two episodes of three and is right in about one of three; what the
   task needs (always the whole expression, and copying the result exactly) is left to RL.
+
+The pieces live in the packages, where ``ludic train calculator-tool-use`` finds them by name: the tool
+in :mod:`ludic_agents.calculator`, the chat template in :mod:`ludic_agents.chat_template`, the prompt,
+env options and parser in ludic-envs (:func:`~ludic_envs.run_defaults.sum_of_products_run_defaults`,
+:func:`~ludic_envs.eval_profiles.number_parser`) and the teacher in
+:mod:`ludic_envs.delegation.calculator_teacher`. This module wires them into the example's engine and
+adds its per-episode report.
 """
 
 from __future__ import annotations
 
-import random
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from calculator import calculator_tool
-
-from ludic_agents.chat_template import ChatTemplate, HFChatTemplate
+from ludic_agents.calculator import calculator_tool
+from ludic_agents.chat_template import CHATML_TOOLS, ChatTemplate, HFChatTemplate
 from ludic_agents.context import FullDialog
 from ludic_agents.tool_agent import ToolAgent
 from ludic_core.engine import RolloutEngine
-from ludic_core.inference import ChatClient, InferenceSpec, ReturnSpec, SamplingParams, TokenCompletionRequest
-from ludic_core.parsing import ParseResult
+from ludic_core.inference import ChatClient, InferenceSpec, ReturnSpec, SamplingParams
 from ludic_core.protocols.single_agent import SingleAgentProtocol
 from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.rollout_settings import RolloutSettings
-from ludic_core.testing import ScriptedChatClient
 from ludic_core.types import Rollout
 from ludic_envs.delegation import SumOfProductsEnv
+from ludic_envs.delegation.calculator_teacher import calculator_teacher
+from ludic_envs.eval_profiles import number_parser
+from ludic_envs.run_defaults import CALCULATOR_SYSTEM_PROMPT, sum_of_products_run_defaults
 
 __all__ = [
     "CHAT_TEMPLATE",
@@ -54,36 +59,19 @@ __all__ = [
     "tool_chat_template",
 ]
 
-SYSTEM_PROMPT = (
-    "You answer arithmetic questions exactly. Use the calculator: write "
-    '<tool_call>{"name": "calculator", "arguments": {"expression": "12 * 34 + 5"}}</tool_call> '
-    "and its result comes back. Then reply with the final number only."
-)
+# The task `ludic train calculator-tool-use` trains, declared once with the env (the reasons are there).
+_RUN_DEFAULTS = sum_of_products_run_defaults()
+SYSTEM_PROMPT = CALCULATOR_SYSTEM_PROMPT
+CHAT_TEMPLATE = CHATML_TOOLS
+MAX_CALLS: int = _RUN_DEFAULTS["agent_kwargs"]["max_calls_per_turn"]
+MAX_CALL_TOKENS: int = _RUN_DEFAULTS["sampling"]["max_tokens"]
+ENV_KWARGS: dict[str, int] = _RUN_DEFAULTS["env_kwargs"]
 
-# ChatML with the tools listed in the system message. Written out rather than taken from a tool-aware
-# model's template so that a 135M model without tool training can use the same prompt shape.
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-    "{% if m['role'] == 'system' and tools %}{{ '\\n\\nTools:' }}"
-    "{% for t in tools %}{{ '\\n' }}{{ t['function'] | tojson }}{% endfor %}{% endif %}"
-    "<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+answer_parser = number_parser
+"""The answer must be a bare number (commas allowed); anything else scores -1 and ends the episode."""
 
-MAX_CALLS = 3  # one tool call and the answer, with one spare call
-MAX_CALL_TOKENS = 64  # the teacher's longest call is 43 SmolLM2 tokens
-ENV_KWARGS = {"num_parts": 2, "min_factor": 12, "max_factor": 999}
-
-_NUMBER = re.compile(r"\s*-?\d[\d,]*(\.\d+)?\s*")
-_QUESTION = re.compile(r"Compute (\d+) × (\d+) \+ (\d+) × (\d+)\.")
-_TOOL_RESULT = re.compile(r"<\|im_start\|>tool\n(.*?)<\|im_end\|>\n<\|im_start\|>assistant\n$", re.DOTALL)
-
-
-def answer_parser(text: str) -> ParseResult:
-    """The answer must be a bare number (commas allowed); anything else scores -1 and ends the episode."""
-    if _NUMBER.fullmatch(text):
-        return ParseResult(action=text.strip(), reward=0.0)
-    return ParseResult(action=None, reward=-1.0, obs="Reply with the final number only.")
+format_teacher = calculator_teacher
+"""The warm start's teacher (see the module docstring)."""
 
 
 def tool_chat_template(tokenizer: Any) -> HFChatTemplate:
@@ -148,47 +136,6 @@ def task_requests(count: int, *, seed: int, temperature: float, logprobs: bool) 
         )
         for i in range(count)
     ]
-
-
-def _estimate(a: int, b: int) -> int:
-    """A mental estimate: each factor rounded to its leading digit."""
-
-    def lead(n: int) -> int:
-        scale = 10 ** (len(str(n)) - 1)
-        return round(n / scale) * scale
-
-    return lead(a) * lead(b)
-
-
-def _teacher_reply(prompt: str, rng: random.Random) -> str:
-    result = _TOOL_RESULT.search(prompt)
-    if result is not None:
-        return f"{result.group(1).strip()}<|im_end|>"
-    question = _QUESTION.findall(prompt)
-    if not question:
-        raise ValueError(f"no question in the prompt: {prompt[-200:]!r}")
-    a1, b1, a2, b2 = (int(v) for v in question[-1])
-    mode = rng.choice(("direct", "partial", "full"))
-    if mode == "direct":
-        return f"{_estimate(a1, b1) + _estimate(a2, b2)}<|im_end|>"
-    expression = f"{a1} * {b1}" if mode == "partial" else f"{a1} * {b1} + {a2} * {b2}"
-    call = '{"name": "calculator", "arguments": {"expression": "' + expression + '"}}'
-    return f"<tool_call>{call}</tool_call><|im_end|>"
-
-
-def format_teacher(tokenizer: Any) -> ScriptedChatClient:
-    """The warm start's teacher (see the module docstring): a scripted client that reads the question
-    from the rendered prompt and replies with real tokenizer ids, end-of-turn token included."""
-
-    def reply(request: TokenCompletionRequest, _call_index: int) -> str:
-        prompt = tokenizer.decode(list(request.prompt_token_ids))
-        return _teacher_reply(prompt, random.Random(request.seed))
-
-    return ScriptedChatClient(
-        reply,
-        encode=lambda text: tokenizer.encode(text, add_special_tokens=False),
-        decode=lambda ids: tokenizer.decode(list(ids)),
-    )
 
 
 def episode_report(rollout: Rollout) -> dict[str, Any]:

@@ -6,7 +6,8 @@ is answered the same way, so ``n`` prompts measure ``n`` things only if each one
   opening position: X from the empty board, then from the 72 positions after two moves; O from
   the 9 positions after X's first move, then from the 252 after three moves. Each depth's positions
   come in a seeded order, shallow ones first, so a short eval is mostly whole games. Past the 73 X or
-  261 O positions they repeat, with other env seeds (other opponent dice).
+  261 O positions they repeat, with other env seeds (other opponent dice). Self-play
+  (:func:`selfplay_starts`): the same openings, X and O to move in turn.
 * Datasets (:func:`row_starts`, GSM8K, MATH, any QA or code env): each prompt its own row, walked in a
   seeded permutation of the rows; rows repeat only when there are more prompts than rows.
 """
@@ -22,7 +23,7 @@ from ludic_core.errors import ConfigError
 from ludic_core.seeding import derive_seed
 from ludic_envs.tictactoe.board import Board
 
-__all__ = ["opening_positions", "row_starts", "tictactoe_starts"]
+__all__ = ["opening_positions", "row_starts", "selfplay_starts", "tictactoe_starts"]
 
 
 @functools.cache
@@ -66,6 +67,23 @@ def tictactoe_starts(
         board = openings[mark][slot % len(openings[mark])]
         # The empty board is the env's own start: the agent moves first on it.
         starts.append({"agent_mark": mark, "start_board": None if board == "." * 9 else board})
+    return starts
+
+
+def selfplay_starts(
+    env_kwargs: Mapping[str, Any], _build_env: Callable[[], Any], seed: int, count: int
+) -> list[dict[str, Any]]:
+    """Self-play prompt ``i``: an opening position with X to move on even prompts and O on odd ones
+    (see the module docstring), both seats played by the policy. A ``start_board`` in ``env_kwargs``
+    is kept for every prompt."""
+    if env_kwargs.get("start_board") is not None:
+        return [{} for _ in range(count)]
+    openings = {mark: opening_positions(mark, seed) for mark in ("X", "O")}
+    starts: list[dict[str, Any]] = []
+    for i in range(count):
+        positions = openings[("X", "O")[i % 2]]
+        board = positions[(i // 2) % len(positions)]
+        starts.append({"start_board": None if board == "." * 9 else board})
     return starts
 
 
