@@ -4,7 +4,9 @@ The warm start is the demo's (SFT on a rules-only teacher's games). Then GRPO tr
 itself: every game runs through ``MultiAgentProtocol`` with the same model behind X and O, yields one
 rollout per seat, and the group-relative credit compares each seat's rollouts only with that seat's
 rollouts of the same group (``(group_id, agent_id)`` groups). Outcome rewards only: win 1, draw 0.5,
-loss 0; an illegal or malformed move -1 for the mover and a win for the other seat.
+loss 0; an illegal or malformed move -1 for the mover and a win for the other seat. The recipe
+``ludic train tictactoe-selfplay examples/tic_tac_toe/selfplay.toml`` trains the same way at the same
+sizes (full-dialog prompts, and a greedy self-play evaluation in place of this script's report).
 
 What the run reports, against the warm start it started from:
 

@@ -3,7 +3,8 @@
 The task (``examples/calculator/task.py``): "Compute 347 × 28 + 905 × 613." graded exactly. The agent
 is a :class:`~ludic_agents.ToolAgent` with a ``calculator`` tool in the Hermes call format; one episode
 is one turn of up to three model calls (call the tool, read its result, answer), trained as one token
-sequence.
+sequence. The same run is the recipe ``ludic train calculator-tool-use examples/calculator/tool_use.toml``
+(the pieces live in ludic-envs and ludic-agents); this script adds the paired before/after report.
 
 1. **Warm start**: SFT on episodes of a scripted teacher that knows the call format but not the task:
    it answers at once with an estimate, or asks the calculator for the first product only, or for the

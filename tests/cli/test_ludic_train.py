@@ -15,6 +15,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,8 @@ pytest.importorskip("ludic_agents")
 ROOT = Path(__file__).resolve().parents[2]
 TTT_GRPO = ROOT / "examples" / "tic_tac_toe" / "grpo_smoke.toml"
 TTT_SFT = ROOT / "examples" / "tic_tac_toe" / "sft_smoke.toml"
+TTT_SELFPLAY = ROOT / "examples" / "tic_tac_toe" / "selfplay_smoke.toml"
+TOOL_USE = ROOT / "examples" / "calculator" / "tool_use_smoke.toml"
 GSM8K_DATA = Path(os.environ.get("LUDIC_DATA_DIR", ROOT.parent / "shared" / "data")) / "gsm8k"
 TIMEOUT_S = 300
 # The local GSM8K files for the training and evaluation envs (a dry run builds both, and the hub is
@@ -179,6 +182,130 @@ def test_grpo_run_writes_its_run_dir_and_resume_continues_from_the_latest_checkp
     # Only step 3 was trained: the resumed run started from checkpoint 2.
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert steps.count(3) >= 1 and steps.count(1) == 1
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _trained(rollouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Evaluation requests carry a request_id ("i.j"); training groups come from the GRPO strategy.
+    return [r for r in rollouts if "request_id" not in r["meta"]["request_meta"]]
+
+
+def test_selfplay_warms_up_then_trains_one_policy_in_both_seats_a_group_per_seat(tmp_path: Path) -> None:
+    done = ludic("train", "tictactoe-selfplay", str(TTT_SELFPLAY), "run_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
+    run = tmp_path / "run"
+    # The rules-only teacher played 4 games against itself: a rollout per seat, every game played out.
+    warm = _jsonl(run / "warm_start.jsonl")
+    assert len(warm) == 4 * 2 and sorted(r["meta"]["agent_id"] for r in warm) == ["o"] * 4 + ["x"] * 4
+    assert all(r["steps"][-1]["info"]["result"] in ("win", "draw", "loss") for r in warm)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2
+    assert {k: summary["warm_start"][k] for k in ("teacher", "episodes", "rollouts", "steps")} == {
+        "teacher": "tictactoe_rules",
+        "episodes": 4,
+        "rollouts": 8,
+        "steps": 2,
+    }
+    assert "[warm start] SFT on " in done.stdout
+    # 2 steps x 2 games x 2 samples, each game a rollout per seat; GRPO groups are (game, seat).
+    trained = _trained(_jsonl(run / "rollouts.jsonl"))
+    assert len(trained) == 2 * 2 * 2 * 2
+    groups: dict[tuple[str, str], int] = {}
+    for r in trained:
+        key = (r["meta"]["request_meta"]["group_id"], r["meta"]["agent_id"])
+        groups[key] = groups.get(key, 0) + 1
+    assert len(groups) == 2 * 2 * 2 and set(groups.values()) == {2}
+    assert {seat for _, seat in groups} == {"x", "o"}
+    # The evaluation is self-play too, scored per seat by the env's profile.
+    evals = [m for m in _jsonl(run / "metrics.jsonl") if "eval/num_rollouts" in m]
+    assert evals and evals[-1]["eval/num_rollouts"] == 2 * 4 and "eval/opponent_illegal_rate" in evals[-1]
+
+
+def test_tool_use_warms_up_on_the_teachers_calls_then_trains_the_tool_agent(tmp_path: Path) -> None:
+    done = ludic("train", "calculator-tool-use", str(TOOL_USE), "run_dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
+    run = tmp_path / "run"
+    # The teacher's episodes went through the calculator agent: its calls ran and gave numbers, and
+    # every answer reached the env (one SFT item per episode: the whole turn is one sequence).
+    warm = _jsonl(run / "warm_start.jsonl")
+    assert len(warm) == 8 and all(r["steps"][-1]["kind"] == "env" for r in warm)
+    calls = [s for r in warm for s in r["steps"] if s.get("tool_calls")]
+    assert calls and all(c["name"] == "calculator" for s in calls for c in s["tool_calls"])
+    assert all(res["content"].isdigit() for s in calls for res in s["tool_results"])
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["warm_start"]["items"] == 8
+    # GRPO trained the same agent: the calculator prompt, up to three model calls per episode.
+    trained = _trained(_jsonl(run / "rollouts.jsonl"))
+    assert len(trained) == 2 * 2 * 2
+    first = trained[0]["steps"][0]
+    assert first["prompt_messages"][0]["content"].startswith("You answer arithmetic questions exactly.")
+    assert all(sum(s["kind"] == "agent" for s in r["steps"]) <= 3 for r in trained)
+    evals = [m for m in _jsonl(run / "metrics.jsonl") if "eval/num_episodes" in m]
+    assert evals and evals[-1]["eval/num_episodes"] == 4 and "eval/correct_rate" in evals[-1]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "smoke", "override", "expected"),
+    [
+        (
+            "tictactoe-selfplay",
+            TTT_SELFPLAY,
+            "protocol=single_agent",
+            "protocol = 'single_agent' plays one agent, and the env has agents ['x', 'o']",
+        ),
+        (
+            "tictactoe-selfplay",
+            TTT_SELFPLAY,
+            "protocol=selfplay",
+            "protocol = 'selfplay': not a registered protocol",
+        ),
+        (
+            "calculator-tool-use",
+            TOOL_USE,
+            "agent=tool_chatt",
+            "agent = 'tool_chatt': not a registered agent; did you mean 'tool_chat'",
+        ),
+        (
+            "calculator-tool-use",
+            TOOL_USE,
+            "warm_start.teacher=calculater",
+            "warm_start.teacher = 'calculater': not a registered scripted teacher; did you mean 'calculator'",
+        ),
+        ("calculator-tool-use", TOOL_USE, "warm_start.steps=0", "WarmStartSettings.steps"),
+    ],
+)
+def test_bad_players_and_teachers_are_refused_before_anything_runs(
+    tmp_path: Path, recipe: str, smoke: Path, override: str, expected: str
+) -> None:
+    done = ludic("train", recipe, str(smoke), override, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("recipe", "config"),
+    [
+        ("tictactoe-selfplay", "tic_tac_toe/selfplay.toml"),
+        ("calculator-tool-use", "calculator/tool_use.toml"),
+    ],
+)
+def test_the_full_size_selfplay_and_tool_use_configs_validate_and_build(
+    tmp_path: Path, recipe: str, config: str
+) -> None:
+    # The documented full runs, on the tiny model: every key known, every value valid, the agent, its
+    # tool and the teacher built; nothing trained.
+    done = ludic(
+        "train", recipe, str(ROOT / "examples" / config), "backend.model=tiny", "--dry-run", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"dry run of {recipe!r}: every component built" in done.stderr
+    assert "\nwarm start: ScriptedChatClient " in done.stdout
 
 
 def test_sft_trains_on_rollouts_the_ludic_command_collected(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,8 @@ from ludic_train.train_command import resolve
 
 pytest.importorskip("ludic_envs")
 
-SMOKE = Path(__file__).resolve().parents[3] / "examples" / "tic_tac_toe" / "grpo_smoke.toml"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+SMOKE = EXAMPLES / "tic_tac_toe" / "grpo_smoke.toml"
 
 TICTACTOE_GRPO_SMOKE = {
     "seed": 0,
@@ -27,6 +29,9 @@ TICTACTOE_GRPO_SMOKE = {
         "show_opponent_move": False,
         "rewards": {"win": 1.0, "forced_draw": 0.5, "unforced_draw": 0.5, "loss": 0.0, "illegal_move": -1.0},
     },
+    "protocol": "single_agent",
+    "agent": "chat",
+    "agent_kwargs": {},
     "backend": {
         "kind": "local",
         "model": "tiny",
@@ -82,6 +87,7 @@ TICTACTOE_GRPO_SMOKE = {
     },
     "lora": {"rank": 8, "alpha": None, "dropout": 0.0, "include_lm_head": True},
     "run": {"checkpoint_every": 1, "max_to_keep": 2, "loggers": ["print", "jsonl"], "save_final": False},
+    "warm_start": {"teacher": "", "episodes": 64, "steps": 20, "lr": 0.002, "batch_size": 16},
     "chat_template": None,
 }
 
@@ -93,3 +99,48 @@ def test_tictactoe_grpo_smoke_config_resolves_to_the_same_config() -> None:
     resolved = json.loads(json.dumps(to_json(config)))  # what --dry-run prints
     assert resolved == TICTACTOE_GRPO_SMOKE
     assert list(resolved) == list(TICTACTOE_GRPO_SMOKE)  # in the same order
+
+
+def _resolved(recipe: str, smoke: str) -> dict[str, Any]:
+    args = argparse.Namespace(recipe=recipe, rest=[str(EXAMPLES / smoke)], resume=None)
+    _name, _recipe, config = resolve(args)
+    resolved: dict[str, Any] = json.loads(json.dumps(to_json(config)))
+    return resolved
+
+
+def test_the_selfplay_recipe_seats_one_policy_in_both_seats_after_a_rules_teacher() -> None:
+    config = _resolved("tictactoe-selfplay", "tic_tac_toe/selfplay_smoke.toml")
+    assert (config["env"], config["protocol"], config["agent"]) == (
+        "tictactoe_selfplay",
+        "multi_agent",
+        "chat",
+    )
+    assert config["env_kwargs"]["rewards"]["opponent_forfeit"] == 1.0
+    assert config["warm_start"] == {
+        "teacher": "tictactoe_rules",
+        "episodes": 4,
+        "steps": 2,
+        "lr": 0.002,
+        "batch_size": 4,
+    }
+    # The game, prompt and sampling are tictactoe-grpo's.
+    game = _resolved("tictactoe-grpo", "tic_tac_toe/grpo_smoke.toml")
+    assert (config["system_prompt"], config["sampling"]) == (game["system_prompt"], game["sampling"])
+
+
+def test_the_tool_use_recipe_builds_the_calculator_agent_after_its_teacher() -> None:
+    config = _resolved("calculator-tool-use", "calculator/tool_use_smoke.toml")
+    assert (config["env"], config["protocol"], config["agent"]) == (
+        "sum_of_products",
+        "single_agent",
+        "tool_chat",
+    )
+    assert config["agent_kwargs"] == {
+        "tools": ["calculator"],
+        "tool_parser": "hermes",
+        "chat_template": "chatml_tools",
+        "max_calls_per_turn": 3,
+        "reject_incomplete_completions": False,
+    }
+    assert config["env_kwargs"] == {"num_parts": 2, "min_factor": 12, "max_factor": 999}
+    assert config["warm_start"]["teacher"] == "calculator" and config["sampling"]["max_tokens"] == 96

@@ -13,12 +13,14 @@ from ludic_core.run.recipes import Recipe, env_run_defaults
 from ludic_train.recipes.config import OfflineRLRunConfig, PipelineRunConfig, SFTRunConfig
 
 __all__ = [
+    "calculator_tool_use",
     "gsm8k_grpo",
     "gsm8k_gspo",
     "offline_rl",
     "pipeline_actor",
     "pipeline_learner",
     "tictactoe_grpo",
+    "tictactoe_selfplay",
     "tictactoe_sft",
 ]
 
@@ -38,6 +40,49 @@ def tictactoe_grpo() -> Recipe:
                 "backend": {"model": "smollm2"},
                 "trainer": {"lr": 5e-5, "max_grad_norm": 0.5},
                 "eval_episodes": 100,
+            },
+        },
+    )
+
+
+def tictactoe_selfplay() -> Recipe:
+    return Recipe(
+        summary="self-play GRPO + LoRA on Tic-Tac-Toe: one policy in both seats, each seat's games grouped "
+        "apart, after an SFT warm start on a rules-only teacher's games",
+        defaults={
+            **env_run_defaults("tictactoe_selfplay"),
+            "backend": {"kind": "local"},
+            "trainer": {"eval_every_steps": 10},
+        },
+        backend_defaults={
+            "local": {
+                "backend": {"model": "smollm2", "max_concurrency": 64},
+                "trainer": {"lr": 1e-3, "max_grad_norm": 1.0, "micro_token_budget": 2048},
+                "lora": {"rank": 16},
+                "warm_start": {"teacher": "tictactoe_rules", "episodes": 64, "steps": 20, "lr": 2e-3},
+                "eval_episodes": 100,
+            },
+        },
+    )
+
+
+def calculator_tool_use() -> Recipe:
+    return Recipe(
+        summary="tool use: a calculator for sums of products, SFT warm start on a scripted teacher then GRPO + LoRA",
+        defaults={
+            **env_run_defaults("sum_of_products"),
+            "steps": 12,
+            "backend": {"kind": "local"},
+            "trainer": {"eval_every_steps": 6},
+        },
+        backend_defaults={
+            "local": {
+                "backend": {"model": "smollm2", "max_concurrency": 32},
+                "trainer": {"lr": 1e-3, "max_grad_norm": 1.0, "max_seq_len": 384, "micro_token_budget": 2048},
+                "lora": {"rank": 16},
+                # Without it a small model never writes a readable tool call, and GRPO gets no signal.
+                "warm_start": {"teacher": "calculator", "episodes": 96, "steps": 12, "lr": 2e-3},
+                "eval_episodes": 200,
             },
         },
     )

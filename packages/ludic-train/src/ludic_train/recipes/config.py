@@ -37,6 +37,7 @@ __all__ = [
     "PipelineSettings",
     "RLRunConfig",
     "SFTRunConfig",
+    "WarmStartSettings",
 ]
 
 
@@ -66,6 +67,21 @@ class LocalRunSettings(RunSettings):
 
 
 @attrs.frozen(kw_only=True)
+class WarmStartSettings:
+    """The ``[warm_start]`` table of the local RL recipes: before RL, SFT on ``episodes`` episodes that
+    the registered scripted teacher ``teacher`` (entry-point group ``ludic.scripted_teachers``) plays
+    through the run's own env, protocol and agent, for ``steps`` optimiser steps at ``lr`` in batches of
+    ``batch_size`` episodes (:mod:`ludic_train.recipes.warm_start`). ``teacher`` empty: no warm start.
+    A resumed run that has a checkpoint skips it (the checkpoint holds the warmed-up weights)."""
+
+    teacher: str = ""
+    episodes: int = attrs.field(default=64, validator=at_least(1))
+    steps: int = attrs.field(default=20, validator=at_least(1))
+    lr: float = attrs.field(default=2e-3, validator=positive_number())
+    batch_size: int = attrs.field(default=16, validator=at_least(1))
+
+
+@attrs.frozen(kw_only=True)
 class RLRunConfig(RLEpisodesConfig):
     """On-policy RL on an env with the local Trainer (``ludic train tictactoe-grpo``, ``gsm8k-grpo`` …).
 
@@ -73,11 +89,13 @@ class RLRunConfig(RLEpisodesConfig):
     is :class:`~ludic_core.run.rl.RLEpisodesConfig`; the model being trained samples its own
     episodes through the ``local`` backend. Every ``trainer.eval_every_steps`` steps (and at the start
     with ``trainer.eval_at_start``) the evaluation episodes are scored with the env's outcome rates.
+    ``[warm_start]``: an SFT stage on a scripted teacher's episodes before RL (:class:`WarmStartSettings`).
     """
 
     trainer: TrainerConfig = attrs.field(factory=lambda: TrainerConfig(pad_token_id=FROM_TOKENIZER))
     lora: LocalLoraSettings = attrs.field(factory=LocalLoraSettings)
     run: LocalRunSettings = attrs.field(factory=LocalRunSettings)
+    warm_start: WarmStartSettings = attrs.field(factory=WarmStartSettings)
     chat_template: str | None = None
     """A Jinja chat template file, for a tokenizer that has none."""
 

@@ -31,6 +31,12 @@ __all__ = ["check_pipeline", "run_actor", "run_learner"]
 
 def check_pipeline(config: PipelineRunConfig) -> None:
     check_rl(config)
+    if config.warm_start.teacher:
+        raise ConfigError(
+            f"warm_start.teacher = {config.warm_start.teacher!r}: the pipeline recipes have no warm start; "
+            "warm up with the local recipe (run.save_final = true) and start the pipeline from its export "
+            "(backend.model = <run_dir>/final)"
+        )
     if not config.pipeline.redis_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(
             f"pipeline.redis_url = {config.pipeline.redis_url!r}: expected redis://host:port/db"

@@ -27,13 +27,15 @@ from ludic_core.run.rl import (
 from ludic_core.run.samplers import Sampler, SamplerOpener, get_sampler, import_path
 from ludic_train.recipes.config import RLRunConfig
 from ludic_train.recipes.sampling import open_local_sampler
+from ludic_train.recipes.warm_start import check_warm_start, describe_warm_start, warm_start
 
 __all__ = ["check_rl", "run_rl"]
 
 
 def check_rl(config: RLRunConfig) -> None:
-    """Everything refusable without a model: the sampler, the model, the env, the algorithm and its
-    options, the evaluation schedule, a step that does not split over the torchrun ranks."""
+    """Everything refusable without a model: the sampler, the model, the env, who plays it, the
+    algorithm and its options, the warm start's teacher, the evaluation schedule, a step that does not
+    split over the torchrun ranks."""
     from ludic_train.recipes.config import PipelineRunConfig
 
     in_process = config.backend.kind == "local" and not isinstance(config, PipelineRunConfig)
@@ -55,6 +57,7 @@ def check_rl(config: RLRunConfig) -> None:
             "rank samples episodes / ranks prompts (with all their samples_per_prompt samples) of every step"
         )
     check_rl_episodes(config)
+    check_warm_start(config)
     every = config.trainer.eval_every_steps
     if every and every > config.steps and not config.trainer.eval_at_start:
         raise ConfigError(
@@ -149,13 +152,19 @@ async def _train(
         ),
         evaluator=evaluator,
     )
+    warmed: dict[str, Any] = {}
     try:
         if dry_run:
             return {
                 **_components(config, model, tokenizer, algorithm, trainer),
                 "sampler": sampler.description,
+                "warm start": describe_warm_start(config, tokenizer),
             }
         check_ranks_agree(trainer.step, "the step to resume from")
+        # A resumed run's checkpoint holds the warmed-up weights already.
+        if config.warm_start.teacher and trainer.step == 0:
+            warmed = await warm_start(config, model, tokenizer, run_dir=run_dir)
+            print(f"[warm start] {_warm_start_line(warmed)}", flush=True)
         # The sampler starts from the trainer's weights (a resumed run's too), stamped with its step.
         await trainer.publish()
         results = await trainer.train(max(0, config.steps - trainer.step))
@@ -165,7 +174,20 @@ async def _train(
         from ludic_train.weights import export_pretrained
 
         export_pretrained(model, run_dir / "final", tokenizer=tokenizer)
-    return {"steps": trainer.step, "last": dict(results[-1]) if results else {}}
+    summary = {"steps": trainer.step, "last": dict(results[-1]) if results else {}}
+    return {**summary, "warm_start": warmed} if warmed else summary
+
+
+def _warm_start_line(warmed: dict[str, Any]) -> str:
+    loss = (
+        ""
+        if warmed["loss_first"] is None
+        else f", loss {warmed['loss_first']:.3f} -> {warmed['loss_last']:.3f}"
+    )
+    return (
+        f"SFT on {warmed['items']} items ({warmed['rollouts']} rollouts of {warmed['episodes']} episodes by "
+        f"teacher {warmed['teacher']!r}), {warmed['steps']} steps{loss}"
+    )
 
 
 def _components(
@@ -176,8 +198,8 @@ def _components(
     return {
         "model": f"{type(model).__name__} ({config.backend.model}): {total:,} parameters, {trainable:,} trainable",
         "tokenizer": f"{type(tokenizer).__name__}: {len(tokenizer):,} tokens",
-        "engine": f"env {config.env!r}, {config.episodes} prompts x {config.samples_per_prompt} samples per step"
-        + _rank_share(config),
+        "engine": f"env {config.env!r} ({config.protocol}, agent {config.agent!r}), {config.episodes} prompts "
+        f"x {config.samples_per_prompt} samples per step" + _rank_share(config),
         "algorithm": f"{algorithm.name} (credit {type(algorithm.credit_assigner).__name__}, loss {type(algorithm.loss).__name__})",
         "trainer": f"{type(trainer).__name__} on {trainer.device}, lr {config.trainer.lr}, {config.steps} steps",
     }
