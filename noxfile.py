@@ -667,6 +667,14 @@ DOCUMENTED_COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("eval-tictactoe-smollm2", ("eval", "tictactoe", "--backend", "local", "--model", "smollm2", "-n", "20")),
     ("train-gsm8k-smoke", ("train", "gsm8k-grpo", "examples/gsm8k/grpo_smoke.toml", "run_dir={run}")),
     (
+        "train-selfplay-smoke",
+        ("train", "tictactoe-selfplay", "examples/tic_tac_toe/selfplay_smoke.toml", "run_dir={run}"),
+    ),
+    (
+        "train-tool-use-smoke",
+        ("train", "calculator-tool-use", "examples/calculator/tool_use_smoke.toml", "run_dir={run}"),
+    ),
+    (
         "train-tictactoe-tinker-smoke",
         ("train", "tictactoe-grpo", "examples/tic_tac_toe/grpo_tinker_smoke.toml", "run_dir={run}"),
     ),
