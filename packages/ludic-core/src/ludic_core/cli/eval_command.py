@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
     metrics = asyncio.run(_evaluate(config, run_dir))
     (run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     rows = [(name, value) for name, value in metrics.items() if not name.startswith("num_")]
-    rows += [("episodes", metrics["num_rollouts"]), ("failed_episodes", metrics["num_failed_episodes"])]
+    rows.append(("episodes", metrics["num_episodes"]))
+    if metrics["num_rollouts"] != metrics["num_episodes"]:  # a rollout per seat (multi_agent)
+        rows.append(("rollouts", metrics["num_rollouts"]))
+    rows.append(("failed_episodes", metrics["num_failed_episodes"]))
     print_table(f"ludic eval {config.env} ({config.backend.kind}: {config.backend.model})", rows)
     print(f"run directory: {run_dir}", file=sys.stderr)
     return 0
