@@ -64,7 +64,15 @@ def test_recipes_lists_each_recipe_on_one_line(tmp_path: Path) -> None:
     done = ludic("recipes", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     names = {line.split()[0] for line in done.stdout.splitlines() if line.strip()}
-    assert {"tictactoe-grpo", "tictactoe-sft", "gsm8k-grpo", "gsm8k-gspo"} <= names
+    expected = {
+        "tictactoe-grpo",
+        "tictactoe-selfplay",
+        "tictactoe-sft",
+        "calculator-tool-use",
+        "gsm8k-grpo",
+        "gsm8k-gspo",
+    }
+    assert expected <= names
 
 
 def test_dry_run_prints_the_config_and_builds_every_component_without_a_run_dir(tmp_path: Path) -> None:
