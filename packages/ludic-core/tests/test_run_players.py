@@ -19,7 +19,7 @@ from ludic_core.harness import AgentHarness
 from ludic_core.inference import InferenceSpec
 from ludic_core.parsing import Parser
 from ludic_core.protocols import MultiAgentProtocol
-from ludic_core.registry import AGENTS, ENVS, PROTOCOLS
+from ludic_core.registry import AGENTS, ENVS, PROTOCOLS, Registry
 from ludic_core.rollout_settings import RolloutSettings
 from ludic_core.run.backends import CHAT_AGENT, OpenAIBackend, chat_agent_factory
 from ludic_core.run.configs import BackendConfig, EpisodesConfig
@@ -193,3 +193,14 @@ def test_the_openai_backend_refuses_an_agent_it_cannot_build() -> None:
     assert "backend.kind = 'openai' builds message-level chat agents only; agent = " in str(raised.value)
     assert "needs a token-level backend" in str(raised.value)
     _factory(_config(env=GUESS, protocol="single_agent"), backend)  # its own agent is fine
+
+
+def test_the_backends_own_agent_needs_no_agent_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The light install (ludic-core and ludic-envs, no ludic-agents) evaluates through the openai
+    # backend's own agent, so "chat" need not be registered; any other agent must be.
+    import ludic_core.run.players as players
+
+    monkeypatch.setattr(players, "AGENTS", Registry("agent", None))
+    players.check_players("single_agent", CHAT_AGENT)
+    with pytest.raises(ConfigError, match=r"agent = 'tool_chat': not a registered agent; registered: "):
+        players.check_players("single_agent", "tool_chat")

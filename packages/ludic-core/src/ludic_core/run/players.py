@@ -37,7 +37,7 @@ def _registered(field: str, name: str, registry: Registry[Any]) -> None:
     if name not in registry:
         raise ConfigError(
             f"{field} = {name!r}: not a registered {registry.kind}; {did_you_mean(name, registry.names())}"
-            f"registered: {', '.join(registry.names())} (entry-point group {registry.entry_point_group!r})"
+            f"registered: {', '.join(registry.names()) or 'none'} (entry-point group {registry.entry_point_group!r})"
         )
 
 
@@ -55,7 +55,9 @@ def check_players(protocol: str, agent: str, agent_ids: list[str] | None = None)
     """Refuse an unregistered ``protocol`` or ``agent``, a protocol the run layer cannot seat, and
     (given the env's ``agent_ids``) ``single_agent`` on an env with several agents."""
     _registered("protocol", protocol, PROTOCOLS)
-    _registered("agent", agent, AGENTS)
+    # The backend builds its own agent: the light install's openai backend needs no ludic-agents.
+    if agent != CHAT_AGENT:
+        _registered("agent", agent, AGENTS)
     if _seats_one(protocol) and agent_ids is not None and len(agent_ids) != 1:
         raise ConfigError(
             f"protocol = {protocol!r} plays one agent, and the env has agents {agent_ids}: set "
