@@ -143,8 +143,7 @@ def _factory(config: EpisodesConfig, backend: Any = None) -> Any:
         protocol=config.protocol,
         agent=config.agent,
         agent_kwargs=config.agent_kwargs,
-        env=config.env,
-        env_kwargs=config.env_kwargs,
+        build_env=lambda: ENVS.build(config.env, **config.env_kwargs),
         backend=backend or ScriptedBackend(),
         parser=default_profile().parser,
         system_prompt=None,
@@ -162,16 +161,19 @@ def _factory(config: EpisodesConfig, backend: Any = None) -> Any:
         ({"agent": "chatt"}, "agent = 'chatt': not a registered agent; "),
         ({"protocol": "delegating"}, "protocol = 'delegating' needs a child agent and a child env"),
         ({"agent": AGENT, "agent_kwargs": {"nope": 1}}, f"agent = {AGENT!r} with options ['nope']: "),
-        (
-            {"env_kwargs": {"size": 3}},
-            f"env {RACE!r} with env_kwargs {{'size': 3}} could not be built: TypeError",
-        ),
     ],
 )
 def test_bad_players_are_refused_naming_the_field(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as raised:
         _factory(_config(**fields))
     assert message in str(raised.value)
+
+
+def test_an_env_that_cannot_be_built_to_seat_its_agents_is_refused_naming_its_kwargs() -> None:
+    config = _config(env_kwargs={"size": 3})
+    with pytest.raises(ConfigError) as raised:
+        build_engine(config, backend=ScriptedBackend(), profile=default_profile(), rollout_log=None)
+    assert f"env {RACE!r} with env_kwargs {{'size': 3}} could not be built: TypeError" in str(raised.value)
 
 
 def test_single_agent_on_a_two_seat_env_is_refused_before_anything_runs() -> None:

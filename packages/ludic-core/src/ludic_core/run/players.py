@@ -18,19 +18,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ludic_core.errors import ConfigError
-from ludic_core.harness import AgentHarness
 from ludic_core.parsing import Parser
 from ludic_core.protocols.base import InteractionProtocol
 from ludic_core.protocols.standard import StandardProtocolFactory
-from ludic_core.registry import AGENTS, ENVS, PROTOCOLS, Registry
+from ludic_core.registry import AGENTS, PROTOCOLS, Registry
 from ludic_core.run.backends import CHAT_AGENT, Backend
 from ludic_core.suggestions import did_you_mean
 
-__all__ = ["SINGLE_AGENT", "check_players", "env_agent_ids", "protocol_factory"]
-
-SINGLE_AGENT = "single_agent"
-
-AgentFactory = Callable[[], AgentHarness]
+__all__ = ["check_players", "protocol_factory"]
 
 
 def _registered(field: str, name: str, registry: Registry[Any]) -> None:
@@ -65,36 +60,23 @@ def check_players(protocol: str, agent: str, agent_ids: list[str] | None = None)
         )
 
 
-def env_agent_ids(env: str, env_kwargs: Mapping[str, Any]) -> list[str]:
-    """The agent ids of ``env`` built with ``env_kwargs`` (refused, naming both, if it cannot be built)."""
-    try:
-        built = ENVS.get(env)(**env_kwargs)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(
-            f"env {env!r} with env_kwargs {dict(env_kwargs)} could not be built: {type(exc).__name__}: {exc}"
-        ) from exc
-    return list(built.agent_ids)
-
-
 def protocol_factory(
     *,
     protocol: str,
     agent: str,
     agent_kwargs: Mapping[str, Any],
-    env: str,
-    env_kwargs: Mapping[str, Any],
+    build_env: Callable[[], Any],
     backend: Backend,
     parser: Parser,
     system_prompt: str | None,
     stop_on_parse_error: bool,
 ) -> Callable[[], InteractionProtocol]:
     """A callable returning each episode's protocol: ``protocol`` with ``backend``'s ``agent`` in
-    every seat of ``env`` (see the module docstring)."""
+    every seat of the env (see the module docstring); ``build_env()`` builds the env, once, to learn
+    its seats when the protocol has several."""
     check_players(protocol, agent)
     single = _seats_one(protocol)
-    agent_ids = None if single else env_agent_ids(env, env_kwargs)
+    agent_ids = None if single else list(build_env().agent_ids)
     if agent == CHAT_AGENT and not agent_kwargs:
         make_agent = backend.agent_factory(parser=parser, system_prompt=system_prompt)
     else:
