@@ -130,6 +130,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="grpo scales each group's advantages by its reward spread, dr_grpo does not",
     )
     p.add_argument(
+        "--entropy-coeff",
+        type=float,
+        default=0.0,
+        help="add an entropy bonus of this weight to GRPO's loss (0: none)",
+    )
+    p.add_argument(
         "--train-temperature",
         type=float,
         default=1.0,
@@ -378,6 +384,8 @@ async def _run(
         return {**e["positions"], "points_mean": e["sampled_games"]["points_mean"]}
 
     algorithm = {"grpo": grpo, "dr_grpo": dr_grpo}[args.algorithm](group_size=args.group_size)
+    if args.entropy_coeff:
+        algorithm = with_entropy_bonus(algorithm, args.entropy_coeff)
     source = RolloutBatchSource(
         engine=engine,
         credit_assigner=algorithm.credit_assigner,
@@ -450,6 +458,20 @@ async def _run(
         "metrics.jsonl, rollouts.jsonl" + plotted
     )
     return summary
+
+
+def with_entropy_bonus(algorithm: Any, coeff: float) -> Any:
+    """``algorithm`` with ``coeff`` times the action tokens' entropy subtracted from its loss: GRPO
+    on single decisions otherwise turns each position's samples alike within a few steps."""
+    from ludic_core.algorithms import AlgorithmSpec, Composite, Entropy, Term
+
+    loss = Composite([Term("policy", algorithm.loss), Term("entropy", Entropy(coeff=coeff))])
+    return AlgorithmSpec(
+        name=f"{algorithm.name}+entropy",
+        credit_assigner=algorithm.credit_assigner,
+        loss=loss,
+        preprocess=algorithm.preprocess,
+    )
 
 
 SHOWN = ("win_rate", "draw_rate", "loss_rate", "illegal_rate", "parse_error_rate", "points_mean")
