@@ -183,20 +183,17 @@ class TrainingGames:
 
 @attrs.frozen
 class TrainingPositions:
-    """GRPO on single decisions instead of games: each group is one undecided position (drawn like
-    :func:`sample_positions` draws the evaluation's, never one of ``held_out``), and each reply is paid
-    the outcome perfect play reaches after it (:class:`~ludic_envs.tictactoe.TicTacToeMoveEnv`): win 1,
-    draw 0.5, loss 0, illegal or malformed -1. Every move gets its own verdict, where a game's outcome
-    pays a whole game of moves alike."""
+    """GRPO on single decisions instead of games: each group is one undecided position, drawn as
+    :func:`sample_positions` draws the evaluation's, and each reply is paid the outcome perfect play
+    reaches after it (:class:`~ludic_envs.tictactoe.TicTacToeMoveEnv`): win 1, draw 0.5, loss 0,
+    illegal or malformed -1. Every move gets its own verdict, where a game's outcome pays a whole
+    game of moves alike."""
 
-    held_out: frozenset[str] = frozenset()
+    max_plies: int = 7
 
     def env_spec(self, rng: random.Random) -> EnvSpec:
-        for _ in range(10_000):
-            position = random_position(rng, plies=rng.randrange(0, 8))
-            if position not in self.held_out:
-                return EnvSpec("tictactoe_move", kwargs={"start_board": position})
-        raise ValueError(f"no position outside the {len(self.held_out)} held out in 10,000 draws")
+        position = random_position(rng, plies=rng.randint(0, self.max_plies))
+        return EnvSpec("tictactoe_move", kwargs={"start_board": position})
 
 
 def random_start(rng: random.Random, *, share: float, max_plies: int = 6) -> str | None:

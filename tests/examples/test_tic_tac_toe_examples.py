@@ -93,3 +93,26 @@ def _ludic(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic_core.cli"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     return subprocess.run([*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_training_positions_give_groups_of_one_undecided_position_each() -> None:
+    common = _load("common")
+    from ludic_envs.tictactoe import Board
+
+    requests = common.grpo_requests(
+        group_size=4, groups_per_step=16, temperature=1.0, seed=0, games=common.TrainingPositions()
+    )(step=3)
+    assert len(requests) == 64
+    assert {r.env.kind for r in requests} == {"tictactoe_move"}
+    starts = [r.env.kwargs["start_board"] for r in requests]
+    groups = [starts[i : i + 4] for i in range(0, 64, 4)]
+    assert all(len(set(group)) == 1 for group in groups)  # a group shares its position
+    boards = [Board.from_string(group[0]) for group in groups]
+    assert not any(board.over for board in boards)
+    assert {board.to_move for board in boards} == {"X", "O"}
+    assert (
+        common.grpo_requests(
+            group_size=4, groups_per_step=16, temperature=1.0, seed=0, games=common.TrainingPositions()
+        )(step=3)
+        == requests
+    )  # a pure function of the step
