@@ -105,18 +105,15 @@ class TicTacToeEnv(GameEnvMixin, SingleAgentEnv):
         index = index_of(action)
         if index is None or index not in game.board.legal_moves():
             return self._illegal(action, optimal_before, index)
-        move = coordinate_of(index)
         game.play(index)
+        return self._after_move(coordinate_of(index), optimal_before)
+
+    def _after_move(self, move: str, optimal_before: list[str]) -> StepOutcome:
+        """The step's outcome once the agent's legal ``move`` is on the board: the opponent replies."""
+        game = self.game
         opponent_move = None if game.is_over() else self._opponent_plays()
         result = game.result_for(self._mark)
-        info: dict[str, Any] = {
-            **game.summary_for(self._mark),
-            "move": move,
-            "move_was_optimal": move in optimal_before,
-            "optimal_moves": optimal_before,
-            "opponent": self.opponent.name,
-            "opponent_move": opponent_move,
-        }
+        info = self._move_info(move, optimal_before, opponent_move=opponent_move)
         reward = game.reward_for(self._mark, self.rewards)
         if result is not None:
             text = ending_text(result, info["forced_draw"])
@@ -131,17 +128,23 @@ class TicTacToeEnv(GameEnvMixin, SingleAgentEnv):
         game = self.game
         reason = "not a coordinate A1..C3" if index is None else f"{coordinate_of(index)} is occupied"
         game.forfeit(self._mark)
-        info = {
-            **game.summary_for(self._mark),
-            "move": action_text(action),
-            "move_was_optimal": False,
-            "optimal_moves": optimal_before,
-            "illegal_reason": reason,
-            "opponent": self.opponent.name,
-            "opponent_move": None,
-        }
+        info = self._move_info(
+            action_text(action), optimal_before, move_was_optimal=False, illegal_reason=reason
+        )
         obs = f"Illegal move {action_text(action)!r}: {reason}. The game is over."
         return StepOutcome(obs=obs, reward=self.rewards.illegal_move, terminated=True, info=info)
+
+    def _move_info(self, move: str, optimal_before: list[str], **more: Any) -> dict[str, Any]:
+        """The info of a step in which the agent played ``move``; ``more`` adds or overrides keys."""
+        return {
+            **self.game.summary_for(self._mark),
+            "move": move,
+            "move_was_optimal": move in optimal_before,
+            "optimal_moves": optimal_before,
+            "opponent": self.opponent.name,
+            "opponent_move": None,
+            **more,
+        }
 
     @staticmethod
     def _check_start_board(start_board: str | None, agent_mark: str) -> Board | None:
