@@ -9,7 +9,6 @@ and a yardstick is scored by the very evaluation that scores the model.
 from __future__ import annotations
 
 import random
-import re
 from typing import Any
 
 from common import MAX_MOVES, grpo_requests, legal_moves_in_prompt, make_engine, rollout_settings
@@ -20,17 +19,8 @@ from ludic_core.inference import TokenCompletionRequest
 from ludic_core.saw import SAWItem
 from ludic_core.saw_builder import build_saw_items
 from ludic_core.testing import ScriptedChatClient
-from ludic_envs.tictactoe import Board, coordinate_of, optimal_moves
-
-_ROW = re.compile(r"^([123]) \| ([XO.]) ([XO.]) ([XO.])$", re.MULTILINE)
-
-
-def board_in_prompt(prompt: str) -> Board:
-    """The last board drawn in a rendered prompt."""
-    rows = _ROW.findall(prompt)[-3:]
-    if [r[0] for r in rows] != ["1", "2", "3"]:
-        raise ValueError(f"no complete board in the prompt: {prompt[-200:]!r}")
-    return Board(tuple(cell for row in rows for cell in row[1:]))
+from ludic_envs.tictactoe import coordinate_of, optimal_moves
+from ludic_envs.tictactoe.teachers import board_in_prompt
 
 
 def _client(tokenizer: Any, choose: Any) -> ScriptedChatClient:
