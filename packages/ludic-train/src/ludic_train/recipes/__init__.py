@@ -9,6 +9,8 @@ when a recipe runs. The CPU smoke configs are under ``examples/`` (``*_smoke.tom
 
 from __future__ import annotations
 
+from typing import Any
+
 from ludic_core.run.recipes import Recipe, env_run_defaults
 from ludic_train.recipes.config import OfflineRLRunConfig, PipelineRunConfig, SFTRunConfig
 
@@ -25,6 +27,20 @@ __all__ = [
 ]
 
 _LOCAL_SMOLLM2 = {"kind": "local", "model": "smollm2"}
+
+
+def _warm_started_local(
+    teacher: str, *, episodes: int, steps: int, max_concurrency: int, eval_episodes: int, **trainer: Any
+) -> dict[str, Any]:
+    """The ``local`` defaults of a recipe that first runs SFT on ``episodes`` games of the scripted
+    ``teacher`` for ``steps`` steps, then GRPO; both train a rank-16 LoRA of smollm2."""
+    return {
+        "backend": {"model": "smollm2", "max_concurrency": max_concurrency},
+        "trainer": {"lr": 1e-3, "max_grad_norm": 1.0, "micro_token_budget": 2048, **trainer},
+        "lora": {"rank": 16},
+        "warm_start": {"teacher": teacher, "episodes": episodes, "steps": steps, "lr": 2e-3},
+        "eval_episodes": eval_episodes,
+    }
 
 
 def tictactoe_grpo() -> Recipe:
@@ -55,13 +71,9 @@ def tictactoe_selfplay() -> Recipe:
             "trainer": {"eval_every_steps": 10},
         },
         backend_defaults={
-            "local": {
-                "backend": {"model": "smollm2", "max_concurrency": 64},
-                "trainer": {"lr": 1e-3, "max_grad_norm": 1.0, "micro_token_budget": 2048},
-                "lora": {"rank": 16},
-                "warm_start": {"teacher": "tictactoe_rules", "episodes": 64, "steps": 20, "lr": 2e-3},
-                "eval_episodes": 100,
-            },
+            "local": _warm_started_local(
+                "tictactoe_rules", episodes=64, steps=20, max_concurrency=64, eval_episodes=100
+            ),
         },
     )
 
@@ -76,14 +88,10 @@ def calculator_tool_use() -> Recipe:
             "trainer": {"eval_every_steps": 6},
         },
         backend_defaults={
-            "local": {
-                "backend": {"model": "smollm2", "max_concurrency": 32},
-                "trainer": {"lr": 1e-3, "max_grad_norm": 1.0, "max_seq_len": 384, "micro_token_budget": 2048},
-                "lora": {"rank": 16},
-                # Without it a small model never writes a readable tool call, and GRPO gets no signal.
-                "warm_start": {"teacher": "calculator", "episodes": 96, "steps": 12, "lr": 2e-3},
-                "eval_episodes": 200,
-            },
+            # Without the warm start a small model never writes a readable tool call, and GRPO gets no signal.
+            "local": _warm_started_local(
+                "calculator", episodes=96, steps=12, max_concurrency=32, eval_episodes=200, max_seq_len=384
+            ),
         },
     )
 
