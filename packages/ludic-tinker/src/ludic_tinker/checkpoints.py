@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from ludic_core.durable_files import write_json_atomic
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.validation import check_int
 
@@ -99,12 +100,7 @@ class TinkerCheckpoint:
             "saved_at": time.time(),
         }
         final = directory / f"step_{self.step:08d}.json"
-        tmp = final.with_suffix(".json.tmp")
-        with tmp.open("w") as file:
-            json.dump(record, file, indent=1)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, final)
+        write_json_atomic(final, record)
         return final
 
     @classmethod

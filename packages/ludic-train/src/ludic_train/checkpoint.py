@@ -28,19 +28,18 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from ludic_core.durable_files import fsync_dir, write_json_atomic
 from ludic_core.errors import ConfigError, DataError
 from ludic_core.logs import get_logger
 from ludic_core.validation import boolean, int_at_least
 from ludic_train.checkpoint_files import (
     MANIFEST,
     CheckpointSaveError,
-    fsync_dir,
     read_manifest,
     save_torch_file,
     sha256_of,
     torch_load,
     verify_checkpoint,
-    write_json_atomic,
     write_synced,
     writing,
 )

@@ -11,9 +11,8 @@ import json
 import os
 import pickle
 import shutil
-import tempfile
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,11 @@ from ludic_core.errors import DataError, LudicError
 __all__ = [
     "MANIFEST",
     "CheckpointSaveError",
-    "fsync_dir",
     "read_manifest",
     "save_torch_file",
     "sha256_of",
     "torch_load",
     "verify_checkpoint",
-    "write_json_atomic",
     "write_synced",
     "writing",
 ]
@@ -42,14 +39,6 @@ _LOW_SPACE_BYTES = 16 << 20
 
 class CheckpointSaveError(LudicError, OSError):
     """A checkpoint could not be written; the message names the checkpoint, the file and the cause."""
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_torch_file(obj: Any, path: Path) -> None:
@@ -143,12 +132,3 @@ def write_synced(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from ludic_core.durable_files import fsync_dir
 from ludic_core.errors import ConfigError, DataError, LudicTimeoutError, TransportError, missing_extra
 from ludic_core.logs import get_logger
 from ludic_vllm.control import ServerControl, UpdateResult
@@ -24,14 +25,6 @@ from ludic_vllm.publisher.base import DEFAULT_PUBLISH_SETTINGS, PublisherBase, P
 __all__ = ["FilePublisher"]
 
 log = get_logger("ludic_vllm.publisher")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _cpu_contiguous(tensors: Mapping[str, Any]) -> dict[str, Any]:
@@ -81,11 +74,11 @@ class FilePublisher(PublisherBase):
                 path.write_text(json.dumps(content))
             with open(path, "rb") as f:
                 os.fsync(f.fileno())
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         return final
 
     def _prune(self, prefix: str) -> None:
