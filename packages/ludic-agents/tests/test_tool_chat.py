@@ -57,7 +57,7 @@ def test_the_named_template_is_chatml_with_the_tools(real_tok: Any) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"tools": ["calculater"]}, "tool 'calculater': not a registered tool; did you mean 'calculator'?"),
+        ({"tools": ["calculater"]}, "tool = 'calculater': not a registered tool; did you mean 'calculator'?"),
         ({"tools": "calculator"}, "tool_chat agent: tools must list registered tool names, got 'calculator'"),
         ({"tools": []}, "tool_chat agent: tools must list registered tool names, got []"),
         (

@@ -27,7 +27,6 @@ import attrs
 
 from ludic_core.errors import ConfigError
 from ludic_core.registry import Registry
-from ludic_core.suggestions import did_you_mean
 from ludic_core.types import ToolCall, ToolResult
 
 __all__ = ["TOOLS", "Tool", "registered_tool", "run_tool_call", "tool", "type_to_schema"]
@@ -366,12 +365,4 @@ TOOLS: Registry[Any] = Registry("tool", "ludic.tools")
 
 def registered_tool(name: str) -> Tool:
     """The registered tool ``name``; an unknown one is a ConfigError naming the registered tools."""
-    if name not in TOOLS:
-        raise ConfigError(
-            f"tool {name!r}: not a registered tool; {did_you_mean(name, TOOLS.names())}registered: "
-            f"{', '.join(TOOLS.names()) or 'none'} (entry-point group 'ludic.tools')"
-        )
-    built = TOOLS.build(name)
-    if not isinstance(built, Tool):
-        raise ConfigError(f"tool {name!r} is registered as {type(built).__name__}, not a Tool")
-    return built
+    return TOOLS.build_checked(Tool, name, field="tool")

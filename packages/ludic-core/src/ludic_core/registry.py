@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
-from ludic_core.errors import RegistryError
+from ludic_core.errors import ConfigError, RegistryError
 from ludic_core.suggestions import did_you_mean
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+B = TypeVar("B")
 Factory = Callable[..., T]
 
 
@@ -106,6 +107,26 @@ class Registry(Generic[T]):
 
     def build(self, name: str, /, **kwargs: Any) -> T:
         return self.get(name)(**kwargs)
+
+    def check(self, name: str, *, field: str, hint: str = "") -> None:
+        """Refuse an unregistered ``name`` given as ``field`` with a :class:`ConfigError` naming the
+        close names, all of them and the entry-point group, then ``hint``."""
+        if name not in self:
+            group = f" (entry-point group {self.entry_point_group!r})" if self.entry_point_group else ""
+            raise ConfigError(
+                f"{field} = {name!r}: not a registered {self.kind}; {did_you_mean(name, self.names())}"
+                f"registered: {', '.join(self.names()) or 'none'}{group}{hint}"
+            )
+
+    def build_checked(self, cls: type[B], name: str, /, *, field: str, **kwargs: Any) -> B:
+        """``build(name, **kwargs)`` after :meth:`check`; a ConfigError unless it built a ``cls``."""
+        self.check(name, field=field)
+        built = self.build(name, **kwargs)
+        if not isinstance(built, cls):
+            raise ConfigError(
+                f"{self.kind} {name!r} is registered as {type(built).__name__}, not a {cls.__name__}"
+            )
+        return built
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.names()

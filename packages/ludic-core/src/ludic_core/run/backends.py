@@ -27,7 +27,6 @@ from ludic_core.openai_client import OpenAIChatClient
 from ludic_core.parsing import Parser
 from ludic_core.registry import AGENTS, Registry, make_agent
 from ludic_core.run.configs import BackendConfig
-from ludic_core.suggestions import did_you_mean
 
 __all__ = [
     "BACKENDS",
@@ -218,24 +217,16 @@ PROVIDED_BY: dict[str, str] = {"local": "ludic-train", "vllm": "ludic-vllm", "ti
 def check_backend(config: BackendConfig) -> None:
     """Raise :class:`~ludic_core.errors.ConfigError` unless ``config.kind`` is installed (a kind whose
     package is missing names it); cheap, so commands call it before creating anything."""
-    if config.kind not in BACKENDS:
-        package = PROVIDED_BY.get(config.kind)
-        if package is not None:
-            raise ConfigError(
-                f"backend.kind = {config.kind!r} needs {package}: pip install {package} "
-                f"(or use --backend openai against an OpenAI-compatible server)"
-            )
+    package = PROVIDED_BY.get(config.kind)
+    if package is not None and config.kind not in BACKENDS:
         raise ConfigError(
-            f"backend.kind = {config.kind!r}: not a registered backend; "
-            f"{did_you_mean(config.kind, BACKENDS.names())}registered: {', '.join(BACKENDS.names())} "
-            "(entry-point group 'ludic.backends')"
+            f"backend.kind = {config.kind!r} needs {package}: pip install {package} "
+            f"(or use --backend openai against an OpenAI-compatible server)"
         )
+    BACKENDS.check(config.kind, field="backend.kind")
 
 
 def make_backend(config: BackendConfig) -> Backend:
     """The backend ``config.kind`` (see :func:`check_backend` for a missing one)."""
     check_backend(config)
-    backend = BACKENDS.build(config.kind, config=config)
-    if not isinstance(backend, Backend):
-        raise ConfigError(f"backend {config.kind!r} built {type(backend).__name__}, which is not a Backend")
-    return backend
+    return BACKENDS.build_checked(Backend, config.kind, field="backend.kind", config=config)  # type: ignore[type-abstract]

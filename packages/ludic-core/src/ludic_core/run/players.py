@@ -21,19 +21,10 @@ from ludic_core.errors import ConfigError
 from ludic_core.parsing import Parser
 from ludic_core.protocols.base import InteractionProtocol
 from ludic_core.protocols.standard import StandardProtocolFactory
-from ludic_core.registry import AGENTS, PROTOCOLS, Registry
+from ludic_core.registry import AGENTS, PROTOCOLS
 from ludic_core.run.backends import CHAT_AGENT, Backend
-from ludic_core.suggestions import did_you_mean
 
 __all__ = ["check_players", "protocol_factory"]
-
-
-def _registered(field: str, name: str, registry: Registry[Any]) -> None:
-    if name not in registry:
-        raise ConfigError(
-            f"{field} = {name!r}: not a registered {registry.kind}; {did_you_mean(name, registry.names())}"
-            f"registered: {', '.join(registry.names()) or 'none'} (entry-point group {registry.entry_point_group!r})"
-        )
 
 
 def _seats_one(protocol: str) -> bool:
@@ -49,10 +40,10 @@ def _seats_one(protocol: str) -> bool:
 def check_players(protocol: str, agent: str, agent_ids: list[str] | None = None) -> None:
     """Refuse an unregistered ``protocol`` or ``agent``, a protocol the run layer cannot seat, and
     (given the env's ``agent_ids``) ``single_agent`` on an env with several agents."""
-    _registered("protocol", protocol, PROTOCOLS)
+    PROTOCOLS.check(protocol, field="protocol")
     # The backend builds its own agent: the light install's openai backend needs no ludic-agents.
     if agent != CHAT_AGENT:
-        _registered("agent", agent, AGENTS)
+        AGENTS.check(agent, field="agent")
     if _seats_one(protocol) and agent_ids is not None and len(agent_ids) != 1:
         raise ConfigError(
             f"protocol = {protocol!r} plays one agent, and the env has agents {agent_ids}: set "

@@ -34,7 +34,6 @@ from ludic_core.run.episodes import (
 from ludic_core.run.profiles import EvalProfile, resolve_profile
 from ludic_core.seeding import derive_seed
 from ludic_core.strategies import GRPORequestStrategy
-from ludic_core.suggestions import did_you_mean
 
 __all__ = [
     "DEFAULT_ALGORITHM",
@@ -80,11 +79,7 @@ def build_algorithm(config: RLEpisodesConfig) -> AlgorithmSpec:
 def registered_algorithm(name: str, kwargs: Mapping[str, Any], **preset_kwargs: Any) -> AlgorithmSpec:
     """The registered preset ``name`` built with the config's ``algorithm_kwargs`` (and the recipe's
     own ``preset_kwargs``); an unknown name or option is a :class:`ConfigError` naming it."""
-    if name not in ALGORITHMS:
-        raise ConfigError(
-            f"algorithm = {name!r}: not a registered algorithm; {did_you_mean(name, ALGORITHMS.names())}"
-            f"registered: {', '.join(ALGORITHMS.names())}"
-        )
+    ALGORITHMS.check(name, field="algorithm")
     try:
         spec = make_algorithm(name, **preset_kwargs, **kwargs)
     except TypeError as exc:

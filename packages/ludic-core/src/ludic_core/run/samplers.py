@@ -17,7 +17,6 @@ from ludic_core.errors import ConfigError
 from ludic_core.publisher import PolicyPublisher
 from ludic_core.registry import Registry
 from ludic_core.run.backends import PROVIDED_BY, Backend
-from ludic_core.suggestions import did_you_mean
 
 __all__ = ["SAMPLERS", "Sampler", "SamplerKind", "SamplerOpener", "get_sampler", "import_path"]
 
@@ -85,17 +84,11 @@ SAMPLERS: Registry[Any] = Registry("sampler", "ludic.samplers")
 
 
 def _registered(kind: str) -> SamplerKind:
-    if kind not in SAMPLERS:
-        package = PROVIDED_BY.get(kind)
-        needs = f" needs {package}: pip install {package}" if package else ": not a registered sampler;"
-        raise ConfigError(
-            f"backend.kind = {kind!r}{needs} {did_you_mean(kind, SAMPLERS.names())}"
-            f"registered: {', '.join(SAMPLERS.names()) or 'none'} (entry-point group 'ludic.samplers')"
-        )
-    sampler = SAMPLERS.build(kind)
-    if not isinstance(sampler, SamplerKind):
-        raise ConfigError(f"sampler {kind!r} is registered as {type(sampler).__name__}, not a SamplerKind")
-    return sampler
+    package = PROVIDED_BY.get(kind)
+    SAMPLERS.check(
+        kind, field="backend.kind", hint=f"; {kind} needs {package}: pip install {package}" if package else ""
+    )
+    return SAMPLERS.build_checked(SamplerKind, kind, field="backend.kind")
 
 
 def get_sampler(kind: str) -> tuple[SamplerKind, SamplerKind]:

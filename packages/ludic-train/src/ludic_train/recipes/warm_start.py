@@ -20,7 +20,6 @@ import attrs
 from ludic_core.errors import ConfigError
 from ludic_core.registry import Registry
 from ludic_core.run.ranks import launched_ranks
-from ludic_core.suggestions import did_you_mean
 from ludic_train.recipes.config import RLRunConfig
 
 __all__ = ["SCRIPTED_TEACHERS", "check_warm_start", "describe_warm_start", "warm_start"]
@@ -34,13 +33,9 @@ def check_warm_start(config: RLRunConfig) -> None:
     teacher = config.warm_start.teacher
     if not teacher:
         return
-    if teacher not in SCRIPTED_TEACHERS:
-        names = SCRIPTED_TEACHERS.names()
-        raise ConfigError(
-            f"warm_start.teacher = {teacher!r}: not a registered scripted teacher; {did_you_mean(teacher, names)}"
-            f"registered: {', '.join(names) or 'none'} (entry-point group 'ludic.scripted_teachers'; "
-            'warm_start.teacher = "" trains without a warm start)'
-        )
+    SCRIPTED_TEACHERS.check(
+        teacher, field="warm_start.teacher", hint='; warm_start.teacher = "" trains without a warm start'
+    )
     if launched_ranks().distributed:
         raise ConfigError(
             f"warm_start.teacher = {teacher!r}: the warm start trains in one process, not under torchrun; "
