@@ -14,16 +14,13 @@ creation. ``max_concurrency``, ``max_retries`` and ``device`` do not apply. Regi
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import tinker
 
 from ludic_core.errors import ConfigError
-from ludic_core.harness import AgentHarness
-from ludic_core.parsing import Parser
-from ludic_core.run.backends import CHAT_AGENT, chat_agent_factory, require_chat_agent
+from ludic_core.run.backends import ClientBackend, require_chat_agent
 from ludic_tinker._sdk import call_for_client_blocking
 from ludic_tinker.client import TinkerChatClient
 from ludic_tinker.session import TinkerTimeouts, connect
@@ -36,10 +33,8 @@ __all__ = ["TinkerBackend", "fake_model_tokenizer"]
 CHECKPOINT_SCHEME = "tinker://"
 
 
-class TinkerBackend:
+class TinkerBackend(ClientBackend):
     """Tinker sampling for the ``ludic`` commands (``token_level``: its rollouts are trainable)."""
-
-    token_level = True
 
     def __init__(
         self,
@@ -51,26 +46,10 @@ class TinkerBackend:
         """``client``: sample through this client (a recipe's, whose sampler the trainer refreshes)
         instead of opening ``config.model`` on the service; ``chat_template``: the agents' template
         (None: the one of the client's tokenizer)."""
-        require_chat_agent()
+        require_chat_agent()  # before the service is asked for a sampler
         if client is None:
             client, chat_template = _open_sampler(config)
-        self.client = client
-        self.chat_template = chat_template
-
-    def agent_factory(
-        self,
-        *,
-        parser: Parser,
-        system_prompt: str | None,
-        agent: str = CHAT_AGENT,
-        agent_kwargs: Mapping[str, Any] | None = None,
-    ) -> Callable[[], AgentHarness]:
-        # The agent's own chat_template option, if the config gives one, wins over the sampler's.
-        options = {} if self.chat_template is None else {"chat_template": self.chat_template}
-        options.update(agent_kwargs or {})
-        return chat_agent_factory(
-            self.client, parser=parser, system_prompt=system_prompt, agent=agent, **options
-        )
+        super().__init__(client, chat_template=chat_template)
 
     async def aclose(self) -> None:
         # The SDK's session ends with the process; there is nothing local to release.

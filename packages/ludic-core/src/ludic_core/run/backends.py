@@ -179,13 +179,14 @@ class TokenizedClient:
 
 class ClientBackend:
     """A token-level backend over one shared client: one fresh registered ``"chat"`` agent (ludic-agents'
-    ``Agent`` on the client's tokenizer) per episode."""
+    ``Agent`` on the client's tokenizer, or on ``chat_template`` when given) per episode."""
 
     token_level = True
 
-    def __init__(self, client: ChatClient) -> None:
+    def __init__(self, client: ChatClient, *, chat_template: Any = None) -> None:
         require_chat_agent()
         self.client = client
+        self.chat_template = chat_template
 
     def agent_factory(
         self,
@@ -195,8 +196,11 @@ class ClientBackend:
         agent: str = CHAT_AGENT,
         agent_kwargs: Mapping[str, Any] | None = None,
     ) -> Callable[[], AgentHarness]:
+        # The agent's own chat_template option, if the config gives one, wins over the backend's.
+        options = {} if self.chat_template is None else {"chat_template": self.chat_template}
+        options.update(agent_kwargs or {})
         return chat_agent_factory(
-            self.client, parser=parser, system_prompt=system_prompt, agent=agent, **(agent_kwargs or {})
+            self.client, parser=parser, system_prompt=system_prompt, agent=agent, **options
         )
 
     async def aclose(self) -> None:
