@@ -6,11 +6,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ludic_core.env import SingleAgentEnv
 from ludic_core.errors import ConfigError
-from ludic_core.types import Info, StepOutcome
+from ludic_core.types import Info
 from ludic_core.validation import check_int
-from ludic_envs.delegation.grading import grade_number
+from ludic_envs.delegation.grading import NumberQuestionEnv
 
 __all__ = ["ProductQAEnv", "parse_product"]
 
@@ -26,11 +25,11 @@ def parse_product(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-class ProductQAEnv(SingleAgentEnv):
+class ProductQAEnv(NumberQuestionEnv):
     """Compute ``a × b``; one step, ``correct_reward`` for the exact product, else ``incorrect_reward``.
 
     The answer is the last number of the action (``"1,035"`` and ``"a*b = 1035"`` both count).
-    Info: ``target``, ``parsed_answer`` (None when the action states no number), ``correct``.
+    Info: ``a`` and ``b``, then :class:`NumberQuestionEnv`'s.
     """
 
     def __init__(
@@ -42,12 +41,10 @@ class ProductQAEnv(SingleAgentEnv):
         incorrect_reward: float = 0.0,
         agent_id: str = "agent_0",
     ) -> None:
-        super().__init__(agent_id=agent_id)
+        super().__init__(correct_reward=correct_reward, incorrect_reward=incorrect_reward, agent_id=agent_id)
         self.a = check_int("ProductQAEnv.a", a)
         self.b = check_int("ProductQAEnv.b", b)
-        self.correct_reward = float(correct_reward)
-        self.incorrect_reward = float(incorrect_reward)
-        self.answered = False
+        self.answered = False  # the question is set at construction: it can be answered before a reset
 
     @classmethod
     def from_arguments(cls, arguments: Mapping[str, Any]) -> ProductQAEnv:
@@ -67,25 +64,19 @@ class ProductQAEnv(SingleAgentEnv):
         return cls(*parse_product(task))
 
     @property
+    def question(self) -> str:
+        return f"{self.a} × {self.b}"
+
+    @property
     def target(self) -> int:
         return self.a * self.b
+
+    def question_info(self) -> Info:
+        return {"a": self.a, "b": self.b}
 
     @property
     def suggested_sysprompt(self) -> str:
         return "Compute the product you are given. Reply with the number only."
 
     def env_reset(self, *, seed: int | None = None) -> tuple[str, Info]:
-        self.answered = False
-        return f"Compute {self.a} × {self.b}. Reply with the number only.", {"a": self.a, "b": self.b}
-
-    def env_step(self, action: str) -> StepOutcome:
-        if self.answered:
-            raise ConfigError("ProductQAEnv.step called after the answer was given; call reset first")
-        self.answered = True
-        return grade_number(
-            action,
-            target=self.target,
-            question=f"{self.a} × {self.b}",
-            correct_reward=self.correct_reward,
-            incorrect_reward=self.incorrect_reward,
-        )
+        return self.prompt()

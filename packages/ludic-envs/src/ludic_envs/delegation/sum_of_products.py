@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import random
 
-from ludic_core.env import SingleAgentEnv
-from ludic_core.errors import ConfigError
-from ludic_core.types import Info, StepOutcome
+from ludic_core.types import Info
 from ludic_core.validation import check_int
-from ludic_envs.delegation.grading import grade_number
+from ludic_envs.delegation.grading import NumberQuestionEnv
 
 __all__ = ["SumOfProductsEnv"]
 
@@ -19,7 +17,7 @@ SYSTEM_PROMPT = (
 )
 
 
-class SumOfProductsEnv(SingleAgentEnv):
+class SumOfProductsEnv(NumberQuestionEnv):
     """Compute ``a1 × b1 + a2 × b2 + …`` (``num_parts`` products of factors in ``[min_factor,
     max_factor]``, drawn from the reset seed); one step.
 
@@ -41,18 +39,15 @@ class SumOfProductsEnv(SingleAgentEnv):
         seed: int | None = None,
         agent_id: str = "agent_0",
     ) -> None:
-        super().__init__(agent_id=agent_id)
+        super().__init__(correct_reward=correct_reward, incorrect_reward=incorrect_reward, agent_id=agent_id)
         check_int("SumOfProductsEnv.num_parts", num_parts, 1)
         check_int("SumOfProductsEnv.min_factor", min_factor, 0)
         check_int("SumOfProductsEnv.max_factor", max_factor, min_factor)
         self.num_parts = num_parts
         self.min_factor = min_factor
         self.max_factor = max_factor
-        self.correct_reward = float(correct_reward)
-        self.incorrect_reward = float(incorrect_reward)
         self._rng = random.Random(seed)
         self.parts: list[tuple[int, int]] = []
-        self.answered = True
 
     @property
     def target(self) -> int:
@@ -61,6 +56,9 @@ class SumOfProductsEnv(SingleAgentEnv):
     @property
     def question(self) -> str:
         return " + ".join(f"{a} × {b}" for a, b in self.parts)
+
+    def question_info(self) -> Info:
+        return {"parts": [list(p) for p in self.parts]}
 
     @property
     def suggested_sysprompt(self) -> str:
@@ -74,19 +72,4 @@ class SumOfProductsEnv(SingleAgentEnv):
             (draw(self.min_factor, self.max_factor), draw(self.min_factor, self.max_factor))
             for _ in range(self.num_parts)
         ]
-        self.answered = False
-        obs = f"Compute {self.question}. Reply with the number only."
-        return obs, {"parts": [list(p) for p in self.parts]}
-
-    def env_step(self, action: str) -> StepOutcome:
-        if self.answered:
-            raise ConfigError("SumOfProductsEnv.step called before reset or after the answer; call reset")
-        self.answered = True
-        return grade_number(
-            action,
-            target=self.target,
-            question=self.question,
-            correct_reward=self.correct_reward,
-            incorrect_reward=self.incorrect_reward,
-            info={"parts": [list(p) for p in self.parts]},
-        )
+        return self.prompt()
