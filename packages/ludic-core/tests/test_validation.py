@@ -12,6 +12,7 @@ from ludic_core.validation import (
     boolean,
     check_int,
     check_number,
+    check_some_of,
     int_at_least,
     non_negative_number,
     number_in,
@@ -59,3 +60,20 @@ def test_good_values_pass_and_huge_ints_are_finite() -> None:
     Settings(steps=10**400, every=None, lr=1e-30, decay=0, p=1.0, on=False, mode="b")
     check_number("x", 10**400, minimum=0)
     check_int("x", None, 0, optional=True)
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ((), r"methods must be a non-empty sequence of \('a', 'b'\), got \(\)"),
+        ("a", r"methods must be a non-empty sequence of \('a', 'b'\), got 'a'"),
+        (("a", "c"), r"methods: unknown value\(s\) \['c'\] in \('a', 'c'\); known: \('a', 'b'\)"),
+    ],
+)
+def test_check_some_of_names_what_is_not_a_choice(values: object, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        check_some_of("methods", values, ("a", "b"))  # type: ignore[arg-type]
+
+
+def test_check_some_of_returns_the_values_as_a_tuple() -> None:
+    assert check_some_of("methods", ["b", "a"], ("a", "b")) == ("b", "a")

@@ -13,8 +13,8 @@ NaN or infinity is never a setting.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
@@ -27,6 +27,7 @@ __all__ = [
     "check_int",
     "check_number",
     "check_one_of",
+    "check_some_of",
     "finite_number",
     "int_at_least",
     "non_negative_number",
@@ -34,6 +35,8 @@ __all__ = [
     "one_of",
     "positive_number",
 ]
+
+T = TypeVar("T")
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -109,6 +112,16 @@ def check_bool(name: str, value: object, *, error: type[LudicError] = ConfigErro
 def check_one_of(name: str, value: object, choices: Collection[object]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+def check_some_of(name: str, values: Sequence[T], choices: Collection[T]) -> tuple[T, ...]:
+    """``values`` as a tuple: a non-empty sequence (not a string) of ``choices``."""
+    if isinstance(values, str) or not values:
+        raise ConfigError(f"{name} must be a non-empty sequence of {tuple(choices)}, got {values!r}")
+    unknown = [v for v in values if v not in choices]
+    if unknown:
+        raise ConfigError(f"{name}: unknown value(s) {unknown!r} in {values!r}; known: {tuple(choices)}")
+    return tuple(values)
 
 
 def _named(instance: Any, attribute: attrs.Attribute[Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Literal, TypeAlias, get_args
 
 import attrs
 
-from ludic_core.errors import ConfigError
+from ludic_core.validation import check_some_of
 from ludic_envs.codeexec.cgroups import (
     CgroupBase,
     CgroupUnavailable,
@@ -45,13 +45,7 @@ DEFAULT_MEMORY_METHODS: tuple[MemoryMethod, ...] = ("cgroup", "aggregate")
 
 def check_memory_methods(methods: Sequence[MemoryMethod]) -> tuple[MemoryMethod, ...]:
     """``methods`` as a tuple, or a ConfigError naming the bad value."""
-    known = get_args(MemoryMethod)
-    if isinstance(methods, str) or not methods:
-        raise ConfigError(f"memory_methods must be a non-empty sequence of {known}, got {methods!r}")
-    unknown = [m for m in methods if m not in known]
-    if unknown:
-        raise ConfigError(f"memory_methods: unknown method(s) {unknown!r} in {methods!r}; known: {known}")
-    return tuple(methods)
+    return check_some_of("memory_methods", methods, get_args(MemoryMethod))
 
 
 @attrs.frozen

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, TypeAlias, get_args
 
-from ludic_core.errors import ConfigError
+from ludic_core.validation import check_some_of
 
 __all__ = ["DEFAULT_NETWORK_METHODS", "NetworkMethod", "check_network_methods"]
 
@@ -27,10 +27,4 @@ DEFAULT_NETWORK_METHODS: tuple[NetworkMethod, ...] = ("namespace", "seccomp")
 
 def check_network_methods(methods: Sequence[NetworkMethod]) -> tuple[NetworkMethod, ...]:
     """``methods`` as a tuple, or a ConfigError naming the bad value."""
-    known = get_args(NetworkMethod)
-    if isinstance(methods, str) or not methods:
-        raise ConfigError(f"network_methods must be a non-empty sequence of {known}, got {methods!r}")
-    unknown = [m for m in methods if m not in known]
-    if unknown:
-        raise ConfigError(f"network_methods: unknown method(s) {unknown!r} in {methods!r}; known: {known}")
-    return tuple(methods)
+    return check_some_of("network_methods", methods, get_args(NetworkMethod))
