@@ -43,23 +43,18 @@ RESERVED_META_KEYS: frozenset[str] = frozenset(
 """Rollout meta keys owned by the protocol or the engine; request meta may not use them."""
 
 
-def _check_kind(owner: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        if not isinstance(value, str) or not value:
-            raise ConfigError(f"{owner}.kind must be a non-empty str, got {value!r}")
-
-    return check
+def _check_kind(instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{type(instance).__name__}.kind must be a non-empty str, got {value!r}")
 
 
-def _check_factory(owner: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
-    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is not None and not callable(value):
-            raise ConfigError(f"{owner}.factory must be callable or None, got {value!r}")
-
-    return check
+def _check_factory(instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not callable(value):
+        raise ConfigError(f"{type(instance).__name__}.factory must be callable or None, got {value!r}")
 
 
-def _kwargs(owner: str, value: object) -> dict[str, Any]:
+def _kwargs(value: object, instance: Any) -> dict[str, Any]:
+    owner = type(instance).__name__
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -70,40 +65,33 @@ def _kwargs(owner: str, value: object) -> dict[str, Any]:
     return dict(value)
 
 
-def _env_kwargs(value: object) -> dict[str, Any]:
-    return _kwargs("EnvSpec", value)
+@attrs.frozen
+class _ComponentSpec:
+    """A component of an episode: ``kind`` names a registered one (or labels ``factory``), built with
+    ``kwargs``."""
 
+    kind: str = attrs.field(validator=_check_kind)
+    # takes_self: errors name the subclass. mypy's attrs plugin does not read a Converter.
+    kwargs: dict[str, Any] = attrs.field(
+        factory=dict,
+        converter=attrs.Converter(_kwargs, takes_self=True),  # type: ignore[misc]
+    )
+    factory: Callable[..., Any] | None = attrs.field(
+        default=None, validator=_check_factory, eq=False, repr=False
+    )
 
-def _protocol_kwargs(value: object) -> dict[str, Any]:
-    return _kwargs("ProtocolSpec", value)
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "kwargs": dict(self.kwargs)}
 
 
 @attrs.frozen
-class EnvSpec:
+class EnvSpec(_ComponentSpec):
     """How to build the env of one episode: ``kind`` names a registered env (or labels ``factory``)."""
 
-    kind: str = attrs.field(validator=_check_kind("EnvSpec"))
-    kwargs: dict[str, Any] = attrs.field(factory=dict, converter=_env_kwargs)
-    factory: Callable[..., Any] | None = attrs.field(
-        default=None, validator=_check_factory("EnvSpec"), eq=False, repr=False
-    )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "kwargs": dict(self.kwargs)}
-
 
 @attrs.frozen
-class ProtocolSpec:
+class ProtocolSpec(_ComponentSpec):
     """How to build the protocol (and with it the agents) of one episode."""
-
-    kind: str = attrs.field(validator=_check_kind("ProtocolSpec"))
-    kwargs: dict[str, Any] = attrs.field(factory=dict, converter=_protocol_kwargs)
-    factory: Callable[..., Any] | None = attrs.field(
-        default=None, validator=_check_factory("ProtocolSpec"), eq=False, repr=False
-    )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "kwargs": dict(self.kwargs)}
 
 
 def _meta(value: object) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from typing import Any
 import attrs
 
 from ludic_core import requests, types
+from ludic_core.data_fields import slot_setters
 from ludic_core.errors import ConfigError, LudicError, LudicTimeoutError
 from ludic_core.logs import get_logger
 
@@ -299,8 +300,7 @@ class RolloutWorkerPool:
 
 @functools.cache
 def _slots(cls: type) -> tuple[Any, tuple[Any, ...]]:
-    names = [field.name for field in attrs.fields(cls)]
-    return operator.attrgetter(*names), tuple(cls.__dict__[name].__set__ for name in names)
+    return operator.attrgetter(*[field.name for field in attrs.fields(cls)]), slot_setters(cls)
 
 
 def _rebuild(cls: type, values: tuple[Any, ...]) -> Any:
