@@ -53,16 +53,20 @@ def _check_factory(instance: Any, _attribute: attrs.Attribute[Any], value: Any) 
         raise ConfigError(f"{type(instance).__name__}.factory must be callable or None, got {value!r}")
 
 
-def _kwargs(value: object, instance: Any) -> dict[str, Any]:
-    owner = type(instance).__name__
+def _str_keyed(name: str, value: object) -> dict[str, Any]:
+    """``value`` as a dict: None is empty; anything else must be a mapping with str keys."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{owner}.kwargs must be a mapping, got {type(value).__name__}: {value!r}")
+        raise ConfigError(f"{name} must be a mapping, got {type(value).__name__}: {value!r}")
     bad = [k for k in value if not isinstance(k, str)]
     if bad:
-        raise ConfigError(f"{owner}.kwargs keys must be str, got {bad[0]!r}")
+        raise ConfigError(f"{name} keys must be str, got {bad[0]!r}")
     return dict(value)
+
+
+def _kwargs(value: object, instance: Any) -> dict[str, Any]:
+    return _str_keyed(f"{type(instance).__name__}.kwargs", value)
 
 
 @attrs.frozen
@@ -95,20 +99,14 @@ class ProtocolSpec(_ComponentSpec):
 
 
 def _meta(value: object) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"RolloutRequest.meta must be a mapping, got {type(value).__name__}: {value!r}")
-    reserved = sorted(set(value) & RESERVED_META_KEYS)
+    meta = _str_keyed("RolloutRequest.meta", value)
+    reserved = sorted(set(meta) & RESERVED_META_KEYS)
     if reserved:
         raise ConfigError(
             f"RolloutRequest.meta uses reserved keys {reserved}; the protocol and the engine own "
             f"{sorted(RESERVED_META_KEYS)}"
         )
-    bad = [k for k in value if not isinstance(k, str)]
-    if bad:
-        raise ConfigError(f"RolloutRequest.meta keys must be str, got {bad[0]!r}")
-    return dict(value)
+    return meta
 
 
 @attrs.frozen
