@@ -64,6 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train_opponent": "random",
         "train_start_share": 0.0,
         "train_on": "games",
+        "grpo_lr": 1e-3,
     },
     # A longer GRPO run on varied training games (docs/training-results.md has its numbers): twice the
     # games per step, a half-perfect opponent in training, half the groups from random mid-game starts.
@@ -79,20 +80,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train_opponent": "mixed",
         "train_start_share": 0.5,
         "train_on": "games",
+        "grpo_lr": 1e-3,
     },
     # The strong player: GRPO on single decisions graded by the solver (TrainingPositions).
     "strong": {
         "teacher_games": 64,
         "sft_steps": 20,
         "grpo_steps": 40,
-        "groups_per_step": 16,
+        "groups_per_step": 32,
         "eval_positions": 200,
         "eval_games": 150,
         "greedy_eval_games": 0,
-        "eval_every": 10,
+        "eval_every": 20,
         "train_opponent": "random",
         "train_start_share": 0.0,
         "train_on": "positions",
+        "grpo_lr": 3e-4,
     },
 }
 
@@ -122,7 +125,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--group-size", type=int, default=8, help="games per GRPO group (same game, different samples)"
     )
     p.add_argument("--groups-per-step", type=int, help="GRPO groups per step")
-    p.add_argument("--grpo-lr", type=float, default=1e-3)
+    p.add_argument("--grpo-lr", type=float)
     p.add_argument(
         "--algorithm",
         choices=("grpo", "dr_grpo"),
