@@ -82,7 +82,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "train_on": "games",
         "grpo_lr": 1e-3,
     },
-    # The strong player: GRPO on single decisions graded by the solver (TrainingPositions).
+    # GRPO on single decisions graded by the solver (TrainingPositions), towards a strong player;
+    # docs/training-results.md has what it reaches so far.
     "strong": {
         "teacher_games": 64,
         "sft_steps": 20,
