@@ -246,13 +246,14 @@ async def _run(
     from players import perfect_player, random_legal_player, teacher_moves
 
     from ludic_agents.chat_template import HFChatTemplate
-    from ludic_core.algorithms import dr_grpo, grpo, sft
+    from ludic_core.algorithms import sft
     from ludic_core.batch_sources import OfflineBatchSource, RolloutBatchSource
     from ludic_core.errors import MissingExtraError
     from ludic_core.intervals import paired_interval
     from ludic_core.loggers.jsonl import JsonlLogger
     from ludic_core.loggers.tee import TeeLogger
     from ludic_core.peak_memory import peak_rss_mb, reset_peak_rss
+    from ludic_core.registry import make_algorithm
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
     from ludic_train.lora import apply_lora
@@ -387,7 +388,7 @@ async def _run(
         e = evals[label]
         return {**e["positions"], "points_mean": e["sampled_games"]["points_mean"]}
 
-    algorithm = {"grpo": grpo, "dr_grpo": dr_grpo}[args.algorithm](group_size=args.group_size)
+    algorithm = make_algorithm(args.algorithm, group_size=args.group_size)
     if args.entropy_coeff:
         algorithm = with_entropy_bonus(algorithm, args.entropy_coeff)
     source = RolloutBatchSource(

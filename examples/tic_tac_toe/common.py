@@ -183,8 +183,8 @@ class TrainingGames:
 
 @attrs.frozen
 class TrainingPositions:
-    """GRPO on single decisions instead of games: each group is one undecided position, drawn as
-    :func:`sample_positions` draws the evaluation's, and each reply is paid the outcome perfect play
+    """GRPO on single decisions instead of games: each group is one undecided position after 0 to
+    ``max_plies`` random plies (:func:`random_position`), and each reply is paid the outcome perfect play
     reaches after it (:class:`~ludic_envs.tictactoe.TicTacToeMoveEnv`): win 1, draw 0.5, loss 0,
     illegal or malformed -1. Every move gets its own verdict, where a game's outcome pays a whole
     game of moves alike."""
@@ -227,8 +227,8 @@ def grpo_requests(
 ) -> Callable[[int], list[RolloutRequest]]:
     """``step -> requests``: ``groups_per_step`` games, each played ``group_size`` times (same env seed
     and start, so the same side and the same opponent dice; different sampling seeds). ``games`` says
-    which games (:class:`TrainingGames`), or single decisions (:class:`TrainingPositions`). A pure function of the step, so resumed runs replay the same
-    requests."""
+    which games (:class:`TrainingGames`), or single decisions (:class:`TrainingPositions`). A pure
+    function of the step, so resumed runs replay the same requests."""
     spec = inference_spec(temperature=temperature, logprobs=True, max_tokens=max_tokens)
 
     def requests(step: int) -> list[RolloutRequest]:
