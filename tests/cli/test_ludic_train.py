@@ -210,6 +210,10 @@ def test_selfplay_warms_up_then_trains_one_policy_in_both_seats_a_group_per_seat
     warm = _jsonl(run / "warm_start.jsonl")
     assert len(warm) == 4 * 2 and sorted(r["meta"]["agent_id"] for r in warm) == ["o"] * 4 + ["x"] * 4
     assert all(r["steps"][-1]["info"]["result"] in ("win", "draw", "loss") for r in warm)
+    # Board-only prompts: no turn's prompt grows with the dialog (the list of free cells shrinks).
+    for rollout in warm:
+        lengths = [len(step["trace"]["prompt_token_ids"]) for step in rollout["steps"]]
+        assert lengths == sorted(lengths, reverse=True), lengths
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2
     assert {k: summary["warm_start"][k] for k in ("teacher", "episodes", "rollouts", "steps")} == {

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from ludic_agents import FullDialog, TruncatedThinkingContext
+from ludic_agents import FullDialog, LatestObservation, TruncatedThinkingContext
+from ludic_agents.context import NAMED_CONTEXTS, named_context
 from ludic_core.errors import ConfigError
 from ludic_core.types import ToolResult
 
@@ -60,3 +63,31 @@ def test_bad_messages_are_rejected() -> None:
         ctx.add_message({"role": "robot", "content": "x"})
     with pytest.raises(ConfigError, match="str content"):
         ctx.add_user(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["full_dialog", "latest_observation", "truncated_thinking"])
+def test_a_named_context_is_a_fresh_strategy_of_that_name(name: str) -> None:
+    ctx = named_context(name, system_prompt="rules")
+    assert type(ctx) is NAMED_CONTEXTS[name] and ctx.messages == [{"role": "system", "content": "rules"}]
+    assert named_context(name) is not named_context(name)
+
+
+@pytest.mark.parametrize("name", ["latest", None, 3])
+def test_an_unknown_context_name_is_refused_with_the_known_ones(name: object) -> None:
+    with pytest.raises(ConfigError, match=r"context must be one of \['full_dialog', .*got " + repr(name)):
+        named_context(name)  # type: ignore[arg-type]
+
+
+def test_the_chat_agent_shows_only_the_latest_board_with_latest_observation(real_tok: Any) -> None:
+    from ludic_agents.testing import ScriptedTokenClient
+    from ludic_core.registry import make_agent
+
+    client = ScriptedTokenClient(real_tok, ["a"])
+    agent = make_agent("chat", client=client, parser=lambda t: t, context="latest_observation")
+    assert isinstance(agent.context, LatestObservation)
+    agent.reset()
+    agent.on_env_reset("board 1", {})
+    agent.context.add_assistant({"role": "assistant", "content": "a"})
+    agent.on_after_step("board 2", {})
+    assert [m["content"] for m in agent.context.prompt_messages()] == ["board 2"]
+    assert isinstance(make_agent("chat", client=client, parser=lambda t: t).context, FullDialog)

@@ -54,6 +54,7 @@ def test_self_play_pays_a_forfeit_as_a_win_and_otherwise_plays_the_tictactoe_gam
     assert selfplay["env_kwargs"]["rewards"] == {**game["env_kwargs"]["rewards"], "opponent_forfeit": 1.0}
     assert (selfplay["system_prompt"], selfplay["sampling"]) == (game["system_prompt"], game["sampling"])
     assert selfplay["rollout"]["max_steps"] == 9  # both seats' moves
+    assert selfplay["agent_kwargs"] == {"context": "latest_observation"}  # board-only prompts
 
 
 def test_the_tool_task_offers_the_calculator_in_the_hermes_format() -> None:

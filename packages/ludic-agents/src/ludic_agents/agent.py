@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ludic_agents.chat_template import ChatTemplate, HFChatTemplate
-from ludic_agents.context import ContextStrategy, FullDialog
+from ludic_agents.context import ContextStrategy, FullDialog, named_context
 from ludic_agents.extension import TurnPrompt
 from ludic_core.call_timeout import call_timeout
 from ludic_core.errors import ConfigError, LudicTimeoutError, ProtocolError
@@ -264,13 +264,23 @@ class Agent:
 
 
 def make_chat_agent(
-    *, client: ChatClient, parser: Parser, system_prompt: str | None = None, **options: Any
+    *,
+    client: ChatClient,
+    parser: Parser,
+    system_prompt: str | None = None,
+    context: str = "full_dialog",
+    **options: Any,
 ) -> Agent:
-    """An :class:`Agent` over ``client``'s own tokenizer and chat template, with a fresh full-dialog
-    context whose system prompt is ``system_prompt`` (None: the env's suggestion).
+    """An :class:`Agent` over ``client``'s own tokenizer and chat template, with a fresh context whose
+    system prompt is ``system_prompt`` (None: the env's suggestion). ``context`` names its strategy
+    in :data:`~ludic_agents.context.NAMED_CONTEXTS`: ``"full_dialog"`` shows the whole conversation,
+    ``"latest_observation"`` the system prompt and the newest observation only (for envs whose
+    observation is the whole state, such as a board game).
 
     Registered as the agent ``"chat"`` (``ludic_core.registry.make_agent("chat", client=..., parser=...)``),
     so packages that may not import ludic-agents, such as ludic-train's ``local`` backend of the
-    ``ludic`` command, can still build one. ``options`` are the other :class:`Agent` arguments.
+    ``ludic`` command, can still build one; a run config picks the context with
+    ``agent_kwargs = {context = "latest_observation"}``. ``options`` are the other :class:`Agent`
+    arguments.
     """
-    return Agent(client=client, parser=parser, context=FullDialog(system_prompt), **options)
+    return Agent(client=client, parser=parser, context=named_context(context, system_prompt), **options)

@@ -38,7 +38,14 @@ from collections.abc import Sequence
 from ludic_core.errors import ConfigError
 from ludic_core.types import FrozenMessage, Info, Message, ToolResult
 
-__all__ = ["ContextStrategy", "FullDialog", "LatestObservation", "TruncatedThinkingContext"]
+__all__ = [
+    "NAMED_CONTEXTS",
+    "ContextStrategy",
+    "FullDialog",
+    "LatestObservation",
+    "TruncatedThinkingContext",
+    "named_context",
+]
 
 _ROLES = frozenset({"system", "user", "assistant", "tool"})
 
@@ -180,3 +187,20 @@ class TruncatedThinkingContext(ContextStrategy):
             if message.get("role") == "assistant" and isinstance(message.get("content"), str):
                 message["content"] = self.truncate(message["content"])
         return out
+
+
+NAMED_CONTEXTS: dict[str, type[ContextStrategy]] = {
+    "full_dialog": FullDialog,
+    "latest_observation": LatestObservation,
+    "truncated_thinking": TruncatedThinkingContext,
+}
+"""The strategies a run config names by string (an agent's ``context`` option)."""
+
+
+def named_context(name: str, system_prompt: str | None = None) -> ContextStrategy:
+    """A fresh strategy of :data:`NAMED_CONTEXTS` by name, with ``system_prompt``; an unknown name is a
+    ``ConfigError`` that lists the known ones."""
+    strategy = NAMED_CONTEXTS.get(name) if isinstance(name, str) else None
+    if strategy is None:
+        raise ConfigError(f"context must be one of {sorted(NAMED_CONTEXTS)}, got {name!r}")
+    return strategy(system_prompt=system_prompt)

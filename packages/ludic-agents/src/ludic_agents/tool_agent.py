@@ -21,7 +21,7 @@ import attrs
 
 from ludic_agents.agent import Agent
 from ludic_agents.chat_template import ChatTemplate, HFChatTemplate, named_chat_template, renders_tool_calls
-from ludic_agents.context import FullDialog
+from ludic_agents.context import named_context
 from ludic_agents.tools import Tool, registered_tool, run_tool_call
 from ludic_core.errors import ConfigError
 from ludic_core.harness import DEFAULT_ACT_OPTIONS, ActOptions, AgentActResult, AgentActStep
@@ -253,11 +253,12 @@ def make_tool_chat_agent(
     system_prompt: str | None = None,
     tool_parser: str = "hermes",
     chat_template: str | ChatTemplate | None = None,
+    context: str = "full_dialog",
     **options: Any,
 ) -> ToolAgent:
     """A :class:`ToolAgent` offering the registered tools named in ``tools`` (:data:`~ludic_agents.tools.TOOLS`),
-    with a fresh full-dialog context whose system prompt is ``system_prompt`` (None: the env's
-    suggestion); ``tool_parser`` reads the calls (``"hermes"``: ``<tool_call>{...}</tool_call>``).
+    with a fresh context whose system prompt is ``system_prompt`` (None: the env's suggestion) and
+    whose strategy ``context`` names (as :func:`~ludic_agents.agent.make_chat_agent`'s); ``tool_parser`` reads the calls (``"hermes"``: ``<tool_call>{...}</tool_call>``).
 
     ``chat_template``: a template named in :data:`~ludic_agents.chat_template.NAMED_CHAT_TEMPLATES`
     (``"chatml_tools"`` for a ChatML model whose own template has no tool section), a
@@ -281,7 +282,7 @@ def make_tool_chat_agent(
         client=client,
         parser=parser,
         chat_template=template,
-        context=FullDialog(system_prompt),
+        context=named_context(context, system_prompt),
         tools=[registered_tool(name) for name in tools],
         **options,
     )

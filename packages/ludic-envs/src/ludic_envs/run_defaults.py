@@ -48,8 +48,9 @@ def tictactoe_run_defaults() -> dict[str, Any]:
 
 def tictactoe_selfplay_run_defaults() -> dict[str, Any]:
     """Self-play GRPO: one policy in both seats (``protocol = "multi_agent"``), each seat's rollouts
-    compared only with that seat's in the group; the game, prompt and sampling of ``tictactoe``. A
-    game's result is each seat's reward, and a forfeit (the other seat's illegal move) is a win."""
+    compared only with that seat's in the group; the game, prompt and sampling of ``tictactoe``, each
+    prompt showing only the system prompt and the current board. A game's result is each seat's
+    reward, and a forfeit (the other seat's illegal move) is a win."""
     game = tictactoe_run_defaults()
     return {
         "env_kwargs": {
@@ -57,6 +58,9 @@ def tictactoe_selfplay_run_defaults() -> dict[str, Any]:
             "rewards": {**game["env_kwargs"]["rewards"], "opponent_forfeit": 1.0},
         },
         "protocol": "multi_agent",
+        # Board-only prompts: the board is the whole state, and a full dialog would grow every seat's
+        # prompt turn by turn (and let the policy copy its own earlier replies).
+        "agent_kwargs": {"context": "latest_observation"},
         "system_prompt": game["system_prompt"],
         "sampling": game["sampling"],
         "episodes": 4,
