@@ -499,3 +499,50 @@ def test_lora_models_get_logits_at_action_positions_too(tiny_model: torch.nn.Mod
         _float32_copy(tiny_model), PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=2)
     )
     assert not accepts_logits_to_keep(prefix)
+
+
+def _replies(prompt: list[int], lengths: list[int], rng: random.Random) -> list[SAWItem]:
+    return [
+        SAWItem(
+            input_ids=prompt + [rng.randrange(1, 50) for _ in range(n)],
+            action_mask=[0] * len(prompt) + [1] * n,
+            weight=1.0,
+        )
+        for n in lengths
+    ]
+
+
+def test_grouped_prompts_pack_each_groups_replies_together_under_the_shared_cost() -> None:
+    rng = random.Random(0)
+    prompt_a = [rng.randrange(1, 50) for _ in range(30)]
+    prompt_b = [rng.randrange(1, 50) for _ in range(24)]
+    group_a = _replies(prompt_a, [3, 5, 2, 4, 6, 1], rng)
+    group_b = _replies(prompt_b, [2, 2, 3], rng)
+    alone = make_items(4, seed=1)  # prompts nobody shares
+    items = [*alone[:2], *group_a[:3], *group_b, *group_a[3:], *alone[2:]]
+    budget = 60
+    chunks = split_items_by_token_budget(items, micro_token_budget=budget, max_seq_len=64, group_prompts=True)
+    flat = [item for chunk in chunks for item in chunk]
+    assert sorted(i.input_ids for i in flat) == sorted(i.input_ids for i in items)
+    for chunk in chunks:
+        prompts = {tuple(i.input_ids[: i.action_mask.index(1)]) for i in chunk}
+        if chunk[0] not in alone:  # a group's chunk: its prompt once, then each reply
+            assert len(prompts) == 1
+            shared = len(next(iter(prompts))) - 1
+            assert shared + max(len(i) - shared for i in chunk) * len(chunk) <= budget
+        else:
+            assert all(i in alone for i in chunk)
+            assert max(len(i) for i in chunk) * len(chunk) <= budget
+    # Packed by length alone, no chunk of the groups' items would hold more than two of them.
+    assert max(len(c) for c in chunks) >= 5
+    plain = split_items_by_token_budget(items, micro_token_budget=budget, max_seq_len=64)
+    assert plain == split_items_by_token_budget(
+        items, micro_token_budget=budget, max_seq_len=64, group_prompts=False
+    )
+
+
+def test_a_prompt_too_short_to_share_is_packed_by_length() -> None:
+    rng = random.Random(0)
+    group = _replies([7, 8, 9], [2, 3, 4], rng)
+    grouped = split_items_by_token_budget(group, micro_token_budget=20, max_seq_len=16, group_prompts=True)
+    assert grouped == split_items_by_token_budget(group, micro_token_budget=20, max_seq_len=16)

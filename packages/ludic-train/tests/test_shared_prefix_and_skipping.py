@@ -201,7 +201,13 @@ class _Repeat:
 
 
 def _train(
-    model: torch.nn.Module, items: list[SAWItem], *, fast: bool, steps: int = 2
+    model: torch.nn.Module,
+    items: list[SAWItem],
+    *,
+    fast: bool,
+    steps: int = 2,
+    budget: int = 64,
+    optimizer: str = "adamw",
 ) -> tuple[list, Trainer]:
     trainer = Trainer(
         model=model,
@@ -211,7 +217,8 @@ def _train(
             pad_token_id=PAD,
             lr=1e-2,
             publish_every_steps=0,
-            micro_token_budget=64,
+            micro_token_budget=budget,
+            optimizer=optimizer,
             max_seq_len=64,
             share_prompt_prefix=fast,
             skip_zero_weight_items=fast,
@@ -288,3 +295,56 @@ def test_identical_rows_without_action_tokens_run_one_ordinary_pass(model: torch
     batch = collate_saw_items([item, item, item], pad_token_id=PAD)
     logits = policy_logits(model, batch, share_prefix=True)
     assert logits.shape[:2] == (3, batch["logit_positions"].numel())
+
+
+def _group_items(groups: int, replies: int, *, seed: int) -> list[SAWItem]:
+    """GRPO-shaped items: ``groups`` prompts of 40 random tokens, each answered ``replies`` times; a
+    group's rows share their whole prompt, different groups nothing, and the groups are interleaved.
+    Every prompt has the same length (as a board game's do), so sorting by length does not group them."""
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(1, VOCAB) for _ in range(40)] for _ in range(groups)]
+    items = []
+    for k in range(replies):
+        for g, prompt in enumerate(prompts):
+            completion = [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 5))]
+            items.append(
+                SAWItem(
+                    input_ids=prompt + completion,
+                    action_mask=[0] * len(prompt) + [1] * len(completion),
+                    weight=rng.uniform(-1.5, 1.5),
+                    meta={"rollout_id": f"g{g}r{k}"},
+                    actor_logps=[-rng.uniform(0.5, 3.0) for _ in completion],
+                )
+            )
+    return items
+
+
+def test_a_groups_replies_train_together_running_their_prompt_once(model: torch.nn.Module) -> None:
+    """Packing a group's replies into one micro-batch makes their whole prompt the shared prefix:
+    the step runs far fewer tokens and updates the weights as the unshared step does."""
+    items = _group_items(3, 4, seed=9)
+    runs = {}
+    for fast in (False, True):
+        torch.manual_seed(0)
+        tokens: list[int] = []
+        lm = copy.deepcopy(model)
+        hook = lm.model.register_forward_hook(
+            lambda _m, _a, kwargs, _out, seen=tokens: seen.append(kwargs["input_ids"].numel()),
+            with_kwargs=True,
+        )
+        try:
+            # SGD: the update is the gradient itself (Adam's first step is its sign, which rounding flips
+            # where a gradient is nearly 0).
+            results, trainer = _train(lm, items, fast=fast, steps=1, budget=256, optimizer="sgd")
+        finally:
+            hook.remove()
+        runs[fast] = (results[0], trainer, sum(tokens))
+    (slow, slow_trainer, slow_tokens), (fast, fast_trainer, fast_tokens) = runs[False], runs[True]
+    assert fast["train/loss"] == pytest.approx(slow["train/loss"], rel=1e-4, abs=1e-6)
+    assert fast["train/grad_norm"] == pytest.approx(slow["train/grad_norm"], rel=1e-4)
+    # Each group's prompt runs once instead of four times (packed by length, no prefix is shared).
+    assert fast_tokens < slow_tokens / 2
+    for (name, p), q in zip(
+        slow_trainer.model.named_parameters(), fast_trainer.model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=name)

@@ -65,9 +65,10 @@ class TrainerConfig(TrainerSettings):
     * ``publish_every_steps`` — publish weights every N steps with ``version = step`` (0: never).
     * ``cast_logits_to_fp32`` — compute the loss on fp32 logits (else the model's dtype, e.g. bf16).
     * ``gradient_checkpointing`` — trade compute for activation memory (HF models).
-    * ``share_prompt_prefix`` — run a prompt prefix that every row of a micro-batch shares once and
-      repeat its KV cache per row (:mod:`ludic_train.policy_forward`; same loss and gradient up to float
-      rounding). Off under FSDP2 and with gradient checkpointing.
+    * ``share_prompt_prefix`` — pack items that share a whole prompt (a GRPO group's replies) into the
+      same micro-batches, and run a prompt prefix that every row of a micro-batch shares once,
+      repeating its KV cache per row (:mod:`ludic_train.microbatch`, :mod:`ludic_train.policy_forward`;
+      same loss and gradient up to float rounding). Off under FSDP2 and with gradient checkpointing.
     * ``skip_zero_weight_items`` — leave items of weight 0 out of the forward pass when the loss says
       they add nothing (``zero_weight_items_inert``: the policy-gradient and SFT losses; not the KL or
       entropy terms). The loss stays the mean over every item; stats are means over the items that ran.

@@ -409,6 +409,7 @@ class Trainer:
             micro_token_budget=self.micro_token_budget,
             max_seq_len=cfg.max_seq_len,
             device=self.device,
+            group_prompts=self._share_prefix,
         )
 
     def _skip_step(self, nonfinite: list[str], values: Mapping[str, float]) -> None:
