@@ -546,3 +546,17 @@ def test_a_prompt_too_short_to_share_is_packed_by_length() -> None:
     group = _replies([7, 8, 9], [2, 3, 4], rng)
     grouped = split_items_by_token_budget(group, micro_token_budget=20, max_seq_len=16, group_prompts=True)
     assert grouped == split_items_by_token_budget(group, micro_token_budget=20, max_seq_len=16)
+
+
+def test_groups_with_prompts_of_one_length_share_a_chunk_each_prompt_counted_once() -> None:
+    rng = random.Random(1)
+    groups = [_replies([rng.randrange(1, 50) for _ in range(20)], [2, 3, 2, 4], rng) for _ in range(3)]
+    items = [item for k in range(4) for item in (g[k] for g in groups)]  # interleaved
+    chunks = split_items_by_token_budget(items, micro_token_budget=90, max_seq_len=64, group_prompts=True)
+    # Each prompt's 19 shared tokens once, plus each row's 3-5 tokens after them, padded to the
+    # longest: two groups fit in 90 (2 × 19 + 8 × 5 = 78), three would not (57 + 12 × 5 = 117).
+    assert [len({tuple(i.input_ids[:19]) for i in c}) for c in chunks] == [2, 1]
+    for chunk in chunks:
+        prompts = {tuple(i.input_ids[:19]) for i in chunk}
+        assert len(prompts) * 19 + len(chunk) * (max(len(i) for i in chunk) - 19) <= 90
+    assert sorted(i.input_ids for c in chunks for i in c) == sorted(i.input_ids for i in items)

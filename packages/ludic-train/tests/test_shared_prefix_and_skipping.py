@@ -29,7 +29,7 @@ from ludic_train.losses import (
     TokenKLLoss,
     TruncatedISCorrection,
 )
-from ludic_train.policy_forward import MIN_SHARED_PREFIX, policy_logits, shared_prefix_length
+from ludic_train.policy_forward import MIN_SHARED_PREFIX, policy_logits, prefix_plan, shared_prefix_length
 from ludic_train.testing import tiny_causal_lm
 from ludic_train.trainer import Trainer
 
@@ -348,3 +348,19 @@ def test_a_groups_replies_train_together_running_their_prompt_once(model: torch.
         slow_trainer.model.named_parameters(), fast_trainer.model.parameters(), strict=True
     ):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_prefix_plan_runs_each_groups_prompt_once_or_the_common_header_once() -> None:
+    grouped = collate_saw_items(_group_items(3, 4, seed=10), pad_token_id=PAD)
+    plan = prefix_plan(grouped["input_ids"], grouped["attention_mask"], grouped["logit_positions"])
+    assert plan is not None and plan.prefixes.shape == (3, 39)  # three prompts, all but their last token
+    rows = grouped["input_ids"]
+    assert torch.equal(plan.prefixes[plan.row_prefix], rows[:, :39])
+    # Rows that share only a header: the header runs once.
+    header = collate_saw_items(_items(6, seed=1), pad_token_id=PAD)
+    plan = prefix_plan(header["input_ids"], header["attention_mask"], header["logit_positions"])
+    assert plan is not None and plan.prefixes.shape[0] == 1 and plan.length >= len(SYSTEM)
+    assert not plan.row_prefix.any()
+    # Nothing shared: no plan.
+    alone = collate_saw_items(_items(4, seed=3, shared=0), pad_token_id=PAD)
+    assert prefix_plan(alone["input_ids"], alone["attention_mask"], alone["logit_positions"]) is None

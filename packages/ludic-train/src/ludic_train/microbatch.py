@@ -7,11 +7,11 @@ micro-batch of its own: the budget bounds memory wherever an item allows it, and
 together, so little of the budget is spent on padding (``bench/bench_microbatch_padding.py``).
 
 With ``group_prompts`` (the trainer's ``share_prompt_prefix``), items that share their whole prompt
-(the samples of one GRPO group at one turn) are packed together first, each chunk costing its prompt
-once plus every row's reply (``prompt + rows × (longest − prompt) ≤ micro_token_budget``): the
-forward pass runs such a prompt once (:mod:`ludic_train.policy_forward`), so a group of 8 replies to
-a 160-token prompt runs about 220 tokens instead of 1,300. Items whose prompt no other item shares are
-packed by length as above.
+(the replies of one GRPO group at one turn) are packed together, with other groups whose prompts are
+as long: the forward pass runs each distinct prompt once (:mod:`ludic_train.policy_forward`), so a
+chunk costs each prompt once plus every row's reply, ``prompts × prompt length + rows × (longest −
+prompt length) ≤ micro_token_budget``. A group of 8 replies to a 160-token prompt then runs about 230
+tokens instead of 1,300. Items whose prompt no other item shares are packed by length as above.
 
 Every Ludic loss is a mean over the sequences of its micro-batch, so multiplying each micro-batch's
 loss by :func:`micro_loss_scale` (``micro_items / total_items``) before ``backward`` accumulates exactly
@@ -117,13 +117,24 @@ def split_items_by_token_budget(
         for item in truncated:
             prompt = _shared_prompt(item)
             (by_prompt.setdefault(prompt, []) if prompt else alone).append(item)
+        by_length: dict[int, list[list[SAWItem]]] = {}
         for prompt, same in by_prompt.items():
             if len(same) == 1:
                 alone.extend(same)
             else:
-                chunks.extend(_pack(sorted(same, key=len), micro_token_budget, shared=len(prompt)))
+                by_length.setdefault(len(prompt), []).append(sorted(same, key=len))
+        for shared, groups in sorted(by_length.items()):
+            chunks.extend(_pack_groups(groups, micro_token_budget, shared))
         truncated = alone
-    chunks.extend(_pack(sorted(truncated, key=len), micro_token_budget, shared=0))
+    current: list[SAWItem] = []
+    for item in sorted(truncated, key=len):
+        # Ascending order: the new item is the longest, so it sets the chunk's padded length.
+        if current and len(item) * (len(current) + 1) > micro_token_budget:
+            chunks.append(current)
+            current = []
+        current.append(item)
+    if current:
+        chunks.append(current)
     return chunks
 
 
@@ -135,16 +146,24 @@ def _shared_prompt(item: SAWItem) -> tuple[int, ...]:
     return tuple(item.input_ids[:shared]) if shared >= MIN_SHARED_PREFIX else ()
 
 
-def _pack(ordered: Sequence[SAWItem], budget: int, *, shared: int) -> list[list[SAWItem]]:
-    """Greedy packing of items in ascending length; a chunk costs ``shared`` tokens once plus each
-    row's tokens after them, padded to the longest (the last one added)."""
+def _pack_groups(groups: Sequence[Sequence[SAWItem]], budget: int, shared: int) -> list[list[SAWItem]]:
+    """Greedy packing of groups of items (each sharing its first ``shared`` tokens), group after
+    group; a chunk costs ``shared`` tokens per group in it plus each row's tokens after them, padded
+    to the longest."""
     chunks: list[list[SAWItem]] = []
     current: list[SAWItem] = []
-    for item in ordered:
-        if current and shared + (len(item) - shared) * (len(current) + 1) > budget:
-            chunks.append(current)
-            current = []
-        current.append(item)
+    prompts = longest = 0
+    for group in groups:
+        new_prompt = True
+        for item in group:
+            cost = (prompts + new_prompt) * shared + (len(current) + 1) * (max(longest, len(item)) - shared)
+            if current and cost > budget:
+                chunks.append(current)
+                current, prompts, longest, new_prompt = [], 0, 0, True
+            current.append(item)
+            prompts += new_prompt
+            longest = max(longest, len(item))
+            new_prompt = False
     if current:
         chunks.append(current)
     return chunks
