@@ -28,7 +28,7 @@ HOSTILE = [
     "trainer.max_refills=0", "trainer.log_every=0", "trainer.eval_every_steps=-1",
     "trainer.max_consecutive_skipped_steps=0", "trainer.share_prompt_prefix=2",
     "lora.rank=-1", "lora.alpha=-1", "lora.alpha=nan", "lora.dropout=5.0", "lora.dropout=nan",
-    "lora.include_lm_head=3",
+    "lora.include_lm_head=3", "lora.top_layers=0", "lora.top_layers=1.5",
     "run.checkpoint_every=-1", "run.max_to_keep=0", "run.loggers=['tensorboard']", "run.save_final=2",
 ]  # fmt: skip
 
@@ -57,3 +57,18 @@ def test_a_hostile_value_is_refused_naming_its_field(override: str) -> None:
 def test_the_defaults_pass() -> None:
     config = load_config(RLRunConfig, overrides=["env=tictactoe"])
     assert config.steps >= 1 and config.sampling.temperature == 1.0
+
+
+def test_lora_top_layers_adapts_only_the_top_decoder_layers() -> None:
+    from ludic_train.recipes.components import build_model
+
+    model, _ = build_model("tiny", device="cpu", lora=LocalLoraSettings(rank=2, top_layers=1))
+    layers = model.config.num_hidden_layers
+    adapted = {
+        name.split(".layers.")[1].split(".")[0] for name, _ in model.named_parameters() if "lora_" in name
+    }
+    assert adapted == {str(layers - 1)}
+    with pytest.raises(
+        ConfigError, match=f"lora.top_layers={layers + 1} exceeds the model's {layers} decoder"
+    ):
+        build_model("tiny", device="cpu", lora=LocalLoraSettings(rank=2, top_layers=layers + 1))

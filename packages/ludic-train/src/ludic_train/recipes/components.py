@@ -157,12 +157,18 @@ def build_model(
     if lora.rank:
         from ludic_train.lora import apply_lora
 
+        layers = model.config.num_hidden_layers
+        if lora.top_layers is not None and lora.top_layers > layers:
+            raise ConfigError(
+                f"lora.top_layers={lora.top_layers} exceeds the model's {layers} decoder layers"
+            )
         model = apply_lora(
             model,
             rank=lora.rank,
             alpha=lora.alpha,
             dropout=lora.dropout,
             include_lm_head=lora.include_lm_head,
+            layers=None if lora.top_layers is None else range(layers - lora.top_layers, layers),
         )
     if launched_ranks().distributed:
         from ludic_train.fsdp import shard_model
