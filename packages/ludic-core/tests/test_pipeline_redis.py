@@ -541,6 +541,28 @@ async def test_an_error_reply_to_a_claim_leaves_no_reply_for_the_next(redis_url:
 
 
 @pytest.mark.redis
+async def test_a_push_writes_payloads_given_in_parts(redis_url: str, queue_key: str) -> None:
+    import redis.asyncio as redis_asyncio
+
+    from ludic_core.pipeline.connection import PinnedConnection
+
+    client = redis_asyncio.Redis.from_url(redis_url)
+    connection = PinnedConnection(client)
+    column = b"0123456789"
+    try:
+        # A message's parts (views of its columns among them) go out as they are, one bulk each.
+        payloads = [[b"ab", memoryview(column)[2:5]], [b""], [b"x" * 70_000, b"y"]]
+        assert await connection.push(queue_key, payloads) == 3
+        assert await connection.push(queue_key, [[b"z"]]) == 4
+        assert connection._packed == {}
+        assert await client.lrange(queue_key, 0, -1) == [b"ab234", b"", b"x" * 70_000 + b"y", b"z"]
+    finally:
+        await connection.aclose()
+        await client.delete(queue_key)
+        await client.aclose()
+
+
+@pytest.mark.redis
 async def test_pushed_payloads_are_packed_for_their_call_only(redis_url: str, queue_key: str) -> None:
     import redis.asyncio as redis_asyncio
 
@@ -701,6 +723,8 @@ async def test_an_acknowledgement_is_one_transaction_that_finds_lost_claims(
     client = redis_asyncio.Redis.from_url(redis_url)
     assert await client.get(f"{queue_key}:acked:learner-0") == b"2"
     assert await client.llen(trained) == 1 and await client.llen(processing) == 1
+    # An acknowledgement is never sent twice (its position moves): it is not kept packed.
+    assert [commands[0][0] for commands in source._claims._packed] == ["BLMOVE"]
 
     source.checkpoint_committed(3)
     await client.delete(processing)  # Redis restarted without its append-only file

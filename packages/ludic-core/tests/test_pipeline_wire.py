@@ -9,6 +9,7 @@ import json
 import math
 import pickle
 import random
+import struct
 from array import array
 from typing import Any
 
@@ -26,7 +27,7 @@ from ludic_core.packed_saw import UINT32, PackedSAWItem, packed_arrays
 from ludic_core.pipeline import BatchMessage, WireLimits, decode_message, encode_message
 from ludic_core.pipeline.columns import check_finite_meta
 from ludic_core.pipeline.dump import describe
-from ludic_core.pipeline.wire import count_rollouts
+from ludic_core.pipeline.wire import count_rollouts, encode_parts
 from ludic_core.saw import SAWItem
 
 # --- round trips -------------------------------------------------------------------------------------
@@ -350,16 +351,39 @@ def built_item(logps: list[float], meta: dict[str, Any] | None = None) -> Packed
             r"items\[1\] \(rollout 'r0'\): actor_logps\[0\] = -1e\+300 cannot be packed as float32",
         ),
         (
+            [built_item([-0.5, -math.inf])],
+            r"items\[0\] \(rollout 'r0'\): actor_logps\[1\] = -inf is not finite",
+        ),
+        (
             [built_item([-0.5, -1.0], {"policy_version": 0, "info": {"x": [math.inf]}})],
             r"items\[0\]: meta\['info'\]\['x'\]\[0\] is not finite",
         ),
     ],
-    ids=["logp-nan", "logp-positive", "logp-overflow", "item-meta-inf"],
+    ids=["logp-nan", "logp-positive", "logp-overflow", "logp-minus-inf", "item-meta-inf"],
 )
 def test_encode_refuses_built_items_naming_item_field_and_value(items: list[SAWItem], match: str) -> None:
     batch = BatchMessage(items=tuple(items), actor_id="a", batch_index=0, created_at=0.0)
     with pytest.raises(DataError, match=match):
         encode_message(batch)
+
+
+def test_a_float64_logprob_that_rounds_to_the_largest_float32_is_packed_as_struct_packs_it() -> None:
+    # Checked before rounding, a logprob just beyond float32's range is not refused: it rounds to a
+    # finite float32, as struct rounds it.
+    largest = float(np.finfo(np.float32).max)
+    beyond = float(np.nextafter(-largest, -math.inf))
+    assert struct.unpack("<f", struct.pack("<f", beyond)) == (-largest,)
+    sent = BatchMessage(items=(built_item([beyond, -0.5]),), actor_id="a", batch_index=0, created_at=0.0)
+    assert decode_message(encode_message(sent)).items[0].actor_logps == (-largest, -0.5)
+
+
+def test_encoded_parts_are_the_message_bytes_unjoined() -> None:
+    sent = message(3, version=2)
+    encoded = encode_parts(sent)
+    assert b"".join(encoded.parts) == encode_message(sent) and encoded.size == len(encode_message(sent))
+    assert decode_message(b"".join(encoded.parts)) == sent
+    with pytest.raises(DataError, match=r"over WireLimits\.max_message_bytes"):
+        encode_parts(sent, WireLimits(max_message_bytes=encoded.size - 1))
 
 
 # --- refusals ---------------------------------------------------------------------------------------

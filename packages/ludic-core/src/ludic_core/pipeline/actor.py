@@ -44,7 +44,7 @@ from ludic_core.pipeline.wire import (
     DEFAULT_WIRE_LIMITS,
     BatchMessage,
     WireLimits,
-    encode_message,
+    encode_parts,
 )
 from ludic_core.saw import SAWItem
 from ludic_core.validation import check_int, check_number
@@ -351,16 +351,16 @@ class RedisPipelineActor:
         """
         if not messages:
             return
-        payloads = [encode_message(message, self.wire_limits) for message in messages]
+        encoded = [encode_parts(message, self.wire_limits) for message in messages]
         await self._call(
-            self._push_connection().execute((("RPUSH", self.queue_key, *payloads),), keep_packed=False),
+            self._push_connection().push(self.queue_key, [payload.parts for payload in encoded]),
             f"RPUSH {self.queue_key!r}",
         )
-        for message, payload in zip(messages, payloads, strict=True):
+        for message, payload in zip(messages, encoded, strict=True):
             self.stats.batches_pushed += 1
             self.stats.items_pushed += len(message.items)
             self.stats.rollouts_pushed += message.num_rollouts
-            self.stats.bytes_pushed += len(payload)
+            self.stats.bytes_pushed += payload.size
             self.stats.last_policy_version = message.policy_version
 
 

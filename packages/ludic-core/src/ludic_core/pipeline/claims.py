@@ -36,7 +36,7 @@ class _RawCommands(Protocol):
     """Raw commands sent in one write, their replies read in order
     (:class:`~ludic_core.pipeline.connection.PinnedConnection`)."""
 
-    async def execute(self, commands: tuple[Command, ...]) -> list[Any]: ...
+    async def execute(self, commands: tuple[Command, ...], *, keep_packed: bool = True) -> list[Any]: ...
 
 
 @attrs.frozen
@@ -147,7 +147,7 @@ class ClaimKeys:
             ("SET", self.acked, to),
             ("EXEC",),
         )
-        results = (await connection.execute(commands))[-1]
+        results = (await connection.execute(commands, keep_packed=False))[-1]
         for result in results:
             if isinstance(result, Exception):  # an error reply inside EXEC's (redis-py raises only outside)
                 raise result

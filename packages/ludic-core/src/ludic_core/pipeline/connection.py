@@ -8,11 +8,12 @@ naming the server (password redacted), the key and what was being done.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from ludic_core.errors import ConfigError, LudicTimeoutError, TransportError, missing_extra
+from ludic_core.pipeline.packing import Buffer
 from ludic_core.validation import check_number
 
 __all__ = ["AsyncRedis", "PinnedConnection", "close_client", "connect_redis", "redact_url", "redis_call"]
@@ -76,12 +77,10 @@ class PinnedConnection:
         """Send ``commands`` in one write and return their raw replies, in order (bytes, ints, None,
         lists); an error reply raises redis-py's ``ResponseError``.
 
-        ``keep_packed=False`` for commands that are never sent twice (a push of new payloads): they
-        are packed for this call only, and never hashed as a key of the packed lists.
+        ``keep_packed=False`` for commands that are never sent twice (an acknowledgement up to a new
+        position): they are packed for this call only, and never hashed as a key of the packed lists.
         """
-        connection = self._connection
-        if connection is None:
-            connection = self._connection = await self._pool.get_connection()
+        connection = await self._connected()
         packed = self._packed.get(commands) if keep_packed else None
         if packed is None:
             packed = connection.pack_commands(commands)
@@ -89,9 +88,26 @@ class PinnedConnection:
                 if len(self._packed) >= _MAX_PACKED:
                     self._packed.clear()
                 self._packed[commands] = packed
+        return await self._round_trip(connection, packed, len(commands))
+
+    async def push(self, key: str, payloads: Sequence[Sequence[Buffer]]) -> int:
+        """``RPUSH key`` of ``payloads``, each given in parts: they are written as they are, so the
+        transport's one join of the command is the only copy of a payload (redis-py packs a whole
+        payload); returns the list's length."""
+        head = [b"*%d\r\n$5\r\nRPUSH\r\n" % (2 + len(payloads)), *_bulk((key.encode(),))]
+        packed = head + [chunk for parts in payloads for chunk in _bulk(parts)]
+        (length,) = await self._round_trip(await self._connected(), packed, 1)
+        return int(length)
+
+    async def _connected(self) -> Any:
+        if self._connection is None:
+            self._connection = await self._pool.get_connection()
+        return self._connection
+
+    async def _round_trip(self, connection: Any, packed: Sequence[Buffer], replies: int) -> list[Any]:
         try:
             await connection.send_packed_command(packed, check_health=False)
-            return [await connection.read_response() for _ in commands]
+            return [await connection.read_response() for _ in range(replies)]
         except BaseException:
             # Unread replies would answer the next call's commands: drop the socket (nowait: nothing to
             # flush, and a cancelled caller must not wait on a dead server).
@@ -103,6 +119,11 @@ class PinnedConnection:
         connection, self._connection = self._connection, None
         if connection is not None:
             await self._pool.release(connection)
+
+
+def _bulk(parts: Sequence[Buffer]) -> list[Buffer]:
+    """A Redis bulk string of the bytes of ``parts``, in parts."""
+    return [b"$%d\r\n" % sum(map(len, parts)), *parts, b"\r\n"]
 
 
 async def close_client(client: AsyncRedis, pinned: PinnedConnection | None) -> None:

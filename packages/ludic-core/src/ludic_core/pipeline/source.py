@@ -351,10 +351,9 @@ class RedisBatchSource:
         if queue_len is None:
             queue_len = int(await self._call(redis.llen(self.queue_key), f"LLEN {self.queue_key!r}"))
         self.num_batches += 1
-        return SAWBatch(
-            items=[item for m in messages for item in m.items],
-            meta=self._batch_meta(messages, malformed=malformed, future=future, queue_len=queue_len),
-        )
+        items = [item for m in messages for item in m.items]
+        meta = self._batch_meta(messages, items, malformed=malformed, future=future, queue_len=queue_len)
+        return SAWBatch(items=items, meta=meta)
 
     def _messages_wanted(self) -> int:
         """How many messages to take at once: what the largest message seen says is still missing.
@@ -475,9 +474,14 @@ class RedisBatchSource:
         return True
 
     def _batch_meta(
-        self, messages: list[BatchMessage], *, malformed: int, future: int, queue_len: int
+        self,
+        messages: list[BatchMessage],
+        items: list[SAWItem],
+        *,
+        malformed: int,
+        future: int,
+        queue_len: int,
     ) -> dict[str, Any]:
-        items: list[SAWItem] = [item for m in messages for item in m.items]
         metas = [item.meta for item in items]
         # Decoding checked that every item has an int policy_version (BatchMessage refuses others).
         versions = list(map(int, [m["policy_version"] for m in metas]))

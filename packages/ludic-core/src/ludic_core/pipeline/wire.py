@@ -21,7 +21,8 @@ from typing import Any
 import attrs
 
 from ludic_core.errors import DataError, missing_extra
-from ludic_core.pipeline.columns import check_finite_meta, pack_items, packed_or_none, unpack_items
+from ludic_core.pipeline.columns import check_finite_meta, pack_items, unpack_items
+from ludic_core.pipeline.packing import Buffer, Unpackable, map_parts, packb, packed_or_none
 from ludic_core.saw import SAWItem
 from ludic_core.validation import check_int, check_number
 
@@ -31,11 +32,13 @@ __all__ = [
     "WIRE_FORMAT",
     "WIRE_VERSION",
     "BatchMessage",
+    "EncodedMessage",
     "WireLimits",
     "count_rollouts",
     "dead_letter_key",
     "decode_message",
     "encode_message",
+    "encode_parts",
     "excerpt",
 ]
 
@@ -158,45 +161,64 @@ def _msgpack() -> ModuleType:
     return msgpack
 
 
+@attrs.frozen
+class EncodedMessage:
+    """A message's msgpack bytes in parts (views of its columns among them), to be written as they
+    are: ``b"".join(parts)`` is :func:`encode_message`'s result."""
+
+    parts: list[Buffer]
+    size: int
+
+
 def encode_message(message: BatchMessage, limits: WireLimits = DEFAULT_WIRE_LIMITS) -> bytes:
     """The msgpack bytes of ``message``; raises :class:`DataError` naming the item, field and value of
     anything a reader would refuse (so an actor never pushes a message the learner dead-letters)."""
-    _check_meta(message.meta, limits)
-    data = {
-        "format": WIRE_FORMAT,
-        "wire_version": WIRE_VERSION,
-        "actor_id": message.actor_id,
-        "batch_index": message.batch_index,
-        "created_at": message.created_at,
-        "policy_version": message.policy_version,
-        "num_rollouts": message.num_rollouts,
-        "meta": message.meta,
-        "items": pack_items(message.items),
-    }
+    return b"".join(encode_parts(message, limits).parts)
+
+
+def encode_parts(message: BatchMessage, limits: WireLimits = DEFAULT_WIRE_LIMITS) -> EncodedMessage:
+    """:func:`encode_message`'s bytes in parts, not joined: an actor writes them to Redis as they are.
+
+    Each value is packed once: the batch meta's and the item metas' bytes that the checks measure and
+    search go into the message as they are, and no column is copied on the way."""
+    meta = _checked_meta(message.meta, limits)
     try:
-        raw = bytes(_msgpack().packb(data, use_bin_type=True))
-    except (TypeError, ValueError, OverflowError) as exc:
+        items = pack_items(message.items)
+        header = {
+            "format": WIRE_FORMAT,
+            "wire_version": WIRE_VERSION,
+            "actor_id": message.actor_id,
+            "batch_index": message.batch_index,
+            "created_at": message.created_at,
+            "policy_version": message.policy_version,
+            "num_rollouts": message.num_rollouts,
+        }
+        packed = {"meta": (packb(message.meta) if meta is None else meta,), "items": tuple(items)}
+        parts = map_parts(header, packed)
+    except Unpackable as exc:
         raise DataError(
             f"batch {message.batch_index} of actor {message.actor_id!r} cannot be packed (item or batch "
             f"meta holds a value msgpack cannot carry: only maps, lists, str, bytes, numbers, bools, "
             f"None): {exc}"
-        ) from exc
+        ) from exc.__cause__
+    size = sum(map(len, parts))
     _check_size(
         f"batch {message.batch_index} of actor {message.actor_id!r}",
-        len(raw),
+        size,
         limits.max_message_bytes,
         "max_message_bytes",
     )
-    return raw
+    return EncodedMessage(parts=parts, size=size)
 
 
-def _check_meta(meta: dict[str, Any], limits: WireLimits) -> None:
-    """The batch meta finite and within ``max_meta_bytes``, from one packing of it (one that fails is
-    left to the whole message's packing to name)."""
+def _checked_meta(meta: dict[str, Any], limits: WireLimits) -> bytes | None:
+    """The batch meta's msgpack bytes, checked finite and within ``max_meta_bytes`` (``None``: msgpack
+    cannot pack it, which the whole message's packing names)."""
     packed = packed_or_none(meta)
     check_finite_meta(meta, "batch meta", packed)
     if packed is not None:
         _check_size("the batch meta", len(packed), limits.max_meta_bytes, "max_meta_bytes")
+    return packed
 
 
 def _json_wire_version(raw: bytes) -> object:
@@ -232,7 +254,7 @@ def _from_map(data: dict[str, Any], limits: WireLimits) -> BatchMessage:
     meta = data.get("meta", {})
     if not isinstance(meta, dict):
         raise DataError(f"the batch meta must be a map, got {type(meta).__name__}")
-    _check_meta(meta, limits)
+    _checked_meta(meta, limits)
     message = BatchMessage(
         items=tuple(unpack_items(_header(data, "items"))),
         actor_id=_header(data, "actor_id"),
