@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import hashlib
 import json
 import multiprocessing
 import os
@@ -79,6 +80,21 @@ def test_seed_deriver_gives_exactly_derive_seed() -> None:
         assert seed_deriver(base, *prefix)(*rest) == derive_seed(base, *prefix, *rest)
     with pytest.raises(ConfigError, match="base must be an int"):
         seed_deriver(True)
+
+
+def test_derive_seed_is_the_hash_of_the_parts_text_on_every_path() -> None:
+    # The documented derivation, spelled out: BLAKE2b (8 bytes) of "base\x1fpart..." (repr of each
+    # part), mod 2**31. One int part takes a formatting fast path; the values must not move.
+    def by_the_text(base: int, *parts: object) -> int:
+        text = "\x1f".join([str(base), *map(repr, parts)])
+        return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big") % 2**31
+
+    for base in (0, 11, -3, 2**31 - 1, 10**20):
+        for parts in [(0,), (7,), (-1,), (10**20,), (True,), (1, 2), ("x",), ()]:
+            assert derive_seed(base, *parts) == by_the_text(base, *parts)
+    assert derive_seed(11, 0) == 1556303557  # pinned: seeds are stable across releases
+    with pytest.raises(ConfigError, match="base must be an int"):
+        derive_seed(True, 0)
 
 
 def test_timeline_call_seeds_are_the_per_call_derivation() -> None:

@@ -20,13 +20,22 @@ __all__ = ["MAX_SEED", "derive_seed", "random_state_from_json", "random_state_to
 
 MAX_SEED = 2**31 - 1
 
+# Seeds are the first 8 bytes of a BLAKE2b digest, reduced to 31 bits (``& MAX_SEED`` is ``% 2**31``).
+# Copying this empty hasher costs less than building one with its parameters each time.
+_EMPTY_HASH = hashlib.blake2b(digest_size=8)
+
 
 def derive_seed(base: int, *parts: object) -> int:
     """Return a seed in ``[0, MAX_SEED]`` determined by ``base`` and ``parts`` (by their ``repr``)."""
-    check_int("derive_seed: base", base)
-    text = "\x1f".join([str(base), *map(repr, parts)])
-    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % (MAX_SEED + 1)
+    hasher = _EMPTY_HASH.copy()
+    if type(base) is int and len(parts) == 1 and type(parts[0]) is int:
+        # One int part (an agent's seed for each model call of a turn): the bytes of the text below,
+        # formatted directly (repr of an int is its %d; a bool is not an int here).
+        hasher.update(b"%d\x1f%d" % (base, parts[0]))
+    else:
+        check_int("derive_seed: base", base)
+        hasher.update("\x1f".join([str(base), *map(repr, parts)]).encode("utf-8"))
+    return int.from_bytes(hasher.digest(), "big") & MAX_SEED
 
 
 def seed_deriver(base: int, *prefix: object) -> Callable[..., int]:
@@ -37,9 +46,8 @@ def seed_deriver(base: int, *prefix: object) -> Callable[..., int]:
     the rest is hashed per call, giving exactly the values :func:`derive_seed` gives.
     """
     check_int("seed_deriver: base", base)
-    head = hashlib.blake2b(
-        "\x1f".join([str(base), *(repr(p) for p in prefix)]).encode("utf-8"), digest_size=8
-    )
+    head = _EMPTY_HASH.copy()
+    head.update("\x1f".join([str(base), *(repr(p) for p in prefix)]).encode("utf-8"))
 
     def derive(*rest: object) -> int:
         hasher = head.copy()
@@ -48,7 +56,7 @@ def seed_deriver(base: int, *prefix: object) -> Callable[..., int]:
             hasher.update(b"\x1f%d\x1f%d" % (first, second))
         elif rest:
             hasher.update(("\x1f" + "\x1f".join(map(repr, rest))).encode("utf-8"))
-        return int.from_bytes(hasher.digest(), "big") % (MAX_SEED + 1)
+        return int.from_bytes(hasher.digest(), "big") & MAX_SEED
 
     return derive
 
