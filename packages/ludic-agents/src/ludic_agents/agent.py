@@ -28,6 +28,9 @@ __all__ = ["DEFAULT_INCOMPLETE_FEEDBACK", "Agent", "make_chat_agent"]
 
 log = get_logger(__name__)
 
+# The spec of agents given none, shared: an InferenceSpec is frozen (an agent per episode builds none).
+_DEFAULT_INFERENCE = InferenceSpec()
+
 DEFAULT_INCOMPLETE_FEEDBACK = (
     "Your response was cut off because it exceeded the token limit. Please give a shorter answer."
 )
@@ -84,7 +87,7 @@ class Agent:
         self.chat_template = chat_template
         self.context = context if context is not None else FullDialog()
         self.model = model
-        self.inference = inference if inference is not None else InferenceSpec()
+        self.inference = inference if inference is not None else _DEFAULT_INFERENCE
         self.reject_incomplete_completions = reject_incomplete_completions
         self.incomplete_completion_penalty = float(incomplete_completion_penalty)
         self.incomplete_completion_feedback = incomplete_completion_feedback
@@ -127,15 +130,17 @@ class Agent:
         self._pending.extend(r.to_message() for r in results)
 
     async def act(self, options: ActOptions = DEFAULT_ACT_OPTIONS) -> AgentActResult:
-        prompt_ids, prompt_messages, render_info = self._next_prompt(tools=None)
-        loop_index = self._turn_calls
-        response = await self._complete(prompt_ids, options, loop_index)
+        # One model call per turn, and the turn ends with it: the prompt is rendered fresh and no
+        # TurnPrompt is kept, since nothing could extend it.
+        prompt_messages, prompt_ids = TurnPrompt.render(self.chat_template, self.context.prompt_view())
+        response = await self._complete(prompt_ids, options, 0)
         text = self.completion_text(response)
         parse_result, parse_info = self.parse_env_output(text, response.finish_reason)
-        info = {**self._call_info(response), **render_info, **parse_info}
-        return AgentActResult._one(
-            self._env_step(response, text, prompt_messages, loop_index, parse_result, info)
-        )
+        info = self._call_info(response)
+        info["prompt_render"] = "fresh"
+        if parse_info:
+            info.update(parse_info)
+        return AgentActResult._one(self._env_step(response, text, prompt_messages, 0, parse_result, info))
 
     # --- building blocks for subclasses -------------------------------------------------------
 
@@ -162,8 +167,9 @@ class Agent:
         parse_result: ParseResult,
         info: Info,
     ) -> AgentActStep:
-        """The turn's env-targeted last call; the turn closes after it."""
-        self._commit_completion(response, FrozenMessage(role="assistant", content=text))
+        """The turn's env-targeted last call; the turn closes after it, so its tokens are not added to
+        the turn's prompt (nothing extends it)."""
+        self.context.add_assistant(FrozenMessage(role="assistant", content=text))
         # A checked response's trace and the turn's frozen messages: the converters would only copy them.
         step = AgentActStep._trusted(
             response.to_trace(), prompt_messages, text, "env", parse_result, loop_index, info=info
@@ -186,9 +192,9 @@ class Agent:
         start of a turn, otherwise the turn's tokens extended by the pending messages (tool results) and
         ``extra`` (prompt-only messages such as a final-answer instruction)."""
         if self._turn is None:
-            self._turn = TurnPrompt.start(
-                self.chat_template, [*self.context.prompt_view(), *extra], tools=tools
-            )
+            view = self.context.prompt_view()
+            self._turn = TurnPrompt.start(self.chat_template, [*view, *extra] if extra else view, tools=tools)
+            self._turn_calls += 1
             return self._turn.prompt_ids, self._turn.messages, {"prompt_render": "fresh"}
         if self._awaiting_external:
             raise ProtocolError(
@@ -203,6 +209,7 @@ class Agent:
             )
         prompt_ids, report = self._turn.extend(new)
         self._pending = []
+        self._turn_calls += 1
         if "retokenization_divergence" in report:
             log.debug("retokenization_divergence", **report["retokenization_divergence"])
         return prompt_ids, self._turn.messages, {"prompt_render": "extended", **report}
@@ -219,7 +226,6 @@ class Agent:
         timeout = options.timeout_s
         if self.call_timeout_s is not None and (timeout is None or self.call_timeout_s < timeout):
             timeout = self.call_timeout_s
-        self._turn_calls += 1
         try:
             # Not wait_for (an extra task per call) nor asyncio.timeout (a loop timer per call).
             with call_timeout(timeout):

@@ -82,11 +82,7 @@ class TurnPrompt:
     ) -> TurnPrompt:
         """Render the turn's first prompt fresh."""
         tools_t = tuple(tools) if tools else None
-        frozen = freeze_messages(messages)
-        text = template.render_text(frozen, tools=tools_t, add_generation_prompt=True)
-        ids = tuple(template.encode(text))
-        if not ids:
-            raise DataError("the chat template rendered an empty prompt")
+        frozen, ids = cls.render(template, messages, tools=tools_t)
         return cls(
             template=template,
             tools=tools_t,
@@ -94,6 +90,21 @@ class TurnPrompt:
             token_ids=ids,
             prompt_len=len(ids),
         )
+
+    @staticmethod
+    def render(
+        template: ChatTemplate,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> tuple[tuple[Message, ...], tuple[int, ...]]:
+        """A fresh prompt: ``messages`` frozen (shared with the steps that record them) and the ids of
+        their rendering with the generation prompt. A turn of one model call needs nothing more."""
+        frozen = freeze_messages(messages)
+        ids = tuple(template.encode(template.render_text(frozen, tools=tools, add_generation_prompt=True)))
+        if not ids:
+            raise DataError("the chat template rendered an empty prompt")
+        return frozen, ids
 
     @property
     def prompt_ids(self) -> tuple[int, ...]:
