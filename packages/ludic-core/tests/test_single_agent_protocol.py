@@ -361,3 +361,17 @@ async def test_env_going_quiet_on_the_last_allowed_step_is_not_a_max_steps_trunc
     assert len(rollout.env_steps) == 2
     assert last.truncated and last.truncation_reason == "env" and last.info["truncation_reason"] == "env"
     assert rollout.meta["truncation_reason"] == "env" and rollout.meta["ended_by"] == "inactive"
+
+
+async def test_a_parsed_action_that_is_no_str_fails_the_episode_in_the_env_stage() -> None:
+    # The protocol steps a default SingleAgentEnv through env_step directly; the action check the
+    # skipped env.step makes must still refuse a parser's non-str action, with env.step's message.
+    def number_parser(text: str) -> ParseResult:
+        return ParseResult(action=int(text))  # type: ignore[arg-type]
+
+    env = CountingEnv()
+    rollout = await run(ScriptedAgent(ScriptedChatClient(["3"]), parser=number_parser), env)
+    assert env.step_actions == []
+    assert rollout.failure is not None and rollout.failure.stage == "env"
+    assert rollout.failure.error_type == "ProtocolError"
+    assert "the action for 'agent_0' must be a str" in rollout.failure.message

@@ -6,6 +6,7 @@ one agent or many.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -17,7 +18,14 @@ from ludic_core.protocols.base import EpisodeRun
 from ludic_core.protocols.timeline import AgentTimeline
 from ludic_core.types import EpisodeFailure, StepOutcome, ToolResult
 
-__all__ = ["EpisodeStageError", "act_with_external_tools", "direct_step", "failure_from"]
+__all__ = [
+    "EpisodeStageError",
+    "act_with_external_tools",
+    "always_active",
+    "direct_env_step",
+    "direct_step",
+    "failure_from",
+]
 
 
 class EpisodeStageError(Exception):
@@ -40,6 +48,28 @@ def failure_from(exc: BaseException, default_stage: str = "protocol") -> Episode
     return EpisodeFailure.from_exception(stage, error)
 
 
+@functools.lru_cache(maxsize=256)
+def _defaults_kept(cls: type[Any]) -> tuple[bool, bool, bool]:
+    """Which shortcuts an env class allows; it depends on the class only (which methods it overrides),
+    so the episodes of one class share the answer instead of asking the class hierarchy each time:
+    (awaiting ``astep`` only calls ``step``; ``step`` only checks the action and calls ``env_step``;
+    its one agent is always active)."""
+    single = issubclass(cls, SingleAgentEnv)
+    single_steps = (
+        single
+        and cls.astep is SingleAgentEnv.astep
+        and cls.aenv_step is SingleAgentEnv.aenv_step
+        and cls.step is SingleAgentEnv.step
+    )
+    return (
+        cls.astep is LudicEnv.astep or single_steps,
+        single_steps and cls._single_action is SingleAgentEnv._single_action,
+        single
+        and cls.active_agents is SingleAgentEnv.active_agents
+        and cls.agent_ids is SingleAgentEnv.agent_ids,
+    )
+
+
 def direct_step(env: LudicEnv[Any]) -> Callable[[Mapping[str, str]], dict[str, StepOutcome]] | None:
     """``env.step`` when awaiting ``env.astep`` would only call it, else None (await ``astep``).
 
@@ -48,22 +78,29 @@ def direct_step(env: LudicEnv[Any]) -> Callable[[Mapping[str, str]], dict[str, S
     protocol that asks once per episode calls the step itself. An env that overrides ``astep`` or
     ``aenv_step`` (it waits on I/O) or sets ``blocking_step`` is always awaited.
     """
-    if env.blocking_step:
-        return None
-    cls = type(env)
-    direct = cls.astep is LudicEnv.astep or (
-        issubclass(cls, SingleAgentEnv)
-        and cls.astep is SingleAgentEnv.astep
-        and cls.aenv_step is SingleAgentEnv.aenv_step
-        and cls.step is SingleAgentEnv.step
-    )
-    if not direct:
+    if env.blocking_step or not _defaults_kept(type(env))[0]:
         return None
 
     def step(actions: Mapping[str, str]) -> dict[str, StepOutcome]:
         return timed_sync_step(env, env.step, actions)
 
     return step
+
+
+def direct_env_step(env: LudicEnv[Any]) -> Callable[[str], StepOutcome] | None:
+    """For a :class:`SingleAgentEnv` stepped on the loop whose ``step``, ``astep``, ``aenv_step`` and
+    action check are the defaults: its ``env_step``, timed. That is the one call ``step`` makes after
+    checking the action and wrapping it and the outcome in a dict each; a caller that passes a ``str``
+    action (what the default check requires) skips the rest. Otherwise None."""
+    if env.blocking_step or not _defaults_kept(type(env))[1]:
+        return None
+    return functools.partial(timed_sync_step, env, env.env_step)  # type: ignore[attr-defined]
+
+
+def always_active(env: LudicEnv[Any]) -> bool:
+    """Whether ``env`` lists its one agent as active on every step without being asked: a
+    :class:`SingleAgentEnv` with the default ``agent_ids`` and ``active_agents``."""
+    return _defaults_kept(type(env))[2]
 
 
 def _not_a_result(result: object) -> EpisodeStageError:
@@ -110,7 +147,7 @@ async def act_with_external_tools(
         # The agent is awaited here, not through a helper coroutine: one coroutine less per model call.
         seed = timeline.call_seed(episode.sampling_seed, attempt, rounds)
         try:
-            result = await agent.act(ActOptions(episode.inference, seed, episode.timeout_s))
+            result = await agent.act(ActOptions._of(episode.inference, seed, episode.timeout_s))
         except Exception as exc:
             raise EpisodeStageError("agent", exc) from exc
         if not isinstance(result, AgentActResult):

@@ -6,7 +6,14 @@ from typing import Any
 
 from ludic_core.errors import ConfigError, ProtocolError
 from ludic_core.harness import AgentHarness, ExternalToolHandler
-from ludic_core.protocols.acting import EpisodeStageError, act_with_external_tools, direct_step, failure_from
+from ludic_core.protocols.acting import (
+    EpisodeStageError,
+    act_with_external_tools,
+    always_active,
+    direct_env_step,
+    direct_step,
+    failure_from,
+)
 from ludic_core.protocols.base import EpisodeRun, InteractionProtocol
 from ludic_core.protocols.timeline import DEFAULT_PARSE_FAILURE_OBS, AgentTimeline
 from ludic_core.types import EpisodeFailure, Rollout
@@ -81,10 +88,12 @@ class SingleAgentProtocol(InteractionProtocol):
         except Exception as exc:
             raise EpisodeStageError("agent", exc) from exc
         timeline.turn_start_obs = obs
-        step_now = direct_step(env)
+        step_action = direct_env_step(env)  # no dicts around the action and the outcome
+        step_now = direct_step(env) if step_action is None else None
+        ask_active = not always_active(env)
 
         for attempt in range(episode.max_steps):
-            if agent_id not in env.active_agents:
+            if ask_active and agent_id not in env.active_agents:
                 # The env stopped asking for actions without ending the episode for this agent.
                 timeline.mark_truncated("env", ended_by="inactive")
                 return
@@ -108,23 +117,25 @@ class SingleAgentProtocol(InteractionProtocol):
                 self._feed(feedback, {"parse_error": True, "parse_feedback_obs": feedback})
                 timeline.new_turn(feedback)
                 continue
+            action = final.parse_result.action
             try:
-                actions = {agent_id: final.parse_result.action}
-                outcomes = step_now(actions) if step_now is not None else await env.astep(actions)
+                if step_action is not None and isinstance(action, str):
+                    outcome = step_action(action)
+                else:
+                    actions = {agent_id: action}
+                    outcomes = step_now(actions) if step_now is not None else await env.astep(actions)
+                    if agent_id not in outcomes:
+                        raise ProtocolError(f"{env.name}.step returned no outcome for {agent_id!r}")
+                    outcome = outcomes[agent_id]
             except Exception as exc:
                 raise EpisodeStageError("env", exc) from exc
-            if agent_id not in outcomes:
-                raise EpisodeStageError(
-                    "env", ProtocolError(f"{env.name}.step returned no outcome for {agent_id!r}")
-                )
-            outcome = outcomes[agent_id]
             timeline.record_env_step(final, outcome)
             if timeline.finished:
                 return
             self._feed(outcome.obs, outcome.info)
             timeline.new_turn(outcome.obs)
         # Same label as the next iteration would give, so it does not depend on slack in max_steps.
-        if agent_id not in env.active_agents:
+        if ask_active and agent_id not in env.active_agents:
             timeline.mark_truncated("env", ended_by="inactive")
             return
         timeline.mark_truncated("max_steps", ended_by="max_steps")
