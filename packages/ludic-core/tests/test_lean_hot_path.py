@@ -221,6 +221,49 @@ def test_envs_are_stepped_directly_only_where_astep_would_just_call_step() -> No
         assert direct_step(awaited) is None
 
 
+def test_single_agent_envs_skip_the_step_dicts_and_the_active_check_only_with_the_defaults() -> None:
+    from ludic_core.protocols.acting import always_active, direct_env_step
+    from ludic_core.testing import GuessNumberEnv
+    from ludic_core.types import StepOutcome
+
+    env, twin = GuessNumberEnv(), GuessNumberEnv()
+    step = direct_env_step(env)
+    assert step is not None and always_active(env)
+    env.reset(seed=0)
+    twin.reset(seed=0)
+    assert {"agent_0": step("3")} == twin.step({"agent_0": "3"})
+
+    class Blocking(GuessNumberEnv):
+        blocking_step = True
+
+    class WaitsOnIO(GuessNumberEnv):
+        async def aenv_step(self, action: str) -> StepOutcome:
+            return self.env_step(action)
+
+    class OwnStep(GuessNumberEnv):
+        def step(self, actions: object) -> dict[str, StepOutcome]:
+            raise AssertionError("never called by the default astep")
+
+    class OwnActionCheck(GuessNumberEnv):
+        def _single_action(self, actions: object) -> str:
+            return "5"
+
+    for stepped_through_step in (Blocking(), WaitsOnIO(), OwnStep(), OwnActionCheck()):
+        assert direct_env_step(stepped_through_step) is None
+
+    class GoesQuiet(GuessNumberEnv):
+        @property
+        def active_agents(self) -> list[str]:
+            return []
+
+    class Renamed(GuessNumberEnv):
+        @property
+        def agent_ids(self) -> list[str]:
+            return ["other"]
+
+    assert not always_active(GoesQuiet()) and not always_active(Renamed())
+
+
 def test_an_agents_trusted_act_step_still_checks_the_rules_between_fields() -> None:
     from ludic_core.harness import AgentActResult, AgentActStep
     from ludic_core.parsing import ParseResult
@@ -327,3 +370,34 @@ def test_trusted_constructors_put_every_value_in_its_own_field() -> None:
     )
     assert attrs.evolve(env, id=expected_env.id, ts_ns=expected_env.ts_ns) == expected_env
     assert (agent.kind, env.kind) == ("agent", "env")
+
+
+def test_setter_built_values_equal_their_init() -> None:
+    # ActOptions, EpisodeRun and EpisodeResult have no converters or checks: _of must give exactly the
+    # value __init__ gives, each argument in its own field (distinct values show a swap).
+    from ludic_core.engine import EpisodeResult
+    from ludic_core.harness import ActOptions
+    from ludic_core.inference import InferenceSpec
+    from ludic_core.protocols.base import EpisodeRun
+    from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
+    from ludic_core.testing import GuessNumberEnv
+    from ludic_core.types import EpisodeFailure, Rollout
+
+    spec = InferenceSpec()
+    assert ActOptions._of(spec, 7, 2.5) == ActOptions(inference=spec, sampling_seed=7, timeout_s=2.5)
+    env = GuessNumberEnv()
+    assert EpisodeRun._of(env, 20, 3, 4, spec, 9.0) == EpisodeRun(
+        env=env, max_steps=20, env_seed=3, sampling_seed=4, inference=spec, timeout_s=9.0
+    )
+    request = RolloutRequest(EnvSpec("guess"), ProtocolSpec("single"))
+    rollouts = (Rollout(),)
+    failure = EpisodeFailure(stage="env", error_type="E", message="m")
+    assert EpisodeResult._of(1, request, 2, 3, rollouts, failure, 0.5) == EpisodeResult(
+        episode_index=1,
+        request=request,
+        env_seed=2,
+        sampling_seed=3,
+        rollouts=rollouts,
+        failure=failure,
+        duration_s=0.5,
+    )

@@ -59,6 +59,7 @@ import attrs
 from ludic_core import rollout_workers
 from ludic_core.call_timeout import call_timeout
 from ludic_core.credit import CreditAssigner
+from ludic_core.data_fields import slot_setters
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError, EpisodeError, LudicTimeoutError, MissingExtraError
 from ludic_core.filters import SampleFilter, apply_filter
@@ -122,6 +123,41 @@ class EpisodeResult:
     @property
     def failed(self) -> bool:
         return self.failure is not None
+
+    @classmethod
+    def _of(
+        cls,
+        episode_index: int,
+        request: RolloutRequest,
+        env_seed: int,
+        sampling_seed: int,
+        rollouts: tuple[Rollout, ...],
+        failure: EpisodeFailure | None,
+        duration_s: float,
+    ) -> EpisodeResult:
+        """The value ``__init__`` builds (its fields have no converters or checks), set through the
+        slots' own setters (see :func:`~ludic_core.data_fields.slot_setters`): once per episode."""
+        result = object.__new__(cls)
+        (
+            set_episode_index,
+            set_request,
+            set_env_seed,
+            set_sampling_seed,
+            set_rollouts,
+            set_failure,
+            set_duration_s,
+        ) = _EPISODE_RESULT_SLOTS
+        set_episode_index(result, episode_index)
+        set_request(result, request)
+        set_env_seed(result, env_seed)
+        set_sampling_seed(result, sampling_seed)
+        set_rollouts(result, rollouts)
+        set_failure(result, failure)
+        set_duration_s(result, duration_s)
+        return result
+
+
+_EPISODE_RESULT_SLOTS = slot_setters(EpisodeResult)
 
 
 @attrs.frozen
@@ -531,14 +567,14 @@ class RolloutEngine:
             self._stamp(
                 rollout, request, episode_index, engine_meta if position == 0 else _copy_meta(engine_meta)
             )
-        return EpisodeResult(
-            episode_index=episode_index,
-            request=request,
-            env_seed=env_seed,
-            sampling_seed=sampling_seed,
-            rollouts=tuple(rollouts),
-            failure=failure,
-            duration_s=time.perf_counter() - started,
+        return EpisodeResult._of(
+            episode_index,
+            request,
+            env_seed,
+            sampling_seed,
+            tuple(rollouts),
+            failure,
+            time.perf_counter() - started,
         )
 
     @staticmethod

@@ -49,7 +49,22 @@ class ActOptions:
     sampling_seed: int | None = None
     timeout_s: float | None = None
 
+    @classmethod
+    def _of(
+        cls, inference: InferenceSpec | None, sampling_seed: int | None, timeout_s: float | None
+    ) -> ActOptions:
+        """The options of one model call, built field by field through the slots' setters: the same
+        value as ``__init__`` builds (the fields have no converters or checks) for less than half the
+        work, once per call. Private to the protocols."""
+        options = object.__new__(cls)
+        set_inference, set_sampling_seed, set_timeout_s = _ACT_OPTIONS_SLOTS
+        set_inference(options, inference)
+        set_sampling_seed(options, sampling_seed)
+        set_timeout_s(options, timeout_s)
+        return options
 
+
+_ACT_OPTIONS_SLOTS = slot_setters(ActOptions)
 DEFAULT_ACT_OPTIONS = ActOptions()
 
 
@@ -156,8 +171,11 @@ class AgentActResult:
     def _one(cls, step: AgentActStep) -> AgentActResult:
         """The result of an ``act`` that made one model call (most do); private to Ludic's agents."""
         result = object.__new__(cls)
-        object.__setattr__(result, "steps", (step,))
+        _set_result_steps(result, (step,))
         return result
+
+
+(_set_result_steps,) = slot_setters(AgentActResult)
 
 
 @runtime_checkable

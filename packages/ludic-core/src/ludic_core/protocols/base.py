@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from ludic_core.data_fields import is_strict_int
+from ludic_core.data_fields import is_strict_int, slot_setters
 from ludic_core.env import LudicEnv
 from ludic_core.errors import ConfigError
 from ludic_core.inference import InferenceSpec
@@ -27,6 +27,31 @@ class EpisodeRun:
     sampling_seed: int | None = None
     inference: InferenceSpec | None = None
     timeout_s: float | None = None
+
+    @classmethod
+    def _of(
+        cls,
+        env: LudicEnv[Any],
+        max_steps: int,
+        env_seed: int | None,
+        sampling_seed: int | None,
+        inference: InferenceSpec | None,
+        timeout_s: float | None,
+    ) -> EpisodeRun:
+        """The value ``__init__`` builds (its fields have no converters or checks), set through the
+        slots' own setters (see :func:`~ludic_core.data_fields.slot_setters`): once per episode."""
+        run = object.__new__(cls)
+        set_env, set_max_steps, set_env_seed, set_sampling_seed, set_inference, set_timeout_s = _RUN_SLOTS
+        set_env(run, env)
+        set_max_steps(run, max_steps)
+        set_env_seed(run, env_seed)
+        set_sampling_seed(run, sampling_seed)
+        set_inference(run, inference)
+        set_timeout_s(run, timeout_s)
+        return run
+
+
+_RUN_SLOTS = slot_setters(EpisodeRun)
 
 
 class InteractionProtocol(abc.ABC):
@@ -50,7 +75,7 @@ class InteractionProtocol(abc.ABC):
     ) -> list[Rollout]:
         if not is_strict_int(max_steps) or max_steps < 1:
             raise ConfigError(f"max_steps must be an int >= 1, got {max_steps!r}")
-        return await self.play(EpisodeRun(env, max_steps, env_seed, sampling_seed, inference, timeout_s))
+        return await self.play(EpisodeRun._of(env, max_steps, env_seed, sampling_seed, inference, timeout_s))
 
     @abc.abstractmethod
     async def play(self, episode: EpisodeRun) -> list[Rollout]:

@@ -226,18 +226,16 @@ class AgentTimeline:
     # -- output ------------------------------------------------------------------------------------
 
     def to_rollout(self, meta: Info, failure: EpisodeFailure | None) -> Rollout:
-        truncated_step = next((s for s in reversed(self.steps) if s.truncated), None)
         last = self.steps[-1] if self.steps else None
         episode_truncated = last is not None and last.truncated
         rollout_meta: Info = {
             **meta,
             "agent_id": self.agent_id,
             "episode_truncated": episode_truncated,
-            "truncation_reason": truncated_step.truncation_reason
-            if episode_truncated and truncated_step
-            else None,
+            # A truncated episode's reason is its last step's (the last truncated step is that one).
+            "truncation_reason": last.truncation_reason if last is not None and episode_truncated else None,
             "ended_by": "failure" if failure is not None else self.ended_by,
         }
         if self.unattributed_reward:
             rollout_meta["unattributed_reward"] = self.unattributed_reward
-        return Rollout(steps=list(self.steps), meta=rollout_meta, failure=failure)
+        return Rollout(list(self.steps), rollout_meta, failure)
