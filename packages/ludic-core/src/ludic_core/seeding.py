@@ -43,19 +43,24 @@ def seed_deriver(base: int, *prefix: object) -> Callable[..., int]:
 
     For a stream of seeds that share their first parts (an episode's model calls: the same sampling
     seed and agent, a new attempt each time): the hash state after the shared parts is kept and only
-    the rest is hashed per call, giving exactly the values :func:`derive_seed` gives.
+    the rest is added per call, giving exactly the values :func:`derive_seed` gives.
     """
-    check_int("seed_deriver: base", base)
-    head = _EMPTY_HASH.copy()
-    head.update("\x1f".join([str(base), *(repr(p) for p in prefix)]).encode("utf-8"))
+    if type(base) is not int:
+        check_int("seed_deriver: base", base)
+    # The shared parts as bytes, not as a hash state: a short text is one BLAKE2b block whether it is
+    # hashed in one piece or two, so a head state would save nothing per call and cost a hash per
+    # deriver (one per episode).
+    head = "\x1f".join([str(base), *map(repr, prefix)]).encode("utf-8")
 
     def derive(*rest: object) -> int:
-        hasher = head.copy()
+        hasher = _EMPTY_HASH.copy()
         if len(rest) == 2 and type(first := rest[0]) is int and type(second := rest[1]) is int:
             # The per-call case (attempt, round): the bytes of repr(int) without building strings.
-            hasher.update(b"\x1f%d\x1f%d" % (first, second))
+            hasher.update(b"%b\x1f%d\x1f%d" % (head, first, second))
         elif rest:
-            hasher.update(("\x1f" + "\x1f".join(map(repr, rest))).encode("utf-8"))
+            hasher.update(head + ("\x1f" + "\x1f".join(map(repr, rest))).encode("utf-8"))
+        else:
+            hasher.update(head)
         return int.from_bytes(hasher.digest(), "big") & MAX_SEED
 
     return derive
