@@ -188,3 +188,14 @@ def test_byte_tokenizer_ids_are_the_utf8_bytes_shifted_by_the_offset(offset: int
         assert ids == [b + offset for b in text.encode("utf-8")]
         assert all(type(i) is int for i in ids)
         assert tokenizer.decode(ids) == text
+
+
+@pytest.mark.parametrize("offset", [1, 3, 11, 12, 40])
+def test_byte_tokenizer_decode_drops_special_ids_and_shifts_the_rest_back(offset: int) -> None:
+    # Ids that fit in a byte take the translate path, others the per-id loop: the same text either way.
+    tokenizer = ByteTokenizer(offset=offset, eos_token_id=0)
+    rng = random.Random(offset)
+    for _ in range(300):
+        ids = [rng.randrange(0, 256 + offset) for _ in range(rng.randint(0, 10))]
+        expected = bytes(i - offset for i in ids if i >= offset).decode("utf-8", errors="replace")
+        assert tokenizer.decode(ids) == tokenizer.decode(tuple(ids)) == expected

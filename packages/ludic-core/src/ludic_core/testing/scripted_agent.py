@@ -54,10 +54,7 @@ class ByteChatTemplate:
 
     def __init__(self, tokenizer: ByteTokenizer) -> None:
         self.tokenizer = tokenizer
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        return (self.tokenizer.eos_token_id,)
+        self.eos_token_ids: tuple[int, ...] = (tokenizer.eos_token_id,)
 
     def render_text(
         self,

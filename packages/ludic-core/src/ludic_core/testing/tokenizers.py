@@ -20,6 +20,15 @@ def _shift_table(offset: int) -> bytes:
     return bytes((b + offset) % 256 for b in range(256))
 
 
+@functools.cache
+def _unshift_table(offset: int) -> bytes:
+    """The ``bytes.translate`` table subtracting ``offset`` (the inverse of :func:`_shift_table`)."""
+    return bytes((b - offset) % 256 for b in range(256))
+
+
+_SPECIAL_IDS = bytes(range(256))  # its first ``offset`` bytes: the ids decode drops
+
+
 class ByteTokenizer:
     """UTF-8 bytes shifted by ``offset`` (ids below it are free for special tokens).
 
@@ -45,6 +54,17 @@ class ByteTokenizer:
         return [b + self.offset for b in data]
 
     def decode(self, ids: Sequence[int]) -> str:
+        if self._shift is not None:
+            # Every id fits in a byte (else bytes() refuses and the loop below runs): one translate
+            # shifts them back and deletes the special ids below the offset, in C.
+            try:
+                data = bytes(ids)
+            except ValueError:
+                pass
+            else:
+                return data.translate(_unshift_table(self.offset), _SPECIAL_IDS[: self.offset]).decode(
+                    "utf-8", errors="replace"
+                )
         data = bytes(i - self.offset for i in ids if i >= self.offset)
         return data.decode("utf-8", errors="replace")
 
