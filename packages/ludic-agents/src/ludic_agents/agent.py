@@ -8,6 +8,7 @@ Prompts are rendered locally; within a turn they extend token for token (see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,8 +73,13 @@ class Agent:
             )
         if not callable(parser):
             raise ConfigError(f"parser must be callable (str -> ParseResult), got {parser!r}")
-        check_number("incomplete_completion_penalty", incomplete_completion_penalty, optional=True)
-        check_number("call_timeout_s", call_timeout_s, minimum=0, exclusive=True, optional=True)
+        # A finite float penalty and no bound (the defaults: an agent per episode) pass without a call.
+        if type(incomplete_completion_penalty) is not float or not math.isfinite(
+            incomplete_completion_penalty
+        ):
+            check_number("incomplete_completion_penalty", incomplete_completion_penalty, optional=True)
+        if call_timeout_s is not None:
+            check_number("call_timeout_s", call_timeout_s, minimum=0, exclusive=True, optional=True)
         if chat_template is None:
             tokenizer = getattr(client, "tokenizer", None)
             if tokenizer is None or not callable(getattr(tokenizer, "apply_chat_template", None)):
@@ -108,11 +114,13 @@ class Agent:
         self._close_turn()
 
     def on_env_reset(self, obs: str, info: Info) -> None:
-        self._close_turn()
+        if self._turn is not None:
+            self._close_turn()
         self.context.on_env_reset(obs, info)
 
     def on_after_step(self, obs: str, info: Info) -> None:
-        self._close_turn()
+        if self._turn is not None:  # only a turn of several calls stays open between calls
+            self._close_turn()
         self.context.on_after_step(obs, info)
 
     def on_tool_results(self, results: Sequence[ToolResult]) -> None:
@@ -174,7 +182,8 @@ class Agent:
         step = AgentActStep._trusted(
             response.to_trace(), prompt_messages, text, "env", parse_result, loop_index, info=info
         )
-        self._close_turn()
+        if self._turn is not None:
+            self._close_turn()
         return step
 
     def _close_turn(self) -> None:

@@ -102,7 +102,8 @@ class ContextStrategy(abc.ABC):
         """Append an assistant message (``content`` and optionally OpenAI-format ``tool_calls``)."""
         if message.get("role") != "assistant":
             raise ConfigError(f"add_assistant needs role 'assistant', got {message.get('role')!r}")
-        self._messages.append(_own_copy(message))
+        # _own_copy, spelled out: the agent hands every assistant message over frozen.
+        self._messages.append(message if type(message) is FrozenMessage else _own_copy(message))
 
     def add_tool_results(self, results: Sequence[ToolResult]) -> None:
         for result in results:
