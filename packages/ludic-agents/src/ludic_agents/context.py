@@ -120,10 +120,10 @@ class ContextStrategy(abc.ABC):
     def prompt_messages(self) -> list[Message]:
         """The messages the next prompt is rendered from (a fresh copy; callers may mutate it)."""
 
-    def prompt_view(self) -> list[Message]:
+    def prompt_view(self) -> Sequence[Message]:
         """What :meth:`prompt_messages` shows, for a caller that only reads it (the agent renders it
         and records it on the step). A strategy may return its history's frozen messages here instead
-        of copies; the default is :meth:`prompt_messages`."""
+        of copies (as a tuple, which the agent records as it is); the default is :meth:`prompt_messages`."""
         return self.prompt_messages()
 
 
@@ -133,12 +133,12 @@ class FullDialog(ContextStrategy):
     def prompt_messages(self) -> list[Message]:
         return copy.deepcopy(self._messages)
 
-    def prompt_view(self) -> list[Message]:
+    def prompt_view(self) -> Sequence[Message]:
         if type(self).prompt_messages is not FullDialog.prompt_messages:
             return self.prompt_messages()  # a subclass shows something else
-        # The history is frozen, so the prompt and every step that records it share its messages:
-        # no copy of the conversation per model call.
-        return list(self._messages)
+        # The history is frozen, so the prompt and every step that records it share its messages: one
+        # tuple of them per model call, which the agent records as it is (no second copy).
+        return tuple(self._messages)
 
 
 class LatestObservation(ContextStrategy):
