@@ -85,7 +85,7 @@ TICTACTOE_GRPO_SMOKE = {
         "eval_every_steps": 2,
         "max_consecutive_skipped_steps": 3,
     },
-    "lora": {"rank": 8, "alpha": None, "dropout": 0.0, "include_lm_head": True},
+    "lora": {"rank": 8, "alpha": None, "dropout": 0.0, "include_lm_head": True, "top_layers": None},
     "run": {"checkpoint_every": 1, "max_to_keep": 2, "loggers": ["print", "jsonl"], "save_final": False},
     "warm_start": {"teacher": "", "episodes": 64, "steps": 20, "lr": 0.002, "batch_size": 16},
     "chat_template": None,
