@@ -12,7 +12,7 @@ cannot be expected to learn it faster; docs/training-results.md compares the two
         --eval-games 2                                  # every stage in seconds, nothing learned
 
 No warm start: the first evaluation is the base model, which never answers in the move format; the
-perfect player's replies teach the format and the moves together. Peak memory about 2.5 GB.
+perfect player's replies teach the format and the moves together. Peak resident memory under 2.5 GB.
 """
 
 from __future__ import annotations
