@@ -310,10 +310,16 @@ def test_bad_players_and_teachers_are_refused_before_anything_runs(
 def test_the_full_size_selfplay_and_tool_use_configs_validate_and_build(
     tmp_path: Path, recipe: str, config: str
 ) -> None:
-    # The documented full runs, on the tiny model: every key known, every value valid, the agent, its
-    # tool and the teacher built; nothing trained.
+    # The documented full runs, on the tiny model (two layers, so LoRA on the top one): every key
+    # known, every value valid, the agent, its tool and the teacher built; nothing trained.
     done = ludic(
-        "train", recipe, str(ROOT / "examples" / config), "backend.model=tiny", "--dry-run", cwd=tmp_path
+        "train",
+        recipe,
+        str(ROOT / "examples" / config),
+        "backend.model=tiny",
+        "lora.top_layers=1",
+        "--dry-run",
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     assert f"dry run of {recipe!r}: every component built" in done.stderr
