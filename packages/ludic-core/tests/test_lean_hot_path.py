@@ -194,17 +194,10 @@ def test_marking_a_step_truncated_equals_evolve_and_checks_the_reason() -> None:
             _mark_step_truncated(step, "bogus", info)  # type: ignore[arg-type]
 
 
-def test_envs_are_stepped_directly_only_where_astep_would_just_call_step() -> None:
-    from ludic_core.protocols.acting import direct_step
+def _envs_that_must_be_awaited() -> list[Any]:
+    """GuessNumber envs whose step is not the default one: blocking, waiting on I/O, or their own."""
     from ludic_core.testing import GuessNumberEnv
     from ludic_core.types import StepOutcome
-
-    env, twin = GuessNumberEnv(), GuessNumberEnv()
-    step = direct_step(env)
-    assert step is not None  # env.step, timed (a step that holds the loop for long is reported)
-    env.reset(seed=0)
-    twin.reset(seed=0)
-    assert step({"agent_0": "3"}) == twin.step({"agent_0": "3"})
 
     class Blocking(GuessNumberEnv):
         blocking_step = True
@@ -217,14 +210,26 @@ def test_envs_are_stepped_directly_only_where_astep_would_just_call_step() -> No
         def step(self, actions: object) -> dict[str, StepOutcome]:
             raise AssertionError("the default astep never calls an overridden step")
 
-    for awaited in (Blocking(), WaitsOnIO(), OwnStep()):
+    return [Blocking(), WaitsOnIO(), OwnStep()]
+
+
+def test_envs_are_stepped_directly_only_where_astep_would_just_call_step() -> None:
+    from ludic_core.protocols.acting import direct_step
+    from ludic_core.testing import GuessNumberEnv
+
+    env, twin = GuessNumberEnv(), GuessNumberEnv()
+    step = direct_step(env)
+    assert step is not None  # env.step, timed (a step that holds the loop for long is reported)
+    env.reset(seed=0)
+    twin.reset(seed=0)
+    assert step({"agent_0": "3"}) == twin.step({"agent_0": "3"})
+    for awaited in _envs_that_must_be_awaited():
         assert direct_step(awaited) is None
 
 
 def test_single_agent_envs_skip_the_step_dicts_and_the_active_check_only_with_the_defaults() -> None:
     from ludic_core.protocols.acting import always_active, direct_env_step
     from ludic_core.testing import GuessNumberEnv
-    from ludic_core.types import StepOutcome
 
     env, twin = GuessNumberEnv(), GuessNumberEnv()
     step = direct_env_step(env)
@@ -233,22 +238,11 @@ def test_single_agent_envs_skip_the_step_dicts_and_the_active_check_only_with_th
     twin.reset(seed=0)
     assert {"agent_0": step("3")} == twin.step({"agent_0": "3"})
 
-    class Blocking(GuessNumberEnv):
-        blocking_step = True
-
-    class WaitsOnIO(GuessNumberEnv):
-        async def aenv_step(self, action: str) -> StepOutcome:
-            return self.env_step(action)
-
-    class OwnStep(GuessNumberEnv):
-        def step(self, actions: object) -> dict[str, StepOutcome]:
-            raise AssertionError("never called by the default astep")
-
     class OwnActionCheck(GuessNumberEnv):
         def _single_action(self, actions: object) -> str:
             return "5"
 
-    for stepped_through_step in (Blocking(), WaitsOnIO(), OwnStep(), OwnActionCheck()):
+    for stepped_through_step in (*_envs_that_must_be_awaited(), OwnActionCheck()):
         assert direct_env_step(stepped_through_step) is None
 
     class GoesQuiet(GuessNumberEnv):

@@ -126,15 +126,9 @@ def split_items_by_token_budget(
         for shared, groups in sorted(by_length.items()):
             chunks.extend(_pack_groups(groups, micro_token_budget, shared))
         truncated = alone
-    current: list[SAWItem] = []
-    for item in sorted(truncated, key=len):
-        # Ascending order: the new item is the longest, so it sets the chunk's padded length.
-        if current and len(item) * (len(current) + 1) > micro_token_budget:
-            chunks.append(current)
-            current = []
-        current.append(item)
-    if current:
-        chunks.append(current)
+    # The plain packing is the same rule with nothing shared: each item a group of its own, padded to
+    # the longest (ascending order: the newest item).
+    chunks.extend(_pack_groups([[item] for item in sorted(truncated, key=len)], micro_token_budget, 0))
     return chunks
 
 

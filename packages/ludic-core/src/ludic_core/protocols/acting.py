@@ -80,11 +80,7 @@ def direct_step(env: LudicEnv[Any]) -> Callable[[Mapping[str, str]], dict[str, S
     """
     if env.blocking_step or not _defaults_kept(type(env))[0]:
         return None
-
-    def step(actions: Mapping[str, str]) -> dict[str, StepOutcome]:
-        return timed_sync_step(env, env.step, actions)
-
-    return step
+    return functools.partial(timed_sync_step, env, env.step)
 
 
 def direct_env_step(env: LudicEnv[Any]) -> Callable[[str], StepOutcome] | None:
