@@ -258,7 +258,7 @@ class RolloutWorkerPool:
 
     async def run_episode(self, episode_index: int, request: Any, run_settings: dict[str, Any]) -> Any:
         """Run one episode in the least busy worker; the fields of its
-        :class:`~ludic_core.engine.EpisodeResult` after ``episode_index`` and ``request``."""
+        :class:`~ludic_core.rollout_results.EpisodeResult` after ``episode_index`` and ``request``."""
         worker = min(self._workers, key=lambda w: len(w.pending))
         episode_id = next(self._ids)
         try:
