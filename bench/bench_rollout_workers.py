@@ -12,7 +12,10 @@ Prints one JSON object: episodes per second on each side (best of ``--repeats``)
 time the workers took to start, and the cores each side got (its processes' CPU seconds over its wall
 seconds, read from ``/proc`` on Linux). The machine's load average is recorded with it: when other
 processes hold the cores, the N workers get fewer than N of them (``cores_used`` says how many) and the
-speedup falls with it.
+speedup falls with it. So the same run also measures what the machine itself allows: the env's work
+alone (``burn``, no Ludic) in one process and in N processes at once (``machine_speedup``), which
+shared caches, clock boosts and other tenants keep below N; ``speedup / machine_speedup`` is the part
+the workers themselves lose.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from ludic_core.requests import EnvSpec, ProtocolSpec, RolloutRequest
 from ludic_core.serialization import rollout_to_dict
 from ludic_core.testing import GuessNumberEnv, ScriptedAgent
 from ludic_core.types import StepOutcome
+
+_SPAWN = multiprocessing.get_context("spawn")
 
 
 def burn(iterations: int) -> int:
@@ -103,6 +108,47 @@ def cpu_seconds(pids: list[int]) -> float | None:
     return total
 
 
+def _burn_many(iterations: int, times: int) -> None:
+    for _ in range(times):
+        burn(iterations)
+
+
+def machine_speedup(work: int, workers: int, steps: int) -> float:
+    """The speedup of ``steps`` env-step workloads spread over ``workers`` processes, without Ludic: the
+    ceiling this machine puts on any multi-process rollout (best of two tries each)."""
+    alone = min(_timed(lambda: _burn_many(work, steps)) for _ in range(2))
+
+    def spread() -> None:
+        processes = [_SPAWN.Process(target=_burn_many, args=(work, steps // workers)) for _ in range(workers)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+
+    # Process start-up is the workers' one-off cost too, but the rollout side is measured warm.
+    together = min(_timed(spread) - _spawn_cost(workers) for _ in range(2))
+    return alone / together
+
+
+def _timed(run: Any) -> float:
+    began = time.perf_counter()
+    run()
+    return time.perf_counter() - began
+
+
+def _spawn_cost(workers: int) -> float:
+    """Seconds to start and join ``workers`` idle spawned processes."""
+
+    def idle() -> None:
+        processes = [_SPAWN.Process(target=_burn_many, args=(0, 0)) for _ in range(workers)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+
+    return min(_timed(idle) for _ in range(2))
+
+
 def signature(result: RolloutResult) -> list[Any]:
     return [
         [{k: v for k, v in step.items() if k != "ts_ns"} for step in rollout_to_dict(r)["steps"]]
@@ -147,6 +193,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         sys.exit("the episodes differ between workers=1 and workers=N")
     rate = {w: args.episodes / best[w] for w in sides}
     speedup = rate[args.workers] / rate[1]
+    ceiling = machine_speedup(args.work, args.workers, steps)
     return {
         "episodes": args.episodes,
         "env_steps_per_call": steps,
@@ -157,6 +204,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         "best_wall_s": {str(w): best[w] for w in sides},
         "episodes_per_s": {str(w): rate[w] for w in sides},
         "speedup": speedup,
+        "machine_speedup": ceiling,
+        "speedup_over_machine_speedup": speedup / ceiling,
         "cores_used": {str(w): cores[w] for w in sides},
         "worker_start_s": start_s,
         "same_episodes": True,
@@ -165,6 +214,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "episodes/s, 1 process": round(rate[1], 1),
             f"episodes/s, {args.workers} worker processes": round(rate[args.workers], 1),
             f"speedup with {args.workers} workers": round(speedup, 2),
+            f"the machine's own speedup, {args.workers} processes without Ludic": round(ceiling, 2),
             f"{args.workers} workers' start (s)": round(start_s, 1),
             "cores used, 1 process": _rounded(cores[1]),
             f"cores used, {args.workers} workers": _rounded(cores[args.workers]),
