@@ -8,6 +8,8 @@ Two engines play them: :func:`make_engine` with the minimal test agent
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ludic_agents import Agent, FullDialog
 from ludic_core.engine import RolloutEngine
 from ludic_core.inference import InferenceSpec, ReturnSpec, TokenCompletionRequest
@@ -42,9 +44,13 @@ def reply(request: TokenCompletionRequest, _call_index: int) -> str:
     return REPLIES[turn % len(REPLIES)]
 
 
-def make_client(latency_s: float = 0.0) -> ScriptedChatClient:
-    """A zero-cost model that plays REPLIES in order each episode, after ``latency_s`` per call."""
-    return ScriptedChatClient(reply, latency_s=latency_s)
+Reply = Callable[[TokenCompletionRequest, int], str]
+
+
+def make_client(latency_s: float = 0.0, replies: Reply = reply) -> ScriptedChatClient:
+    """A zero-cost model that plays REPLIES in order each episode (or what ``replies`` says), after
+    ``latency_s`` per call."""
+    return ScriptedChatClient(replies, latency_s=latency_s)
 
 
 def make_engine(latency_s: float = 0.0) -> RolloutEngine:
@@ -55,10 +61,10 @@ def make_engine(latency_s: float = 0.0) -> RolloutEngine:
     )
 
 
-def make_full_engine(latency_s: float = 0.0) -> RolloutEngine:
+def make_full_engine(latency_s: float = 0.0, replies: Reply = reply) -> RolloutEngine:
     """The engine with ``ludic_agents.Agent``: a full dialog (the env's system prompt), the text chat
     template, the parser the minimal agent uses; one agent per episode, as the CLI builds them."""
-    client = make_client(latency_s)
+    client = make_client(latency_s, replies)
     template = ByteChatTemplate(TOKENIZER)
 
     def protocol() -> SingleAgentProtocol:
