@@ -14,9 +14,14 @@ benchmark times it on both libraries, in one process, on the same rollouts:
   ``_build_turn_saw_item`` for every rollout, then its batch meta. Its own module-level helpers are
   called; nothing of it is reimplemented.
 
-Neither side collates items into tensors: the original does that in its trainer, not in this phase, and
-so does Ludic. Ludic's items keep their token arrays packed until a collator reads them; the original's
-hold Python lists (and an attention mask), as each library hands them to its trainer.
+Neither library collates items into tensors in this phase: both leave it to the trainer. Ludic's items
+keep their token arrays packed until a collator reads them, where the original's hold Python lists (and
+an attention mask), so part of Ludic's work moves into collation. Two more sides therefore add each
+trainer's collation into micro-batches of tensors (``*_with_collation``): the original's
+``split_items_by_token_budget`` and ``collate_saw_items`` per chunk, as its trainer runs them, and
+``ludic_train.microbatch.collate_micro_batches`` with the trainer's default prompt grouping (skipped
+without ludic-train), both with the same ``--micro-token-budget`` and ``--max-seq-len``, on one torch
+thread.
 
 The rollouts are GuessNumber episodes played once by Ludic's engine with ``ludic_agents.Agent`` (full
 dialog, byte tokens, RL returns: chosen-token logprobs), requests expanded by ``GRPORequestStrategy``
@@ -290,6 +295,46 @@ def original_post_phase(original: types.SimpleNamespace, rollouts: list[Any], cr
     return original.training_types.SAWBatch(items=items, meta=meta)
 
 
+def ludic_collation(budget: int, max_seq_len: int) -> Callable[[SAWBatch], object] | None:
+    """Ludic's trainer collation (its default prompt grouping), or None without ludic-train."""
+    try:
+        import torch
+
+        from ludic_train.microbatch import collate_micro_batches
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+
+    def collate(batch: SAWBatch) -> object:
+        return collate_micro_batches(
+            batch.items,
+            pad_token_id=0,
+            micro_token_budget=budget,
+            max_seq_len=max_seq_len,
+            group_prompts=True,
+        )
+
+    return collate
+
+
+def original_collation(
+    original: types.SimpleNamespace, budget: int, max_seq_len: int
+) -> Callable[[Any], object]:
+    """What the original trainer runs on a batch: split by token budget, then collate each chunk."""
+    import torch
+
+    micro = importlib.import_module("ludic.training.batching.micro_batching")
+    device = torch.device("cpu")
+
+    def collate(batch: Any) -> object:
+        chunks = micro.split_items_by_token_budget(
+            batch.items, micro_token_budget=budget, max_seq_len=max_seq_len
+        )
+        return [micro.collate_saw_items(chunk, pad_token_id=0, device=device) for chunk in chunks]
+
+    return collate
+
+
 def check_same(ours: SAWBatch, theirs: Any) -> dict[str, Any]:
     """Both batches' items agree (count, order, ids, masks, logprobs, weights); exits 1 otherwise."""
     problems: list[str] = []
@@ -382,6 +427,8 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=7, help="timed runs of each side, interleaved")
     parser.add_argument("--profile-top", type=int, default=10, help="functions kept from the profile")
+    parser.add_argument("--micro-token-budget", type=int, default=16384, help="collation sides' budget")
+    parser.add_argument("--max-seq-len", type=int, default=4096, help="collation sides' max_seq_len")
     args = parser.parse_args()
     facts = machine_facts()
     src, why_not = original_source(args.original_src)
@@ -416,10 +463,22 @@ def main() -> None:
     agreement = check_same(ours(), theirs())
     print(f"{agreement['items']} items agree on both sides; timing", file=sys.stderr)
     n = len(ours_in)
-    summary = time_sides({"ludic": ours, "original": theirs}, args.repeats, n)
+    sides: dict[str, Callable[[], object]] = {"ludic": ours, "original": theirs}
+    ours_collate = ludic_collation(args.micro_token_budget, args.max_seq_len)
+    if ours_collate is not None:
+        theirs_collate = original_collation(original, args.micro_token_budget, args.max_seq_len)
+        sides["ludic_with_collation"] = lambda: ours_collate(ours())
+        sides["original_with_collation"] = lambda: theirs_collate(theirs())
+    summary = time_sides(sides, args.repeats, n)
     cpu_ratio = summary["ludic"]["cpu_us_per_rollout"] / summary["original"]["cpu_us_per_rollout"]
     wall_ratio = summary["ludic"]["wall_us_per_rollout"] / summary["original"]["wall_us_per_rollout"]
     print(f"ludic / original: CPU {cpu_ratio:.2f}, wall {wall_ratio:.2f}", file=sys.stderr)
+    collation_ratio = (
+        summary["ludic_with_collation"]["cpu_us_per_rollout"]
+        / summary["original_with_collation"]["cpu_us_per_rollout"]
+        if ours_collate is not None
+        else None
+    )
     out = {
         "benchmark": BENCHMARK,
         "original_version": "hallerite/ludic 6547210 (vllm stubbed)",
@@ -432,6 +491,10 @@ def main() -> None:
         **summary,
         "ratio_cpu": cpu_ratio,
         "ratio_wall": wall_ratio,
+        "ratio_cpu_with_collation": collation_ratio,
+        "collation": {"micro_token_budget": args.micro_token_budget, "max_seq_len": args.max_seq_len}
+        if ours_collate is not None
+        else "skipped: ludic-train is not installed",
         "ludic_profile": profile_top(ours, args.profile_top),
         "original_profile": profile_top(theirs, args.profile_top),
     }
@@ -441,6 +504,8 @@ def main() -> None:
         "ludic / original (CPU)": round(cpu_ratio, 2),
         "ludic / original (wall)": round(wall_ratio, 2),
     }
+    if collation_ratio is not None:
+        headline["with collation into micro-batches, ludic / original (CPU)"] = round(collation_ratio, 2)
     emit(out, facts=facts, headline=headline)
 
 
