@@ -2,10 +2,12 @@
 the same Redis commands with the same bytes, and against plain RPUSH/BLPOP, in the same run.
 
 Every side moves the same number of messages through a private ``redis-server`` (started here on a
-free loopback port) with one producer and one consumer running concurrently: by default as two tasks
-of one event loop, so every encode, decode and round trip of both ends is paid on one core; with
-``--producer-process`` the producer runs in a second process, as an actor does (it builds the same
-messages from the same seed, and the consumer times from its go signal to the last acknowledgement):
+free loopback port) with one producer and one consumer running concurrently, in two topologies, one
+after the other (``--producer`` picks one): as two tasks of one event loop (``same_loop``), so every
+encode, decode and round trip of both ends is paid on one core; and with the producer in a second
+process (``process``), as an actor runs beside a learner (it builds the same messages from the same
+seed, and the consumer times from its go signal to the last acknowledgement). The same-loop run's
+numbers are the JSON's top level, the other run's are under ``producer_process``. The sides:
 
 * ``pipeline`` — the library path: ``RedisPipelineActor.push`` (check and encode a ``BatchMessage`` of
   SAW items with the binary wire format, RPUSH) and ``RedisBatchSource.next_batch`` (claim whole
@@ -32,7 +34,7 @@ logprobs), so ``push`` encodes them from their packed arrays, as a real actor do
 them is not measured (nor is a builder's in a real run: it is part of generating the batch).
 
 The ratios ``raw time / pipeline time`` (wall time, and process CPU time: of producer and consumer
-on one loop, of the consumer with ``--producer-process``; CPU time moves less with the machine's
+on one loop, of the consumer with the producer in a second process; CPU time moves less with the machine's
 load) are what the wire format, its checks and the library's
 bookkeeping cost on top of the same Redis commands (``pipeline_vs_raw_exactly_once``) and on top of a
 queue without delivery guarantees (``pipeline_vs_raw_blpop``). Each repeat runs the sides back to back
@@ -537,33 +539,69 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
-        "--producer-process",
-        action="store_true",
-        help="push from a second process, as actors do (default: producer and consumer on one event loop)",
+        "--producer",
+        choices=("same_loop", "process", "both"),
+        default="both",
+        help="where the producer runs: on the consumer's event loop (every cost on one core), in a "
+        "second process (as actors do), or both, one after the other (default)",
     )
     args = p.parse_args(argv)
     if args.ack_every < 1:
         p.error(f"--ack-every must be >= 1, got {args.ack_every}")
     facts = machine_facts()
+    topologies = ("same_loop", "process") if args.producer == "both" else (args.producer,)
     try:
         with local_redis_server() as url:
-            if not args.producer_process:
-                result = asyncio.run(measure(args, url, None))
-            else:
-                ours, theirs = multiprocessing.get_context("spawn").Pipe()
-                child = multiprocessing.get_context("spawn").Process(
-                    target=producer_process, args=(theirs, args, url)
-                )
-                child.start()
-                try:
-                    result = asyncio.run(measure(args, url, ours))
-                finally:
-                    ours.send(None)
-                    child.join(timeout=30)
+            results = {topology: measure_topology(args, url, topology) for topology in topologies}
     except RedisServerNotFound as exc:
-        result = {"benchmark": "redis_pipeline", "skipped": str(exc)}
-    emit(result, facts=facts, headline=result.pop("headline", None))
+        emit({"benchmark": "redis_pipeline", "skipped": str(exc)}, facts=facts, headline=None)
+        return 0
+    if len(results) == 1:
+        (result,) = results.values()
+        headline = result.pop("headline")
+    else:
+        # The same-loop run's numbers at the top level (as a single run writes them), the other run's
+        # under its own key; the headline holds both runs' ratios.
+        result = results["same_loop"]
+        same_loop_headline = result.pop("headline")
+        process = results["process"]
+        process.pop("headline")
+        result["producer"] = "both"
+        result["producer_process"] = process
+        headline = {
+            "pipeline: push, claim, decode, acknowledge (items/s), same loop / second process": (
+                f"{result['pipeline_items_per_s']:,.0f} / {process['pipeline_items_per_s']:,.0f}"
+            ),
+            "raw redis-py, the same commands (items/s), same loop / second process": (
+                f"{result['raw_exactly_once_items_per_s']:,.0f} / {process['raw_exactly_once_items_per_s']:,.0f}"
+            ),
+            **{
+                f"{label}, {where}": round(run[f"pipeline_vs_{baseline}_{measure_}"]["median"], 2)
+                for where, run in (("same loop", result), ("second process", process))
+                for label, baseline, measure_ in (
+                    ("pipeline / raw same commands", "raw_exactly_once", "throughput"),
+                    ("the same, by CPU", "raw_exactly_once", "cpu"),
+                    ("pipeline / raw RPUSH/BLPOP", "raw_blpop", "throughput"),
+                )
+            },
+            "bytes per token on the wire": same_loop_headline["bytes per token on the wire"],
+        }
+    emit(result, facts=facts, headline=headline)
     return 0
+
+
+def measure_topology(args: argparse.Namespace, url: str, topology: str) -> dict[str, Any]:
+    """One measurement with the producer on the consumer's loop or in a second process."""
+    if topology == "same_loop":
+        return asyncio.run(measure(args, url, None))
+    ours, theirs = multiprocessing.get_context("spawn").Pipe()
+    child = multiprocessing.get_context("spawn").Process(target=producer_process, args=(theirs, args, url))
+    child.start()
+    try:
+        return asyncio.run(measure(args, url, ours))
+    finally:
+        ours.send(None)
+        child.join(timeout=30)
 
 
 if __name__ == "__main__":
