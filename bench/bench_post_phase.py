@@ -1,4 +1,5 @@
-"""GRPO post phase, Ludic against the original Ludic: credit, SAW items and batch meta on the same rollouts.
+"""GRPO post phase, Ludic against the original Ludic: credit, SAW items and batch meta on the same rollouts
+(the original is a checkout of upstream Ludic 6547210, named by ``--original-src`` or ``LUDIC_ORIGINAL_SRC``).
 
 The *post phase* is what a GRPO step runs once its rollouts have finished: credit assignment (group-
 normalised returns), one State-Action-Weight (SAW) item per agent turn, and the batch's metadata. This
