@@ -1,5 +1,6 @@
 """GRPO post phase, Ludic against the original Ludic: credit, SAW items and batch meta on the same rollouts
-(the original is a checkout of upstream Ludic 6547210, named by ``--original-src`` or ``LUDIC_ORIGINAL_SRC``).
+(the original is a checkout of ``hallerite/ludic`` as of 9 January 2026, named by ``--original-src`` or
+``LUDIC_ORIGINAL_SRC``).
 
 The *post phase* is what a GRPO step runs once its rollouts have finished: credit assignment (group-
 normalised returns), one State-Action-Weight (SAW) item per agent turn, and the batch's metadata. This
@@ -9,7 +10,7 @@ benchmark times it on both libraries, in one process, on the same rollouts:
   which is what ``RolloutEngine.generate_batch`` (and so ``RolloutBatchSource``) runs after
   ``generate_rollouts``: trainable-rollout selection, credit, the items of every rollout with their
   credit stamp, the (absent) sample filter, and the batch meta.
-* ``original``: the original Ludic (upstream ``hallerite/ludic`` at commit 6547210), the sequence its
+* ``original``: the original Ludic (``hallerite/ludic`` as of 9 January 2026), the sequence its
   ``RolloutEngine.generate_batch`` runs after ``generate_rollouts``: ``GroupNormalizedReturn.compute``
   (``normalize_adv=True``, as its ``make_grpo`` builds it), ``_collect_turns`` and
   ``_build_turn_saw_item`` for every rollout, then its batch meta. Its own module-level helpers are
@@ -39,9 +40,9 @@ collected heap (``gc.collect()`` before it); the median wall and process CPU tim
 side, and their ratio ``ludic / original`` (below 1: Ludic is faster). A cProfile run of each side
 gives its top functions by self time (``ludic_profile``, ``original_profile``).
 
-The original: a checkout of ``hallerite/ludic`` at commit 6547210 (or of the ``afterless/ludic`` fork,
-which contains that commit); pass its ``src`` directory (the one holding ``ludic/``) as
-``--original-src`` or in ``LUDIC_ORIGINAL_SRC``. Without it the script prints a skipped result. The
+The original: a checkout of ``hallerite/ludic`` as it stood on 9 January 2026 (the version whose
+``RolloutEngine`` lives in ``ludic.training.batching``); pass its ``src`` directory (the one holding
+``ludic/``) as ``--original-src`` or in ``LUDIC_ORIGINAL_SRC``. Without it the script prints a skipped result. The
 original needs ``torch``, ``openai``, ``jaxtyping`` and ``beartype`` installed; it also imports
 ``vllm``, which this script replaces by empty stub modules (an import hook on ``vllm`` and
 ``vllm.*``), since the post phase never uses vLLM.
@@ -123,7 +124,7 @@ def original_source(arg: str | None) -> tuple[Path | None, str]:
         return None, "no original Ludic source: pass --original-src DIR or set LUDIC_ORIGINAL_SRC"
     src = Path(where)
     if not (src / "ludic").is_dir():
-        return None, f"{src} has no ludic/ package (pass the src directory of a 6547210 checkout)"
+        return None, f"{src} has no ludic/ package (pass the src directory of a checkout of the original)"
     return src, ""
 
 
@@ -136,6 +137,7 @@ def load_original(src: Path) -> types.SimpleNamespace:
         credit=importlib.import_module("ludic.training.credit_assignment"),
         types=importlib.import_module("ludic.types"),
         training_types=importlib.import_module("ludic.training.types"),
+        micro_batching=importlib.import_module("ludic.training.batching.micro_batching"),
     )
 
 
@@ -324,7 +326,7 @@ def original_collation(
     """What the original trainer runs on a batch: split by token budget, then collate each chunk."""
     import torch
 
-    micro = importlib.import_module("ludic.training.batching.micro_batching")
+    micro = original.micro_batching
     device = torch.device("cpu")
 
     def collate(batch: Any) -> object:
@@ -482,7 +484,7 @@ def main() -> None:
     )
     out = {
         "benchmark": BENCHMARK,
-        "original_version": "hallerite/ludic 6547210 (vllm stubbed)",
+        "original_version": "hallerite/ludic as of 2026-01-09 (vllm stubbed)",
         "rollouts": n,
         "group_size": args.group_size,
         "max_steps": args.max_steps,
