@@ -576,9 +576,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{result['raw_exactly_once_items_per_s']:,.0f} / {process['raw_exactly_once_items_per_s']:,.0f}"
             ),
             **{
-                f"{label}, {where}": round(run[f"pipeline_vs_{baseline}_{measure_}"]["median"], 2)
+                f"{label}, {where}": round(run[f"pipeline_vs_{baseline}_{by}"]["median"], 2)
                 for where, run in (("same loop", result), ("second process", process))
-                for label, baseline, measure_ in (
+                for label, baseline, by in (
                     ("pipeline / raw same commands", "raw_exactly_once", "throughput"),
                     ("the same, by CPU", "raw_exactly_once", "cpu"),
                     ("pipeline / raw RPUSH/BLPOP", "raw_blpop", "throughput"),

@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from _guess_number import INFERENCE, make_client
@@ -117,36 +118,26 @@ def machine_speedup(work: int, workers: int, steps: int) -> float:
     """The speedup of ``steps`` env-step workloads spread over ``workers`` processes, without Ludic: the
     ceiling this machine puts on any multi-process rollout (best of two tries each)."""
     alone = min(_timed(lambda: _burn_many(work, steps)) for _ in range(2))
-
-    def spread() -> None:
-        processes = [_SPAWN.Process(target=_burn_many, args=(work, steps // workers)) for _ in range(workers)]
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join()
-
-    # Process start-up is the workers' one-off cost too, but the rollout side is measured warm.
-    together = min(_timed(spread) - _spawn_cost(workers) for _ in range(2))
-    return alone / together
+    # Process start-up is the workers' one-off cost too, but the rollout side is measured warm: take the
+    # time to start and join idle processes off.
+    start_up = min(_timed(lambda: _in_processes(workers, 0, 0)) for _ in range(2))
+    together = min(_timed(lambda: _in_processes(workers, work, steps // workers)) for _ in range(2))
+    return alone / (together - start_up)
 
 
-def _timed(run: Any) -> float:
+def _in_processes(count: int, work: int, steps: int) -> None:
+    """Run ``steps`` env-step workloads in each of ``count`` spawned processes at once."""
+    processes = [_SPAWN.Process(target=_burn_many, args=(work, steps)) for _ in range(count)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join()
+
+
+def _timed(run: Callable[[], object]) -> float:
     began = time.perf_counter()
     run()
     return time.perf_counter() - began
-
-
-def _spawn_cost(workers: int) -> float:
-    """Seconds to start and join ``workers`` idle spawned processes."""
-
-    def idle() -> None:
-        processes = [_SPAWN.Process(target=_burn_many, args=(0, 0)) for _ in range(workers)]
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join()
-
-    return min(_timed(idle) for _ in range(2))
 
 
 def signature(result: RolloutResult) -> list[Any]:
