@@ -75,13 +75,12 @@ SIDES: dict[str, dict[str, Any]] = {
 def _model(threads: int) -> tuple[Any, Any]:
     import torch
 
-    from ludic_train.lora import apply_lora
+    from ludic_train.lora import apply_lora, top_layers
     from ludic_train.testing import load_smollm2
 
     torch.set_num_threads(threads)
     base, tokenizer = load_smollm2()
-    layers = base.config.num_hidden_layers
-    return apply_lora(base, rank=LORA["rank"], layers=range(layers - LORA["layers"], layers)), tokenizer
+    return apply_lora(base, rank=LORA["rank"], layers=top_layers(base, LORA["layers"])), tokenizer
 
 
 def _trainable_state(model: Any) -> dict[str, Any]:

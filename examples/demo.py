@@ -256,7 +256,7 @@ async def _run(
     from ludic_core.registry import make_algorithm
     from ludic_train.config import TrainerConfig
     from ludic_train.local_client import LocalPolicyClient
-    from ludic_train.lora import apply_lora
+    from ludic_train.lora import apply_lora, top_layers
     from ludic_train.testing import load_smollm2
     from ludic_train.trainer import Trainer
 
@@ -284,7 +284,9 @@ async def _run(
         )
         base, tokenizer = load_smollm2()
         layers = base.config.num_hidden_layers
-        model = apply_lora(base, rank=args.lora_rank, layers=range(layers - args.lora_layers, layers))
+        model = apply_lora(
+            base, rank=args.lora_rank, layers=top_layers(base, args.lora_layers, field="--lora-layers")
+        )
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         console.print(
             f"LoRA rank {args.lora_rank} on the top {args.lora_layers} of {layers} layers: {trainable:,} "

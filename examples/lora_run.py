@@ -56,7 +56,7 @@ def load_lora_model(args: argparse.Namespace) -> tuple[Any, Any]:
     are drawn from a seeded RNG, whatever ran before."""
     import torch
 
-    from ludic_train.lora import apply_lora
+    from ludic_train.lora import apply_lora, top_layers
     from ludic_train.testing import bpe_tokenizer, load_smollm2, tiny_causal_lm
 
     if args.model == "tiny":
@@ -69,8 +69,7 @@ def load_lora_model(args: argparse.Namespace) -> tuple[Any, Any]:
             # The head too: adapters on two tiny blocks alone barely move the output distribution.
             return apply_lora(base, rank=8, include_lm_head=True), tokenizer
     base, tokenizer = load_smollm2()
-    layers = base.config.num_hidden_layers
-    top = range(max(0, layers - args.lora_layers), layers)
+    top = top_layers(base, args.lora_layers, field="--lora-layers")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(args.seed)
         return apply_lora(base, rank=args.lora_rank, layers=top), tokenizer

@@ -72,3 +72,16 @@ def test_lora_top_layers_adapts_only_the_top_decoder_layers() -> None:
         ConfigError, match=f"lora.top_layers={layers + 1} exceeds the model's {layers} decoder"
     ):
         build_model("tiny", device="cpu", lora=LocalLoraSettings(rank=2, top_layers=layers + 1))
+
+
+def test_top_layers_names_the_setting_it_came_from() -> None:
+    from ludic_train.lora import top_layers
+    from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
+
+    model = tiny_causal_lm(bpe_tokenizer(), num_hidden_layers=3)
+    assert top_layers(model, 2) == range(1, 3)
+    assert top_layers(model, 3) == range(3)
+    with pytest.raises(ConfigError, match=r"--lora-layers=4 exceeds the model's 3 decoder layers"):
+        top_layers(model, 4, field="--lora-layers")
+    with pytest.raises(ConfigError, match=r"--lora-layers must be an int >= 1, got 0"):
+        top_layers(model, 0, field="--lora-layers")

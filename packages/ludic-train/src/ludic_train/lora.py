@@ -13,7 +13,7 @@ from typing import Any
 from ludic_core.errors import ConfigError, missing_extra
 from ludic_core.validation import check_int
 
-__all__ = ["apply_lora"]
+__all__ = ["apply_lora", "top_layers"]
 
 
 def apply_lora(
@@ -71,6 +71,21 @@ def apply_lora(
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)
+
+
+def top_layers(model: Any, count: int, *, field: str = "top_layers") -> range:
+    """The indices of ``model``'s top ``count`` decoder layers, for :func:`apply_lora`'s ``layers``.
+
+    ``field`` names the setting ``count`` came from in the error raised when the model has fewer
+    layers (a config key such as ``lora.top_layers``, or a command-line flag).
+    """
+    check_int(field, count, 1)
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if not isinstance(layers, int):
+        raise ConfigError(f"{field}={count}: the model's config has no num_hidden_layers")
+    if count > layers:
+        raise ConfigError(f"{field}={count} exceeds the model's {layers} decoder layers")
+    return range(layers - count, layers)
 
 
 def _check_layers(model: Any, layers: Sequence[int] | None) -> list[int] | None:

@@ -155,7 +155,7 @@ def build_model(
     if template is not None:
         tokenizer.chat_template = template
     if lora.rank:
-        from ludic_train.lora import apply_lora
+        from ludic_train.lora import apply_lora, top_layers
 
         model = apply_lora(
             model,
@@ -163,21 +163,17 @@ def build_model(
             alpha=lora.alpha,
             dropout=lora.dropout,
             include_lm_head=lora.include_lm_head,
-            layers=None if lora.top_layers is None else _top_layers(model, lora.top_layers),
+            layers=(
+                None
+                if lora.top_layers is None
+                else top_layers(model, lora.top_layers, field="lora.top_layers")
+            ),
         )
     if launched_ranks().distributed:
         from ludic_train.fsdp import shard_model
 
         model = shard_model(model)
     return model, tokenizer
-
-
-def _top_layers(model: Any, count: int) -> range:
-    """The indices of ``model``'s top ``count`` decoder layers (``[lora] top_layers``)."""
-    layers = model.config.num_hidden_layers
-    if count > layers:
-        raise ConfigError(f"lora.top_layers={count} exceeds the model's {layers} decoder layers")
-    return range(layers - count, layers)
 
 
 def trainer_config(config: TrainerConfig, tokenizer: Any, *, device: str | None = None) -> TrainerConfig:
