@@ -18,8 +18,9 @@ Each side runs in a child process of its own (sides alternate across repeats), s
 resident memory is its own; it is read per phase (loading, sampling, training) by resetting the
 kernel's high-water mark between phases. Per step the JSON gives the sampling time (the batch
 source's wait: games, credit, SAW items), the training time split into forward passes and the rest
-(backward, clipping, optimiser), the items, the items skipped and the tokens run, and the medians'
-ratio ``ludic / baseline``. Machines are shared and absolute seconds drift; the ratio is measured in one
+(backward, clipping, optimiser), the items, the items skipped, the tokens in the items and the
+tokens the training forward passes ran (shared prefixes once), and the medians' ratio
+``ludic / baseline``. Machines are shared and absolute seconds drift; the ratio is measured in one
 run.
 
     python bench/bench_grpo_step.py                 # 2 steps per side, one repeat (~10 min on 2 cores)
@@ -161,15 +162,26 @@ def run_side(side: str, adapter: Path, steps: int, seed: int, threads: int) -> d
     )
     memory = {"load_mb": peak_rss_mb()}  # model, tokenizer and libraries
     forward_s = 0.0
+    tokens_forwarded = 0  # the tokens the training forward passes ran (the sampler's are not counted)
+    in_loss = False
     compute_loss = TorchAlgorithm.compute_loss
 
     def timed_compute_loss(self: TorchAlgorithm, *args: Any, **kwargs: Any) -> Any:
-        nonlocal forward_s
+        nonlocal forward_s, in_loss
         started = time.perf_counter()
+        in_loss = True
         try:
             return compute_loss(self, *args, **kwargs)
         finally:
+            in_loss = False
             forward_s += time.perf_counter() - started
+
+    def count_tokens(_module: Any, _args: Any, kwargs: dict[str, Any]) -> None:
+        nonlocal tokens_forwarded
+        if in_loss:
+            tokens_forwarded += kwargs["input_ids"].numel()
+
+    model.get_base_model().model.register_forward_pre_hook(count_tokens, with_kwargs=True)
 
     TorchAlgorithm.compute_loss = timed_compute_loss  # type: ignore[method-assign]
     sampling_peak = training_peak = 0.0
@@ -200,16 +212,16 @@ def run_side(side: str, adapter: Path, steps: int, seed: int, threads: int) -> d
     records = []
 
     async def train() -> list[Any]:
-        nonlocal forward_s, training_peak
+        nonlocal forward_s, tokens_forwarded, training_peak
         results = []
         for _ in range(steps):
-            forward_s = 0.0
+            forward_s, tokens_forwarded = 0.0, 0
             (result,) = await trainer.train(1)
             training_peak = max(training_peak, peak_rss_mb())
-            results.append((result, forward_s))
+            results.append((result, forward_s, tokens_forwarded))
         return results
 
-    for result, forward_s in asyncio.run(train()):
+    for result, forward_s, forwarded in asyncio.run(train()):
         records.append(
             {
                 "sampling_s": result["perf/batch_wait_s"],
@@ -219,7 +231,8 @@ def run_side(side: str, adapter: Path, steps: int, seed: int, threads: int) -> d
                 "step_s": result["perf/batch_wait_s"] + result["perf/train_s"],
                 "items": result["train/num_samples"],
                 "items_skipped": result["train/zero_weight_items_skipped"],
-                "tokens_run": result["train/num_tokens"],
+                "tokens_in_items": result["train/num_tokens"],
+                "tokens_forwarded": forwarded,
                 "reward": result["train/avg_total_reward"],
             }
         )
@@ -286,7 +299,8 @@ def main() -> None:
         "train_s",
         "forward_s",
         "backward_and_optimiser_s",
-        "tokens_run",
+        "tokens_in_items",
+        "tokens_forwarded",
         "items_skipped",
     )
     medians = {side: {k: _median(runs[side], k) for k in keys} for side in SIDES}
@@ -315,6 +329,8 @@ def main() -> None:
         "step time, ludic / baseline": round(result["ratio_ludic_over_baseline"]["step_s"], 2),
         "training part, ludic / baseline": round(result["ratio_ludic_over_baseline"]["train_s"], 2),
         "sampling part, ludic (s)": round(medians["ludic"]["sampling_s"], 1),
+        "tokens forwarded in training, baseline": round(medians["baseline"]["tokens_forwarded"]),
+        "tokens forwarded in training, ludic": round(medians["ludic"]["tokens_forwarded"]),
         "peak resident memory, baseline (MiB)": round(peaks["baseline"]),
         "peak resident memory, ludic (MiB)": round(peaks["ludic"]),
     }

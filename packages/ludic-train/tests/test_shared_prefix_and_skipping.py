@@ -364,3 +364,63 @@ def test_the_prefix_plan_runs_each_groups_prompt_once_or_the_common_header_once(
     # Nothing shared: no plan.
     alone = collate_saw_items(_items(4, seed=3, shared=0), pad_token_id=PAD)
     assert prefix_plan(alone["input_ids"], alone["attention_mask"], alone["logit_positions"]) is None
+
+
+def _header_then_group_items(groups: int, replies: int, *, seed: int) -> list[SAWItem]:
+    """Every item starts with SYSTEM; then ``groups`` board-like prompts of 24 random tokens, each
+    answered ``replies`` times: sharing at two depths, as a GRPO batch of a game with a system prompt."""
+    rng = random.Random(seed)
+    prompts = [SYSTEM + [rng.randrange(1, VOCAB) for _ in range(24)] for _ in range(groups)]
+    items = []
+    for k in range(replies):
+        for g, prompt in enumerate(prompts):
+            completion = [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 5))]
+            items.append(
+                SAWItem(
+                    input_ids=prompt + completion,
+                    action_mask=[0] * len(prompt) + [1] * len(completion),
+                    weight=rng.uniform(-1.5, 1.5),
+                    meta={"rollout_id": f"g{g}r{k}"},
+                    actor_logps=[-rng.uniform(0.5, 3.0) for _ in completion],
+                )
+            )
+    return items
+
+
+def test_prefixes_shared_at_two_depths_run_once_each_with_the_full_pass_loss_and_gradient(
+    model: torch.nn.Module,
+) -> None:
+    """The header runs once, each group's rest of the prompt once, then only the replies; loss and
+    gradient are the full pass's."""
+    batch = collate_saw_items(_header_then_group_items(3, 3, seed=4), pad_token_id=PAD)
+    plan = prefix_plan(batch["input_ids"], batch["attention_mask"], batch["logit_positions"])
+    assert plan is not None
+    assert [(level.start, level.cut, level.tokens.shape[0]) for level in plan.levels] == [
+        (0, len(SYSTEM), 1),
+        (len(SYSTEM), len(SYSTEM) + 23, 3),
+    ]
+    rows, length = batch["input_ids"].shape
+    assert torch.equal(plan.prefixes[plan.row_prefix], batch["input_ids"][:, : plan.length])
+    assert plan.tokens_run(rows, length) == len(SYSTEM) + 3 * 23 + rows * (length - plan.length)
+    loss_fn = TokenClippedSurrogateLoss(clip_eps_low=0.2, clip_eps_high=0.27, length_normalize=True)
+    calls: list[tuple[int, int]] = []
+    hook = model.model.register_forward_hook(
+        lambda _m, args, kwargs, _out: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    results = []
+    try:
+        for share in (False, True):
+            model.zero_grad(set_to_none=True)
+            logits = policy_logits(model, batch, share_prefix=share)
+            loss, _ = loss_fn.compute(logits, batch)
+            loss.backward()
+            results.append((logits.detach(), loss.detach(), _grads(model)))
+    finally:
+        hook.remove()
+    assert calls == [(rows, length), (1, len(SYSTEM)), (3, 23), (rows, length - plan.length)]
+    (full_logits, full_loss, full_grads), (shared_logits, shared_loss, shared_grads) = results
+    torch.testing.assert_close(shared_logits, full_logits, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(shared_loss, full_loss, rtol=1e-5, atol=1e-6)
+    assert shared_grads.keys() == full_grads.keys()
+    for name in full_grads:
+        torch.testing.assert_close(shared_grads[name], full_grads[name], rtol=1e-4, atol=1e-6, msg=name)
