@@ -2,15 +2,15 @@
 tokens that rows share run once.
 
 With ``logit_positions`` and a model that takes ``logits_to_keep``, the lm-head runs only at the loss's
-positions. Prompt tokens that rows share run once, in prefix passes whose KV cache the rows then read,
+positions. Prompt tokens that rows share run once in a prefix pass whose KV cache each row then reads,
 so only the suffixes run at full batch size; the gradient flows back through the cache into the prefix
-passes, so loss and gradient equal the full pass's up to rounding. :func:`prefix_plan` finds sharing
-at several depths (a system prompt every row has, then the board or question that a GRPO group's
-replies share, which :mod:`ludic_train.microbatch` packs together) and runs each distinct prefix once
-per level, all ending before the first position the loss reads a logit at. Sharing needs a model that
-takes ``past_key_values``, ``position_ids``, ``use_cache`` and ``logits_to_keep`` and returns a
-transformers ``Cache`` (PEFT-wrapped or not); other models, and prefixes shorter than
-:data:`MIN_SHARED_PREFIX`, get one ordinary pass.
+pass, so loss and gradient equal the full pass's up to rounding. :func:`prefix_plan` picks the cheaper
+of two prefixes, both ending before the first position the loss reads: the tokens every row has in
+common (a system prompt, a chat-template header), or everything before that position, run once per
+distinct prompt (the replies of a GRPO group, which :mod:`ludic_train.microbatch` packs together,
+share all of their prompt). Sharing needs a model that takes ``past_key_values``, ``position_ids``,
+``use_cache`` and ``logits_to_keep`` and returns a transformers ``Cache`` (PEFT-wrapped or not); other
+models, and prefixes shorter than :data:`MIN_SHARED_PREFIX`, get one ordinary pass.
 """
 
 from __future__ import annotations
@@ -23,16 +23,8 @@ import torch
 from torch import Tensor
 
 from ludic_train.model_signature import accepts_logits_to_keep, forward_takes
-from ludic_train.prefix_levels import plan_levels
 
-__all__ = [
-    "MIN_SHARED_PREFIX",
-    "PrefixLevel",
-    "PrefixPlan",
-    "policy_logits",
-    "prefix_plan",
-    "shared_prefix_length",
-]
+__all__ = ["MIN_SHARED_PREFIX", "PrefixPlan", "policy_logits", "prefix_plan", "shared_prefix_length"]
 
 MIN_SHARED_PREFIX = 16
 """A shorter common prefix is not worth a second forward pass (and a copy of its KV cache per row)."""
@@ -69,79 +61,38 @@ def policy_logits(model: Any, batch: Mapping[str, Tensor], *, share_prefix: bool
 
 
 @attrs.frozen
-class PrefixLevel:
-    """One pass of a :class:`PrefixPlan`: positions ``[start, cut)`` of each distinct prefix of length
-    ``cut`` (``tokens``, ``[G, cut - start]``); row ``g`` continues row ``parent[g]`` of the level before
-    (``None`` at the first level, which starts at 0)."""
-
-    start: int
-    cut: int
-    tokens: Tensor
-    parent: Tensor | None
-
-
-@attrs.frozen
 class PrefixPlan:
-    """Run ``levels`` in order, each reading the KV cache of the one before, then each row's suffix
-    from ``length`` on, row ``r`` reading the cache of the last level's row ``row_prefix[r]``."""
+    """Run ``prefixes`` (``[G, length]``, distinct rows) once, then each row's suffix from
+    ``length`` on with row ``r`` reading the cache of ``prefixes[row_prefix[r]]``."""
 
-    levels: tuple[PrefixLevel, ...]
+    length: int
+    prefixes: Tensor
     row_prefix: Tensor
 
-    @property
-    def length(self) -> int:
-        """Where the suffixes start: the last level's cut."""
-        return self.levels[-1].cut
-
-    @property
-    def prefixes(self) -> Tensor:
-        """``[G, length]``: the whole prefix of each row of the last level (levels joined)."""
-        whole = self.levels[0].tokens
-        for level in self.levels[1:]:
-            assert level.parent is not None
-            whole = torch.cat([whole[level.parent], level.tokens], dim=1)
-        return whole
-
     def tokens_run(self, rows: int, total: int) -> int:
-        """Tokens the plan runs for ``rows`` rows padded to ``total``: each level's, then the suffixes."""
-        levels = sum(int(level.tokens.numel()) for level in self.levels)
-        return levels + rows * (total - self.length)
+        return int(self.prefixes.shape[0]) * self.length + rows * (total - self.length)
 
 
 def prefix_plan(input_ids: Tensor, attention_mask: Tensor, logit_positions: Tensor) -> PrefixPlan | None:
-    """The prefixes rows share, each to run once, or None when sharing saves nothing.
+    """The cheaper of two ways to run shared prompt tokens once, or None when neither saves a pass:
 
-    Rows share prefixes at several depths: a system prompt that every row has, a board or question
-    that some rows have (a GRPO group's replies share their whole prompt). The plan cuts the rows at
-    the positions :func:`~ludic_train.prefix_levels.plan_levels` picks, which minimise the tokens run
-    (each extra pass counted as a few tokens more): each level runs each distinct prefix once, from the
-    cut before. Cuts stop at the first position the loss reads a logit at, so the suffix pass computes
-    every logit the loss reads, and within the columns that are real tokens in every row."""
-    if not logit_positions.numel():
-        return None
-    rows = input_ids.shape[0]
-    real = int((attention_mask > 0).all(dim=0).long().cumprod(dim=0).sum())
-    limit = min(int(logit_positions[0]), real)
-    if limit < MIN_SHARED_PREFIX or rows < 2:
-        return None
-    # A prompt of `limit + 1` tokens per row: plan_levels keeps each prompt's last position its own,
-    # so every cut is at most `limit`.
-    prompts = [tuple(row) for row in input_ids[:, : limit + 1].tolist()]
-    planned = [(cut, rows_of) for cut, rows_of in plan_levels(prompts) if cut >= MIN_SHARED_PREFIX]
-    if not planned:
-        return None
-    levels = []
-    start, previous = 0, None
-    for cut, rows_of in planned:
-        members: dict[int, int] = {}  # level row -> the first batch row it carries
-        for r, level_row in enumerate(rows_of):
-            members.setdefault(level_row, r)
-        first_rows = torch.tensor(list(members.values()), dtype=torch.long, device=input_ids.device)
-        parent = None if previous is None else previous[first_rows]
-        levels.append(PrefixLevel(start, cut, input_ids[first_rows, start:cut], parent))
-        start, previous = cut, torch.tensor(rows_of, dtype=torch.long, device=input_ids.device)
-    assert previous is not None
-    return PrefixPlan(tuple(levels), previous)
+    * the prefix every row has in common (:func:`shared_prefix_length`: a system prompt), run once;
+    * everything before the first logit position, run once per distinct prefix: rows answering the
+      same prompt (a GRPO group's replies) share it whole.
+
+    A prefix shorter than :data:`MIN_SHARED_PREFIX` is not worth its pass."""
+    rows, total = input_ids.shape
+    plans = []
+    common = shared_prefix_length(input_ids, attention_mask, logit_positions)
+    if common >= MIN_SHARED_PREFIX:
+        plans.append(PrefixPlan(common, input_ids[:1, :common], input_ids.new_zeros(rows)))
+    if logit_positions.numel():
+        first = int(logit_positions[0])
+        if first >= MIN_SHARED_PREFIX and bool((attention_mask[:, :first] > 0).all()):
+            distinct, row_prefix = torch.unique(input_ids[:, :first], dim=0, return_inverse=True)
+            if distinct.shape[0] < rows:
+                plans.append(PrefixPlan(first, distinct, row_prefix))
+    return min(plans, key=lambda plan: plan.tokens_run(rows, total), default=None)
 
 
 def _with_shared_prefix(
@@ -150,25 +101,18 @@ def _with_shared_prefix(
     """The suffix pass's logits at ``positions``, or None when the model's cache cannot be indexed
     per row (then the caller runs the ordinary pass)."""
     rows, length = input_ids.shape
-    cache: Any = None
-    for level in plan.levels:
-        if level.parent is not None:
-            cache.batch_select_indices(level.parent)  # each row its parent's keys; gradients flow back
-        count = level.tokens.shape[0]
-        # A level's own logits are never read; keep the lm-head to one position.
-        output = model(
-            input_ids=level.tokens,
-            attention_mask=input_ids.new_ones((count, level.cut)),
-            position_ids=torch.arange(level.start, level.cut, device=input_ids.device).expand(count, -1),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = output.past_key_values
-        if not callable(getattr(cache, "batch_select_indices", None)):
-            return None
     prefix = plan.length
-    cache.batch_select_indices(plan.row_prefix)
+    # The prefix pass's own logits are never read; keep the lm-head to one position.
+    head = model(
+        input_ids=plan.prefixes,
+        attention_mask=torch.ones_like(plan.prefixes),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = head.past_key_values
+    if not callable(getattr(cache, "batch_select_indices", None)):
+        return None
+    cache.batch_select_indices(plan.row_prefix)  # each row its prefix's keys; gradients flow back
     suffix_positions = torch.arange(prefix, length, device=input_ids.device).expand(rows, -1)
     output = model(
         input_ids=input_ids[:, prefix:],
