@@ -80,7 +80,7 @@ def top_layers(model: Any, count: int, *, field: str = "top_layers") -> range:
     layers (a config key such as ``lora.top_layers``, or a command-line flag).
     """
     check_int(field, count, 1)
-    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    layers = _layer_count(model)
     if not isinstance(layers, int):
         raise ConfigError(f"{field}={count}: the model's config has no num_hidden_layers")
     if count > layers:
@@ -88,12 +88,17 @@ def top_layers(model: Any, count: int, *, field: str = "top_layers") -> range:
     return range(layers - count, layers)
 
 
+def _layer_count(model: Any) -> Any:
+    """The model config's ``num_hidden_layers`` (None when it has none; the callers check the type)."""
+    return getattr(getattr(model, "config", None), "num_hidden_layers", None)
+
+
 def _check_layers(model: Any, layers: Sequence[int] | None) -> list[int] | None:
     if layers is None:
         return None
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence):
         raise ConfigError(f"apply_lora: layers must be a sequence of layer indices, got {layers!r}")
-    count = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    count = _layer_count(model)
     indices = list(layers)
     bad = [
         i
