@@ -12,21 +12,26 @@ under a minute on 2 CPU cores while the vocabulary projection weighs as much per
   (:func:`legacy_generate`): logits for every prompt position, one Python-level sampling step per row,
   the whole prompt of every row through the model.
 * ``local_client`` — ``LocalPolicyClient._generate`` as shipped: last-position logits, batched
-  sampling, the shared prefix run once, finished rows dropped.
+  sampling, the shared prefix run once, finished rows dropped, a KV cache that grows in place and
+  grouped-query attention that reads each key/value head once.
+* ``stock_kv`` — the same client with transformers' own KV cache (``torch.cat`` per token) and
+  ``sdpa`` attention (key/value heads copied per query head under a mask): what the last two changes
+  save. Its outputs must equal ``local_client``'s exactly, logprobs included (``same_as_stock_kv``).
 
 Both sides run the same requests on the same model, alternated repetition by repetition. Prints one
 JSON object: median seconds and tokens/s per side and mode, the speed-up (baseline seconds / client
-seconds) and whether greedy tokens agree. The speed-up is what matters: the machines are shared and
+seconds), the speed-up over ``stock_kv`` and whether greedy tokens agree. The speed-up is what matters: the machines are shared and
 absolute times drift.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -34,6 +39,7 @@ from _machine import emit, machine_facts
 
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_core.seeding import MAX_SEED
+from ludic_train import local_client
 from ludic_train.local_client import LocalPolicyClient
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
@@ -231,17 +237,32 @@ def demo_requests(
     ]
 
 
+@contextlib.contextmanager
+def stock_kv_path() -> Iterator[None]:
+    """The client with transformers' own KV cache and ``sdpa`` attention (the ``stock_kv`` side)."""
+    cache, attention = local_client.growing_kv_cache, local_client.grouped_kv_attention
+    local_client.growing_kv_cache = lambda config: None  # type: ignore[assignment]
+    local_client.grouped_kv_attention = lambda model: contextlib.nullcontext(False)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        local_client.growing_kv_cache, local_client.grouped_kv_attention = cache, attention
+
+
 def time_both(
     client: LocalPolicyClient, requests: list[TokenCompletionRequest], repeats: int
 ) -> dict[str, Any]:
-    """Median seconds per side over ``repeats`` alternated runs, tokens/s, speed-up, greedy agreement."""
-    times: dict[str, list[float]] = {"baseline": [], "local_client": []}
-    outputs: dict[str, list[tuple[list[int], list[float], str]]] = {}
-    for _ in range(repeats):  # alternated, so that machine noise hits both sides alike
+    """Median seconds per side over ``repeats`` alternated runs, tokens/s, speed-ups, agreement."""
+    times: dict[str, list[float]] = {"baseline": [], "stock_kv": [], "local_client": []}
+    outputs: dict[str, list[Any]] = {}
+    for _ in range(repeats):  # alternated, so that machine noise hits every side alike
         for side in times:
             start = time.perf_counter()
             if side == "baseline":
                 outputs[side] = legacy_generate(client, requests)
+            elif side == "stock_kv":
+                with stock_kv_path():
+                    outputs[side] = client._generate(requests)
             else:
                 outputs[side] = client._generate(requests)
             times[side].append(time.perf_counter() - start)
@@ -253,6 +274,8 @@ def time_both(
         "generated_tokens": tokens,
         "tokens_per_s": {side: tokens[side] / seconds[side] for side in seconds},
         "speedup": seconds["baseline"] / seconds["local_client"],
+        "speedup_vs_stock_kv": seconds["stock_kv"] / seconds["local_client"],
+        "same_as_stock_kv": outputs["stock_kv"] == outputs["local_client"],
     }
     if all(r.sampling.temperature == 0 for r in requests):
         entry["tokens_match_baseline"] = [o[0] for o in outputs["baseline"]] == [
@@ -344,6 +367,9 @@ def main() -> None:
     for mode in args.modes.split(","):
         headline[f"{mode}: local client (tokens/s)"] = round(result[mode]["tokens_per_s"]["local_client"])
         headline[f"{mode}: local client / legacy generate"] = round(result[mode]["speedup"], 2)
+        headline[f"{mode}: local client / stock KV cache and attention"] = round(
+            result[mode]["speedup_vs_stock_kv"], 2
+        )
     emit(result, facts=facts, headline=headline)
 
 

@@ -31,6 +31,8 @@ from ludic_core.rollout_settings import DEFAULT_MODEL_CALL_TIMEOUT_S
 from ludic_core.seeding import MAX_SEED
 from ludic_core.types import ChatResponse
 from ludic_core.validation import check_int
+from ludic_train.grouped_attention import grouped_kv_attention
+from ludic_train.growing_kv_cache import growing_kv_cache
 from ludic_train.model_signature import forward_takes
 from ludic_train.prefix_levels import plan_levels
 from ludic_train.token_sampling import BatchSampler, chosen_logprobs
@@ -128,6 +130,7 @@ class LocalPolicyClient:
         self._worker: asyncio.Task[None] | None = None
         self._compute_lock = asyncio.Lock()
         self._keeps_last_logits_only = forward_takes(model, "logits_to_keep")
+        self._is_transformers_model = _is_transformers_model(model)
         self._cache_shareable: bool | None = None  # known after the first batch
         self.stats: dict[str, float] = {
             "requests": 0,
@@ -332,7 +335,9 @@ class LocalPolicyClient:
         try:
             # no_grad, not inference_mode: a buffer a forward pass rebuilds (dynamic RoPE) would become
             # an inference tensor and break the trainer's next backward pass through the shared model.
-            with torch.no_grad():
+            # Grouped-query attention reads the shared key/value heads without copying them per query
+            # head (same outputs; see ludic_train.grouped_attention).
+            with torch.no_grad(), grouped_kv_attention(model):
                 want_prompt_logps = [r.return_.return_prompt_logprobs for r in requests]
                 cache, logits, attention, next_pos, prompt_logps = self._prefill(
                     [r.prompt_token_ids for r in requests], device, prompt_logprobs=any(want_prompt_logps)
@@ -394,8 +399,10 @@ class LocalPolicyClient:
         attention mask so far, the next position id per row and, when ``prompt_logprobs``, each
         prompt's logprobs (one per token after the first)."""
         self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
+        # A transformers model gets a cache that decodes without copying itself at every token.
+        cache = growing_kv_cache(self.model.config) if self._is_transformers_model else None
         if self.share_prefix and self._cache_shareable is not False and len(prompts) > 1:
-            shared = self._prefill_shared(prompts, device, prompt_logprobs=prompt_logprobs)
+            shared = self._prefill_shared(prompts, device, prompt_logprobs=prompt_logprobs, cache=cache)
             if shared is not None:
                 self._cache_shareable = True
                 return shared
@@ -407,23 +414,22 @@ class LocalPolicyClient:
             )
         scores: list[list[float]] | None = [[] for _ in prompts] if prompt_logprobs else None
         cache, logits, attention, next_pos = self._prefill_rows(
-            prompts, device, prefix=0, cache=None, scores=scores
+            prompts, device, prefix=0, cache=cache, scores=scores
         )
         return cache, logits, attention, next_pos, scores
 
     def _prefill_shared(
-        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool
+        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool, cache: Any
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, list[list[float]] | None] | None:
         """Run each distinct prompt once, and each prefix that several of them share once (in the
-        levels :func:`plan_levels` picks); ``None`` when the model's cache cannot be copied between
-        rows."""
+        levels :func:`plan_levels` picks), into ``cache`` (an empty cache, or ``None`` for the model's
+        own); ``None`` when the model's cache cannot be copied between rows."""
         import torch
 
         first: dict[tuple[int, ...], int] = {}
         which = [first.setdefault(tuple(p), len(first)) for p in prompts]
         unique = list(first)
         scores: list[list[float]] | None = [[] for _ in unique] if prompt_logprobs else None
-        cache: Any = None
         start = 0
         rows_before: list[int] = []  # the row of the previous level each prompt continues
         for cut, rows in plan_levels(unique):
@@ -432,7 +438,7 @@ class LocalPolicyClient:
             for u, row in enumerate(rows):
                 if row == len(members):
                     members.append(u)
-            if cache is not None:
+            if rows_before:  # a level after the first: its rows continue the previous level's
                 cache.batch_select_indices(
                     torch.tensor([rows_before[u] for u in members], dtype=torch.long, device=device)
                 )
@@ -453,7 +459,7 @@ class LocalPolicyClient:
             if not _can_copy_rows(cache):
                 return None
             rows_before, start = rows, cut
-        if cache is not None:
+        if rows_before:
             cache.batch_select_indices(torch.tensor(rows_before, dtype=torch.long, device=device))
         cache, logits, attention, next_pos = self._prefill_rows(
             unique, device, prefix=start, cache=cache, scores=scores
@@ -597,6 +603,14 @@ def _fail(batch: Sequence[_Pending], error: TransportError, cause: BaseException
     for p in batch:
         if not p.future.done():
             p.future.set_exception(error)
+
+
+def _is_transformers_model(model: Any) -> bool:
+    """Whether ``model`` (or the model a PEFT wrapper holds) is a transformers ``PreTrainedModel``."""
+    from transformers import PreTrainedModel
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return isinstance(base, PreTrainedModel)
 
 
 def _can_copy_rows(cache: Any) -> bool:
