@@ -241,7 +241,7 @@ def demo_requests(
 def stock_kv_path() -> Iterator[None]:
     """The client with transformers' own KV cache and ``sdpa`` attention (the ``stock_kv`` side)."""
     cache, attention = local_client.growing_kv_cache, local_client.grouped_kv_attention
-    local_client.growing_kv_cache = lambda config: None  # type: ignore[assignment]
+    local_client.growing_kv_cache = lambda config, **_: None  # type: ignore[assignment]
     local_client.grouped_kv_attention = lambda model: contextlib.nullcontext(False)  # type: ignore[assignment]
     try:
         yield

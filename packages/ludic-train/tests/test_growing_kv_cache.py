@@ -10,7 +10,7 @@ import torch
 
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_train import local_client
-from ludic_train.growing_kv_cache import HEADROOM, growing_kv_cache
+from ludic_train.growing_kv_cache import MIN_SPARE, growing_kv_cache
 from ludic_train.local_client import LocalPolicyClient
 from ludic_train.testing import bpe_tokenizer, tiny_causal_lm
 
@@ -52,12 +52,12 @@ def decode(model: Any, cache: Any, steps: int, *, drop_row_at: int | None = None
     return logits
 
 
-@pytest.mark.parametrize("drop_row_at", [None, 3, HEADROOM + 10])
+@pytest.mark.parametrize("drop_row_at", [None, 3, MIN_SPARE + 10])
 def test_decoding_past_the_spare_room_and_dropping_rows_gives_the_dynamic_cache_logits(
     tok, drop_row_at
 ) -> None:  # type: ignore[no-untyped-def]
     model = tiny_causal_lm(tok, seed=3)
-    steps = HEADROOM + 40  # the buffers must be reallocated at least once
+    steps = MIN_SPARE + 40  # the buffers must be reallocated at least once
     stock = decode(model, None, steps, drop_row_at=drop_row_at)
     cache = growing_kv_cache(model.config)
     assert cache is not None
@@ -69,6 +69,24 @@ def test_decoding_past_the_spare_room_and_dropping_rows_gives_the_dynamic_cache_
     assert layer._buffers[0].shape[-2] > layer.keys.shape[-2] == 5 + steps
     for a, b in zip(stock, grown, strict=True):
         assert torch.equal(a, b)
+
+
+def test_room_reserved_for_the_decode_steps_means_no_reallocation(tok) -> None:  # type: ignore[no-untyped-def]
+    model = tiny_causal_lm(tok, seed=3)
+    steps = 50
+    cache = growing_kv_cache(model.config, reserve=steps)
+    buffers: list[int] = []
+    real_update = cache.layers[0].update
+
+    def update(*args: Any, **kwargs: Any) -> Any:
+        keys, values = real_update(*args, **kwargs)
+        buffers.append(cache.layers[0]._buffers[0].data_ptr())
+        return keys, values
+
+    cache.layers[0].update = update
+    stock = decode(model, None, steps)
+    assert all(torch.equal(a, b) for a, b in zip(stock, decode(model, cache, steps), strict=True))
+    assert len(buffers) == steps + 1 and len(set(buffers)) == 1  # the prefill's buffers, to the end
 
 
 def test_a_base_method_that_replaces_the_keys_is_adopted_on_the_next_update(tok) -> None:  # type: ignore[no-untyped-def]
@@ -89,7 +107,7 @@ def test_the_local_client_samples_exactly_what_it_sampled_with_the_stock_cache(t
     requests = [
         TokenCompletionRequest(
             prompt_token_ids=tok.encode(text),
-            sampling=SamplingParams(temperature=1.0, max_tokens=HEADROOM + 20),
+            sampling=SamplingParams(temperature=1.0, max_tokens=MIN_SPARE + 20),
             return_=ReturnSpec.for_rl(),
             seed=i,
         )
@@ -108,12 +126,12 @@ def test_the_local_client_samples_exactly_what_it_sampled_with_the_stock_cache(t
 
     used = []
 
-    def spy(config: Any) -> Any:
-        used.append(config)
-        return growing_kv_cache(config)
+    def spy(config: Any, *, reserve: int) -> Any:
+        used.append(reserve)
+        return growing_kv_cache(config, reserve=reserve)
 
     monkeypatch.setattr(local_client, "growing_kv_cache", spy)
     grown = sample()
-    assert used  # the client made a growing cache
-    monkeypatch.setattr(local_client, "growing_kv_cache", lambda config: None)  # the model's own cache
+    assert used == [MIN_SPARE + 20]  # a growing cache with room for the longest completion
+    monkeypatch.setattr(local_client, "growing_kv_cache", lambda config, **_: None)  # the model's own cache
     assert sample() == grown  # tokens and logprobs, exactly

@@ -6,36 +6,39 @@ tokens, SmolLM2-135M's 30 layers) that is about 350 MB of copies and fresh alloc
 which took a sixth to a third of a step on 2 CPU cores. :class:`GrowingLayer` keeps each layer in a
 buffer with room to spare and writes new positions into it; attention gets views of the filled part,
 the same numbers in the same layout, so outputs are bit-identical (``tests/test_growing_kv_cache.py``).
-A full buffer is replaced by one a quarter larger (at least :data:`HEADROOM` more positions).
+The sampler reserves room for the tokens a batch may still generate, so its decode loop never
+reallocates; a fuller buffer is replaced by a larger one (at least :data:`MIN_SPARE` more positions).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HEADROOM", "growing_kv_cache"]
+__all__ = ["MIN_SPARE", "growing_kv_cache"]
 
-HEADROOM = 64
+MIN_SPARE = 16
 """The fewest spare positions a (re)allocated layer buffer gets."""
 
 
-def growing_kv_cache(config: Any) -> Any | None:
+def growing_kv_cache(config: Any, *, reserve: int = 0) -> Any | None:
     """A transformers ``DynamicCache`` for a model of ``config`` whose full-attention layers grow in
     place (other layer kinds, such as sliding windows, stay as transformers makes them); ``None`` when
-    this transformers has no per-layer cache classes."""
+    this transformers has no per-layer cache classes. Each (re)allocation of a layer's buffers leaves
+    ``reserve`` positions to spare (at least :data:`MIN_SPARE`): the tokens still to be generated."""
     try:
         from transformers.cache_utils import DynamicCache, DynamicLayer
     except ImportError:
         return None
+    layer_class = functools.partial(_growing_layer_class(), spare=max(reserve, MIN_SPARE))
     cache = DynamicCache(config=config)
     if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer:
-        cache.layer_class_to_replicate = _growing_layer_class()
-    cache.layers = [
-        _growing_layer_class()() if type(layer) is DynamicLayer else layer for layer in cache.layers
-    ]
+        # The cache only calls it to make each layer, so a partial can stand in for the class.
+        cache.layer_class_to_replicate = layer_class  # type: ignore[assignment]
+    cache.layers = [layer_class() if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache
 
 
@@ -59,6 +62,10 @@ def _growing_layer_class() -> type:
             _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
             _key_view: torch.Tensor | None = None
             _filled = 0
+
+            def __init__(self, *, spare: int = MIN_SPARE) -> None:
+                super().__init__()
+                self.spare = spare
 
             def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
                 super().lazy_initialization(key_states, value_states)
@@ -99,7 +106,7 @@ def _growing_layer_class() -> type:
                 """New buffers for ``needed`` positions and spare room, holding the first ``held``
                 positions of ``old`` (keys, values)."""
                 shape = list(like.shape)
-                shape[-2] = needed + max(HEADROOM, needed // 4)
+                shape[-2] = needed + self.spare
                 buffers = (like.new_empty(shape), like.new_empty(shape))
                 if held:
                     for buffer, tensor in zip(buffers, old, strict=True):

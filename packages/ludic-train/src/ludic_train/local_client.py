@@ -340,7 +340,10 @@ class LocalPolicyClient:
             with torch.no_grad(), grouped_kv_attention(model):
                 want_prompt_logps = [r.return_.return_prompt_logprobs for r in requests]
                 cache, logits, attention, next_pos, prompt_logps = self._prefill(
-                    [r.prompt_token_ids for r in requests], device, prompt_logprobs=any(want_prompt_logps)
+                    [r.prompt_token_ids for r in requests],
+                    device,
+                    prompt_logprobs=any(want_prompt_logps),
+                    reserve=max(max_new),
                 )
                 sampler = BatchSampler(requests, generators, device)
                 # Rows leave the batch when they finish, where the cache can be re-indexed.
@@ -393,14 +396,14 @@ class LocalPolicyClient:
         ]
 
     def _prefill(
-        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool
+        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool, reserve: int
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, list[list[float]] | None]:
-        """Run the prompts; return the KV cache, the last position's float32 logits per row, the
-        attention mask so far, the next position id per row and, when ``prompt_logprobs``, each
-        prompt's logprobs (one per token after the first)."""
+        """Run the prompts; return the KV cache (with room for ``reserve`` more tokens per row), the
+        last position's float32 logits per row, the attention mask so far, the next position id per
+        row and, when ``prompt_logprobs``, each prompt's logprobs (one per token after the first)."""
         self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
         # A transformers model gets a cache that decodes without copying itself at every token.
-        cache = growing_kv_cache(self.model.config) if self._is_transformers_model else None
+        cache = growing_kv_cache(self.model.config, reserve=reserve) if self._is_transformers_model else None
         if self.share_prefix and self._cache_shareable is not False and len(prompts) > 1:
             shared = self._prefill_shared(prompts, device, prompt_logprobs=prompt_logprobs, cache=cache)
             if shared is not None:
