@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+from padded_decode import padded_decode
 
 from ludic_train import grouped_attention
 from ludic_train.grouped_attention import GROUPED_SDPA, grouped_kv_attention
@@ -30,30 +31,6 @@ def padded_batch(tok: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def prefill_and_decode(
-    model: Any, ids: torch.Tensor, mask: torch.Tensor, steps: int = 5
-) -> list[torch.Tensor]:
-    """Every position's logits of a padded prefill, then ``steps`` decode steps through the cache."""
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.no_grad():
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        logits, cache = [out.logits], out.past_key_values
-        next_pos = positions[:, -1:] + 1
-        for step in range(steps):
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            token = torch.full((ids.shape[0], 1), 5 + step, dtype=torch.long)
-            out = model(
-                input_ids=token,
-                attention_mask=mask,
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            logits.append(out.logits)
-            cache, next_pos = out.past_key_values, next_pos + 1
-    return logits
-
-
 class SdpaSpy:
     """Counts the grouped-query SDPA calls (``enable_gqa=True`` with a mask) torch receives."""
 
@@ -75,11 +52,11 @@ def test_masked_prefill_and_decode_are_bit_identical_to_sdpa(tok, arch, monkeypa
     assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped heads
     assert model.config._attn_implementation == "sdpa"
     ids, mask = padded_batch(tok)
-    stock = prefill_and_decode(model, ids, mask)
+    stock = padded_decode(model, ids, mask, 5)
     spy = SdpaSpy(monkeypatch)
     with grouped_kv_attention(model) as switched:
         assert switched and model.config._attn_implementation == GROUPED_SDPA
-        grouped = prefill_and_decode(model, ids, mask)
+        grouped = padded_decode(model, ids, mask, 5)
     # Every layer of the prefill and of each decode step took the grouped call.
     assert spy.grouped_with_mask == model.config.num_hidden_layers * len(stock)
     assert model.config._attn_implementation == "sdpa"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from padded_decode import padded_decode
 
 from ludic_core.inference import ReturnSpec, SamplingParams, TokenCompletionRequest
 from ludic_train import local_client
@@ -20,36 +21,12 @@ def tok():  # type: ignore[no-untyped-def]
     return bpe_tokenizer()
 
 
+# Three rows, the first and third left-padded (pad id 0).
+IDS = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25], [0, 31, 32, 33, 34]])
+
+
 def decode(model: Any, cache: Any, steps: int, *, drop_row_at: int | None = None) -> list[torch.Tensor]:
-    """A padded 3-row prefill into ``cache``, then ``steps`` greedy decode steps; at step
-    ``drop_row_at`` the middle row leaves the batch, as the sampler drops finished rows."""
-    ids = torch.tensor([[0, 0, 11, 12, 13], [21, 22, 23, 24, 25], [0, 31, 32, 33, 34]])
-    mask = (ids != 0).long()
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = []
-    with torch.no_grad():
-        out = model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
-        )
-        cache, next_pos = out.past_key_values, positions[:, -1:] + 1
-        for step in range(steps):
-            last = out.logits[:, -1, :]
-            logits.append(last)
-            token = last.argmax(-1, keepdim=True)
-            if step == drop_row_at:
-                keep = torch.tensor([0, 2])
-                cache.batch_select_indices(keep)
-                token, mask, next_pos = token[keep], mask[keep], next_pos[keep]
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-            out = model(
-                input_ids=token,
-                attention_mask=mask,
-                position_ids=next_pos,
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache, next_pos = out.past_key_values, next_pos + 1
-    return logits
+    return padded_decode(model, IDS, (IDS != 0).long(), steps, cache=cache, drop_row_at=drop_row_at)
 
 
 @pytest.mark.parametrize("drop_row_at", [None, 3, MIN_SPARE + 10])
