@@ -60,8 +60,7 @@ def _growing_layer_class() -> type:
             """
 
             _buffers: tuple[torch.Tensor, torch.Tensor] | None = None
-            _key_view: torch.Tensor | None = None
-            _filled = 0
+            _key_view: torch.Tensor | None = None  # the filled part of the key buffer, as handed out
 
             def __init__(self, *, spare: int = MIN_SPARE) -> None:
                 super().__init__()
@@ -69,7 +68,7 @@ def _growing_layer_class() -> type:
 
             def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
                 super().lazy_initialization(key_states, value_states)
-                self._buffers, self._key_view, self._filled = None, None, 0
+                self._buffers, self._key_view = None, None
 
             def update(
                 self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -81,8 +80,9 @@ def _growing_layer_class() -> type:
                     assert keys is not None and values is not None
                     held = keys.shape[-2] if keys.numel() else 0
                     self._reallocate((keys, values), held, held + key_states.shape[-2], like=key_states)
-                assert self._buffers is not None
-                start, end = self._filled, self._filled + key_states.shape[-2]
+                assert self._buffers is not None and self._key_view is not None
+                start = self._key_view.shape[-2]
+                end = start + key_states.shape[-2]
                 if end > self._buffers[0].shape[-2]:
                     self._reallocate(self._buffers, start, end, like=key_states)
                 key_buffer, value_buffer = self._buffers
@@ -91,12 +91,13 @@ def _growing_layer_class() -> type:
                 return self._set_filled(end)
 
             def batch_select_indices(self, indices: torch.Tensor) -> None:
-                if self._buffers is not None and self.keys is self._key_view and self._filled:
+                view = self._key_view
+                if self._buffers is not None and view is not None and self.keys is view and view.shape[-2]:
                     self._buffers = (
                         self._buffers[0].index_select(0, indices),
                         self._buffers[1].index_select(0, indices),
                     )
-                    self._set_filled(self._filled)
+                    self._set_filled(view.shape[-2])
                 else:
                     super().batch_select_indices(indices)
 
@@ -116,7 +117,6 @@ def _growing_layer_class() -> type:
 
             def _set_filled(self, filled: int) -> tuple[torch.Tensor, torch.Tensor]:
                 assert self._buffers is not None
-                self._filled = filled
                 keys, values = self._buffers[0][..., :filled, :], self._buffers[1][..., :filled, :]
                 self.keys, self.values, self._key_view = keys, values, keys
                 return keys, values

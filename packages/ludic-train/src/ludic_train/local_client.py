@@ -33,7 +33,7 @@ from ludic_core.types import ChatResponse
 from ludic_core.validation import check_int
 from ludic_train.grouped_attention import grouped_kv_attention
 from ludic_train.growing_kv_cache import growing_kv_cache
-from ludic_train.model_signature import forward_takes
+from ludic_train.model_signature import forward_takes, unwrapped_model
 from ludic_train.prefix_levels import plan_levels
 from ludic_train.token_sampling import BatchSampler, chosen_logprobs
 
@@ -402,10 +402,8 @@ class LocalPolicyClient:
         last position's float32 logits per row, the attention mask so far, the next position id per
         row and, when ``prompt_logprobs``, each prompt's logprobs (one per token after the first)."""
         self.stats["prompt_tokens"] += sum(len(p) for p in prompts)
-        # A transformers model gets a cache that decodes without copying itself at every token.
-        cache = growing_kv_cache(self.model.config, reserve=reserve) if self._is_transformers_model else None
         if self.share_prefix and self._cache_shareable is not False and len(prompts) > 1:
-            shared = self._prefill_shared(prompts, device, prompt_logprobs=prompt_logprobs, cache=cache)
+            shared = self._prefill_shared(prompts, device, prompt_logprobs=prompt_logprobs, reserve=reserve)
             if shared is not None:
                 self._cache_shareable = True
                 return shared
@@ -417,22 +415,28 @@ class LocalPolicyClient:
             )
         scores: list[list[float]] | None = [[] for _ in prompts] if prompt_logprobs else None
         cache, logits, attention, next_pos = self._prefill_rows(
-            prompts, device, prefix=0, cache=cache, scores=scores
+            prompts, device, prefix=0, cache=self._empty_cache(reserve), scores=scores
         )
         return cache, logits, attention, next_pos, scores
 
+    def _empty_cache(self, reserve: int) -> Any:
+        """For a transformers model, an empty KV cache that decodes without copying itself at every
+        token, with room for ``reserve`` generated tokens; otherwise ``None`` (the model makes its own)."""
+        return growing_kv_cache(self.model.config, reserve=reserve) if self._is_transformers_model else None
+
     def _prefill_shared(
-        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool, cache: Any
+        self, prompts: Sequence[Sequence[int]], device: torch.device, *, prompt_logprobs: bool, reserve: int
     ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, list[list[float]] | None] | None:
         """Run each distinct prompt once, and each prefix that several of them share once (in the
-        levels :func:`plan_levels` picks), into ``cache`` (an empty cache, or ``None`` for the model's
-        own); ``None`` when the model's cache cannot be copied between rows."""
+        levels :func:`plan_levels` picks); ``None`` when the model's cache cannot be copied between
+        rows."""
         import torch
 
         first: dict[tuple[int, ...], int] = {}
         which = [first.setdefault(tuple(p), len(first)) for p in prompts]
         unique = list(first)
         scores: list[list[float]] | None = [[] for _ in unique] if prompt_logprobs else None
+        cache = self._empty_cache(reserve)
         start = 0
         rows_before: list[int] = []  # the row of the previous level each prompt continues
         for cut, rows in plan_levels(unique):
@@ -612,8 +616,7 @@ def _is_transformers_model(model: Any) -> bool:
     """Whether ``model`` (or the model a PEFT wrapper holds) is a transformers ``PreTrainedModel``."""
     from transformers import PreTrainedModel
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return isinstance(base, PreTrainedModel)
+    return isinstance(unwrapped_model(model), PreTrainedModel)
 
 
 def _can_copy_rows(cache: Any) -> bool:
