@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from ludic_core.errors import ConfigError
+from ludic_train.model_signature import unwrapped_model
 
 __all__ = ["decoder_layers", "shard_model"]
 
 
 def decoder_layers(model: Any) -> list[Any]:
     """The repeated decoder blocks of a HF causal LM (PEFT wrappers are looked through)."""
-    base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    base = unwrapped_model(model)
     inner = getattr(base, "model", None)
     layers = getattr(inner, "layers", None)
     if layers is None:

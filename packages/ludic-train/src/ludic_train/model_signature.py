@@ -6,9 +6,15 @@ import inspect
 import weakref
 from typing import Any
 
-__all__ = ["accepts_logits_to_keep", "forward_takes"]
+__all__ = ["accepts_logits_to_keep", "forward_takes", "unwrapped_model"]
 
 _KNOWN: weakref.WeakKeyDictionary[Any, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+def unwrapped_model(model: Any) -> Any:
+    """The model a PEFT wrapper holds (``get_base_model()``), or ``model`` itself."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
 
 
 def forward_takes(model: Any, name: str) -> bool:
@@ -20,10 +26,8 @@ def forward_takes(model: Any, name: str) -> bool:
     except TypeError:  # not weak-referenceable: inspect every time
         known = {}
     if name not in known:
-        get_base = getattr(model, "get_base_model", None)
-        target = get_base() if callable(get_base) else model
         try:
-            known[name] = name in inspect.signature(target.forward).parameters
+            known[name] = name in inspect.signature(unwrapped_model(model).forward).parameters
         except (AttributeError, TypeError, ValueError):
             known[name] = False
     return known[name]
